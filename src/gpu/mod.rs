@@ -1,0 +1,77 @@
+//! Step backends: the one trait the GPU-step actor and the simulator drive, and its
+//! implementations. `model` is the embedded default (a timing model, any CPU); `cuda` is
+//! real decode on an NVIDIA GPU through cudarc, probed at run time.
+
+
+
+use crate::policy::RequestId;
+
+/// Why a backend call failed. Backends never panic on a missing GPU.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    #[error("backend unavailable: {0}")]
+    Unavailable(String),
+    #[error("request {0} is unknown to the backend")]
+    UnknownRequest(RequestId),
+    #[error("backend failure: {0}")]
+    Failed(String),
+}
+
+/// One admitted request whose context (KV) must arrive on this worker.
+#[derive(Debug, Clone)]
+pub struct ContextArrival {
+    pub id: RequestId,
+    /// Prompt token ids (may be synthetic); `len()` is the context length.
+    pub prompt: Vec<u32>,
+    /// KV pool pages that hold this request's context, in order.
+    pub pages: Vec<u32>,
+}
+
+/// One row of a decode step.
+#[derive(Debug, Clone)]
+pub struct StepRow {
+    pub id: RequestId,
+    /// Sequence-slot (batch-row) index owned by this request.
+    pub slot: u32,
+    /// Tokens already in the KV cache (context + generated so far).
+    pub context_len: u32,
+    /// The last token on the host: the input of this step.
+    pub last_token: u32,
+    /// KV pool pages, in order; covers `context_len + 1` tokens.
+    pub pages: Vec<u32>,
+}
+
+/// What one decode step produced.
+#[derive(Debug, Clone, Default)]
+pub struct StepOutput {
+    /// Tokens emitted per row, in the order of the batch (more than one with speculation).
+    pub tokens: Vec<Vec<u32>>,
+    /// Seconds the step took (measured, or modelled).
+    pub step_s: f64,
+}
+
+/// Capacity a backend reports, used by the setup decision (SPEC §4.4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BackendCapacity {
+    /// KV pages the backend can hold.
+    pub kv_pages: u32,
+    /// Tokens per KV page.
+    pub tokens_per_block: u32,
+    /// Sequence slots (batch rows) it can address.
+    pub seq_slots: u32,
+}
+
+/// The step backend (SPEC §6): context arrival, one decode step, release, capacity.
+/// Calls block; the GPU-step actor runs them on its own OS thread.
+pub trait StepBackend: Send {
+    /// Context arrival for an admitted request (KV transfer or real prefill).
+    /// Returns the seconds it took. The backend also returns the first token's id
+    /// through the next `step` that includes the request.
+    fn context_arrival(&mut self, req: &ContextArrival) -> Result<f64, BackendError>;
+    /// One decode step over `rows` (never more than `max_batch_size`).
+    fn step(&mut self, rows: &[StepRow]) -> Result<StepOutput, BackendError>;
+    /// The request left this worker; drop any per-request state.
+    fn release(&mut self, id: RequestId);
+    /// What the backend can hold.
+    fn capacity(&self) -> BackendCapacity;
+}
