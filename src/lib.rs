@@ -3,3 +3,5 @@
 
 pub mod gpu;
 pub mod policy;
+pub mod pools;
+pub mod worker;

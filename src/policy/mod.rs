@@ -1,5 +1,16 @@
 //! The decision core (SPEC §4): admission queue, preemption controller, batch building,
-//! running statistics. Pure: no clock, no I/O, no randomness, no hash-map iteration order.
+//! running statistics and the setup decision. Pure: no clock, no I/O, no randomness, no
+//! hash-map iteration order. Every time is a leader clock reading in seconds, passed in.
+
+pub mod admission;
+pub mod batch;
+pub mod preemption;
+pub mod setup;
+pub mod stats;
+pub mod transfer;
 
 /// A request's id, unique on this worker. Assigned by the leader, identical on every rank.
 pub type RequestId = u64;
+
+pub use admission::{AdmissionParams, AdmissionPolicy, AdmissionQueue};
+pub use preemption::{GenPreemption, Mode, PreemptDecision, PreemptParams};

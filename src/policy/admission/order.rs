@@ -1,0 +1,89 @@
+//! The pop order of the admission queue: one small function, so the simulator can compare
+//! orders (SPEC §4.2, §8) and a researcher can add one here.
+
+use serde::{Deserialize, Serialize};
+
+/// Which waiter the queue pops next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum AdmissionPolicy {
+    /// The TTFT-percentile queue: guard tier by least slack, then late oldest first, then
+    /// on-time oldest first. The only policy under which preemption runs.
+    #[default]
+    Auto,
+    /// Arrival order; never forms X, so nothing is ever at risk.
+    Fcfs,
+    /// Earliest deadline (least slack) first across all waiters, no tiers.
+    Edf,
+}
+
+/// The candidates each tier offers, by sequence number in the queue.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Candidates {
+    /// Oldest waiter overall.
+    pub oldest: Option<u64>,
+    /// Least slack overall.
+    pub least_slack: Option<u64>,
+    /// Guard tier (0 ≤ slack < W₀), least slack.
+    pub guard: Option<u64>,
+    /// Late tier (slack < 0), oldest.
+    pub late: Option<u64>,
+    /// On-time tier (slack ≥ W₀), oldest.
+    pub on_time: Option<u64>,
+}
+
+/// The next waiter to pop. Before X is formed every policy is FIFO.
+pub fn next(policy: AdmissionPolicy, target_formed: bool, c: &Candidates) -> Option<u64> {
+    if !target_formed {
+        return c.oldest;
+    }
+    match policy {
+        // A guard waiter can still make X; a late one has already missed it.
+        AdmissionPolicy::Auto => c.guard.or(c.late).or(c.on_time),
+        AdmissionPolicy::Fcfs => c.oldest,
+        AdmissionPolicy::Edf => c.least_slack,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ALL: Candidates = Candidates {
+        oldest: Some(1),
+        least_slack: Some(2),
+        guard: Some(3),
+        late: Some(4),
+        on_time: Some(5),
+    };
+
+    #[test]
+    fn auto_pops_guard_then_late_then_on_time() {
+        assert_eq!(next(AdmissionPolicy::Auto, true, &ALL), Some(3));
+        let no_guard = Candidates { guard: None, ..ALL };
+        assert_eq!(next(AdmissionPolicy::Auto, true, &no_guard), Some(4));
+        let only_on_time = Candidates {
+            guard: None,
+            late: None,
+            ..ALL
+        };
+        assert_eq!(next(AdmissionPolicy::Auto, true, &only_on_time), Some(5));
+    }
+
+    #[test]
+    fn every_policy_is_fifo_before_the_target_forms() {
+        for p in [
+            AdmissionPolicy::Auto,
+            AdmissionPolicy::Fcfs,
+            AdmissionPolicy::Edf,
+        ] {
+            assert_eq!(next(p, false, &ALL), Some(1));
+        }
+    }
+
+    #[test]
+    fn edf_pops_least_slack_and_fcfs_the_oldest() {
+        assert_eq!(next(AdmissionPolicy::Edf, true, &ALL), Some(2));
+        assert_eq!(next(AdmissionPolicy::Fcfs, true, &ALL), Some(1));
+    }
+}

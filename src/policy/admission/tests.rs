@@ -1,0 +1,257 @@
+use super::*;
+use proptest::prelude::*;
+
+fn params(min_samples: usize) -> AdmissionParams {
+    AdmissionParams {
+        min_samples,
+        target_window: 100,
+        ..AdmissionParams::default()
+    }
+}
+
+fn w(id: u64, arrival: f64) -> Waiter {
+    Waiter {
+        id,
+        arrival,
+        context_tokens: 1000,
+        max_tokens: 100,
+    }
+}
+
+/// A queue whose X is formed at `x` seconds (all samples equal), no transfer or step time.
+fn formed(x: f64) -> AdmissionQueue {
+    let mut q = AdmissionQueue::new(params(10));
+    for _ in 0..10 {
+        q.observe_ttft(x);
+    }
+    q
+}
+
+#[test]
+fn no_target_means_fifo_and_nothing_at_risk() {
+    let mut q = AdmissionQueue::new(params(10));
+    q.push(w(1, 5.0)).unwrap();
+    q.push(w(2, 0.0)).unwrap();
+    q.refresh(1000.0, Some(10.0));
+    assert!(!q.target_formed());
+    assert!(!q.head_at_risk(f64::INFINITY));
+    assert_eq!(q.at_risk_count(f64::INFINITY), 0);
+    assert_eq!(q.head().map(|h| h.tier), Some(Tier::NoTarget));
+    // FIFO is arrival order.
+    assert_eq!(q.pop().map(|p| p.waiter.id), Some(2));
+}
+
+#[test]
+fn target_forms_at_min_samples() {
+    let mut q = AdmissionQueue::new(params(3));
+    q.observe_ttft(1.0);
+    q.observe_ttft(2.0);
+    assert_eq!(q.target(), None);
+    q.observe_ttft(3.0);
+    assert_eq!(q.target(), Some(3.0)); // p90 of {1,2,3} by nearest rank
+}
+
+#[test]
+fn fcfs_never_forms_a_target() {
+    let mut q = AdmissionQueue::new(AdmissionParams {
+        policy: AdmissionPolicy::Fcfs,
+        ..params(1)
+    });
+    for _ in 0..50 {
+        q.observe_ttft(1.0);
+    }
+    assert_eq!(q.target(), None);
+}
+
+#[test]
+fn slack_is_x_minus_age_plus_s2f() {
+    let mut q = formed(10.0);
+    for _ in 0..100 {
+        q.observe_step(0.5);
+        q.observe_transfer(1000, 1.0);
+    }
+    q.push(w(1, 100.0)).unwrap();
+    q.refresh(103.0, Some(0.0));
+    // 100 transfer observations re-key the queue at this refresh: s2f = 1.0 + 0.5.
+    let h = q.head().unwrap();
+    assert!(
+        (h.slack.unwrap() - (10.0 - 3.0 - 0.5 - 1.0)).abs() < 1e-9,
+        "{h:?}"
+    );
+}
+
+#[test]
+fn late_and_guard_heads_are_at_risk_with_the_slack_bound() {
+    let mut q = formed(10.0);
+    q.push(w(1, 0.0)).unwrap();
+    // D = 20 s → W₀ = 3 s. At now = 8 the slack is 2: guard.
+    q.refresh(8.0, Some(20.0));
+    let h = q.head().unwrap();
+    assert_eq!(h.tier, Tier::Guard);
+    assert!(q.head_at_risk(3.0));
+    assert!(!q.head_at_risk(2.0)); // slack bound: 2 is not < 2
+    q.refresh(11.0, Some(20.0));
+    assert_eq!(q.head().unwrap().tier, Tier::Late);
+    assert!(q.head_at_risk(0.0));
+}
+
+#[test]
+fn on_time_head_blocks_even_when_a_later_waiter_is_at_risk() {
+    let mut q = AdmissionQueue::new(AdmissionParams {
+        policy: AdmissionPolicy::Fcfs,
+        ..params(1)
+    });
+    q.push(w(1, 0.0)).unwrap();
+    q.refresh(1.0, Some(0.0));
+    assert!(!q.head_at_risk(100.0)); // fcfs: no target, nothing at risk
+                                     // With the auto queue: head on time (slack 9 ≥ W₀ = 3) blocks pausing for W = 3.
+    let mut q = formed(10.0);
+    q.push(w(1, 0.0)).unwrap();
+    q.push(w(2, 0.5)).unwrap();
+    q.refresh(1.0, Some(20.0));
+    assert_eq!(q.head().unwrap().tier, Tier::OnTime);
+    assert!(!q.head_at_risk(3.0));
+    // A wider window (g > 1) reaches an on-time head whose slack is under it.
+    assert!(q.head_at_risk(9.5));
+    // The count still sees every waiter under the window.
+    assert_eq!(q.at_risk_count(9.5), 1);
+    assert_eq!(q.at_risk_count(9.6), 2);
+}
+
+#[test]
+fn auto_pops_guard_by_least_slack_then_late_oldest_then_on_time_oldest() {
+    let mut q = formed(10.0);
+    // now = 20, D = 40 → W₀ = 6. slack = 10 − (20 − arrival).
+    q.push(w(1, 5.0)).unwrap(); // slack −5: late
+    q.push(w(2, 8.0)).unwrap(); // slack −2: late
+    q.push(w(3, 14.0)).unwrap(); // slack 4: guard
+    q.push(w(4, 12.0)).unwrap(); // slack 2: guard, least slack
+    q.push(w(5, 19.0)).unwrap(); // slack 9: on time
+    q.push(w(6, 18.0)).unwrap(); // slack 8: on time, older
+    q.refresh(20.0, Some(40.0));
+    assert_eq!(q.tier_counts(), (2, 2, 2));
+    let order: Vec<_> = std::iter::from_fn(|| q.pop().map(|p| p.waiter.id)).collect();
+    assert_eq!(order, vec![4, 3, 1, 2, 6, 5]);
+}
+
+#[test]
+fn queue_is_bounded_and_nothing_queued_is_lost() {
+    let mut q = AdmissionQueue::new(AdmissionParams {
+        max_waiting: 2,
+        ..params(1)
+    });
+    q.push(w(1, 0.0)).unwrap();
+    q.push(w(2, 0.0)).unwrap();
+    assert_eq!(q.push(w(3, 0.0)), Err(QueueError::Full { max_waiting: 2 }));
+    assert_eq!(q.len(), 2);
+    assert!(q.contains(1) && q.contains(2) && !q.contains(3));
+    assert_eq!(q.push(w(1, 0.0)), Err(QueueError::Duplicate(1)));
+}
+
+#[test]
+fn waited_flag_marks_requests_left_behind_by_an_admission_phase() {
+    let mut q = AdmissionQueue::new(params(1));
+    q.push(w(1, 0.0)).unwrap();
+    q.push(w(2, 0.0)).unwrap();
+    q.refresh(0.0, None);
+    assert!(!q.pop().unwrap().waited);
+    q.mark_left_behind();
+    q.push(w(3, 1.0)).unwrap();
+    assert!(q.pop().unwrap().waited);
+    assert!(!q.pop().unwrap().waited);
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Push { arrival: f64, ctx: u32 },
+    Pop,
+    Cancel(usize),
+    Refresh { dt: f64, d: f64 },
+    Ttft(f64),
+    Transfer(u32, f64),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (0.0..50.0f64, 0u32..200_000).prop_map(|(arrival, ctx)| Op::Push { arrival, ctx }),
+        2 => Just(Op::Pop),
+        1 => (0usize..64).prop_map(Op::Cancel),
+        3 => (-2.0..5.0f64, 0.0..60.0f64).prop_map(|(dt, d)| Op::Refresh { dt, d }),
+        2 => (0.0..30.0f64).prop_map(Op::Ttft),
+        2 => (0u32..200_000, 0.0..3.0f64).prop_map(|(c, s)| Op::Transfer(c, s)),
+    ]
+}
+
+proptest! {
+    /// The indexed queue pops exactly what a brute-force scan of slack would pop.
+    #[test]
+    fn indexed_pop_order_matches_brute_force(ops in prop::collection::vec(op(), 1..300)) {
+        let mut q = AdmissionQueue::new(AdmissionParams { min_samples: 5, target_window: 20, ..AdmissionParams::default() });
+        let mut now = 0.0f64;
+        let mut next_id = 0u64;
+        let mut ids: Vec<u64> = Vec::new();
+        for op in ops {
+            match op {
+                Op::Push { arrival, ctx } => {
+                    let wt = Waiter { id: next_id, arrival: now - arrival, context_tokens: ctx, max_tokens: 10 };
+                    q.push(wt).unwrap();
+                    ids.push(next_id);
+                    next_id += 1;
+                }
+                Op::Cancel(i) => {
+                    if !ids.is_empty() {
+                        let id = ids.remove(i % ids.len());
+                        prop_assert!(q.cancel(id));
+                    }
+                }
+                Op::Refresh { dt, d } => { now += dt; q.refresh(now, Some(d)); }
+                Op::Ttft(t) => q.observe_ttft(t),
+                Op::Transfer(c, s) => q.observe_transfer(c, s),
+                Op::Pop => {
+                    // Brute force over the keys the queue uses (its frozen transfer line).
+                    let expect = brute_head(&q);
+                    let got = q.pop().map(|p| p.waiter.id);
+                    prop_assert_eq!(got, expect);
+                    if let Some(id) = got { ids.retain(|&x| x != id); }
+                }
+            }
+        }
+    }
+}
+
+/// The head by scanning every waiter: the same rule, without the index.
+fn brute_head(q: &AdmissionQueue) -> Option<u64> {
+    let es: Vec<(u64, &Entry)> = q.entries.iter().map(|(s, e)| (*s, e)).collect();
+    let oldest = es.iter().min_by(|a, b| {
+        a.1.waiter
+            .arrival
+            .total_cmp(&b.1.waiter.arrival)
+            .then(a.0.cmp(&b.0))
+    });
+    let Some(c) = q.common else {
+        return oldest.map(|e| e.1.waiter.id);
+    };
+    let slack = |e: &Entry| c + e.key;
+    let by_slack = |a: &&(u64, &Entry), b: &&(u64, &Entry)| {
+        slack(a.1).total_cmp(&slack(b.1)).then(a.0.cmp(&b.0))
+    };
+    let by_arrival = |a: &&(u64, &Entry), b: &&(u64, &Entry)| {
+        a.1.waiter
+            .arrival
+            .total_cmp(&b.1.waiter.arrival)
+            .then(a.0.cmp(&b.0))
+    };
+    // Tiers on keys, as the index defines them.
+    let late_below = -c;
+    let on_from = q.guard_window - c;
+    let guard = es
+        .iter()
+        .filter(|e| e.1.key >= late_below && e.1.key < on_from)
+        .min_by(by_slack);
+    let late = es
+        .iter()
+        .filter(|e| e.1.key < late_below)
+        .min_by(by_arrival);
+    let on = es.iter().filter(|e| e.1.key >= on_from).min_by(by_arrival);
+    guard.or(late).or(on).map(|e| e.1.waiter.id)
+}

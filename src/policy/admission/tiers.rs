@@ -1,0 +1,183 @@
+//! The tier index behind the admission queue: waiters by arrival and by key, plus the
+//! late and on-time tiers kept as their own ordered sets. Tier boundaries are key
+//! thresholds; when they slide, only the waiters that cross a boundary move.
+
+use std::collections::BTreeSet;
+use std::ops::Bound;
+
+use super::super::stats::OrdF64;
+use super::Candidates;
+
+/// Key thresholds of the tiers: late is `key < late_below`, on-time is `key ≥ on_time_from`,
+/// guard is in between.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Thresholds {
+    pub late_below: f64,
+    pub on_time_from: f64,
+}
+
+type Set = BTreeSet<(OrdF64, u64)>;
+
+#[derive(Debug, Clone, Default)]
+pub struct TierIndex {
+    by_arrival: Set,
+    by_key: Set,
+    late_by_arrival: Set,
+    late_by_key: Set,
+    on_by_arrival: Set,
+    on_by_key: Set,
+    applied: Option<Thresholds>,
+}
+
+fn below(x: f64) -> (Bound<(OrdF64, u64)>, Bound<(OrdF64, u64)>) {
+    (Bound::Unbounded, Bound::Excluded((OrdF64(x), 0)))
+}
+
+fn from(x: f64) -> (Bound<(OrdF64, u64)>, Bound<(OrdF64, u64)>) {
+    (Bound::Included((OrdF64(x), 0)), Bound::Unbounded)
+}
+
+fn between(lo: f64, hi: f64) -> (Bound<(OrdF64, u64)>, Bound<(OrdF64, u64)>) {
+    (
+        Bound::Included((OrdF64(lo), 0)),
+        Bound::Excluded((OrdF64(hi), 0)),
+    )
+}
+
+impl TierIndex {
+    pub fn insert(&mut self, seq: u64, arrival: f64, key: f64, _th: Option<Thresholds>) {
+        self.by_arrival.insert((OrdF64(arrival), seq));
+        self.by_key.insert((OrdF64(key), seq));
+        if let Some(th) = self.applied {
+            if key < th.late_below {
+                self.late_by_arrival.insert((OrdF64(arrival), seq));
+                self.late_by_key.insert((OrdF64(key), seq));
+            } else if key >= th.on_time_from {
+                self.on_by_arrival.insert((OrdF64(arrival), seq));
+                self.on_by_key.insert((OrdF64(key), seq));
+            }
+        }
+    }
+
+    pub fn remove(&mut self, seq: u64, arrival: f64, key: f64) {
+        let a = (OrdF64(arrival), seq);
+        let k = (OrdF64(key), seq);
+        self.by_arrival.remove(&a);
+        self.by_key.remove(&k);
+        self.late_by_arrival.remove(&a);
+        self.late_by_key.remove(&k);
+        self.on_by_arrival.remove(&a);
+        self.on_by_key.remove(&k);
+    }
+
+    /// Move waiters across tier boundaries for the new thresholds.
+    pub fn retier(&mut self, new: Option<Thresholds>, arrival_of: impl Fn(u64) -> Option<f64>) {
+        let old = self.applied;
+        self.applied = new;
+        let Some(new) = new else {
+            self.late_by_arrival.clear();
+            self.late_by_key.clear();
+            self.on_by_arrival.clear();
+            self.on_by_key.clear();
+            return;
+        };
+        let old = old.unwrap_or(Thresholds {
+            late_below: f64::NEG_INFINITY,
+            on_time_from: f64::INFINITY,
+        });
+
+        // Late tier: key < late_below.
+        if new.late_below > old.late_below {
+            let joining: Vec<_> = self
+                .by_key
+                .range(between(old.late_below, new.late_below))
+                .copied()
+                .collect();
+            for (k, seq) in joining {
+                if let Some(a) = arrival_of(seq) {
+                    self.late_by_key.insert((k, seq));
+                    self.late_by_arrival.insert((OrdF64(a), seq));
+                }
+            }
+        } else if new.late_below < old.late_below {
+            let leaving: Vec<_> = self
+                .late_by_key
+                .range(from(new.late_below))
+                .copied()
+                .collect();
+            for (k, seq) in leaving {
+                self.late_by_key.remove(&(k, seq));
+                if let Some(a) = arrival_of(seq) {
+                    self.late_by_arrival.remove(&(OrdF64(a), seq));
+                }
+            }
+        }
+
+        // On-time tier: key ≥ on_time_from.
+        if new.on_time_from > old.on_time_from {
+            let leaving: Vec<_> = self
+                .on_by_key
+                .range(below(new.on_time_from))
+                .copied()
+                .collect();
+            for (k, seq) in leaving {
+                self.on_by_key.remove(&(k, seq));
+                if let Some(a) = arrival_of(seq) {
+                    self.on_by_arrival.remove(&(OrdF64(a), seq));
+                }
+            }
+        } else if new.on_time_from < old.on_time_from {
+            let upper = if old.on_time_from.is_finite() {
+                old.on_time_from
+            } else {
+                f64::INFINITY
+            };
+            let joining: Vec<_> = if upper.is_finite() {
+                self.by_key
+                    .range(between(new.on_time_from, upper))
+                    .copied()
+                    .collect()
+            } else {
+                self.by_key.range(from(new.on_time_from)).copied().collect()
+            };
+            for (k, seq) in joining {
+                if let Some(a) = arrival_of(seq) {
+                    self.on_by_key.insert((k, seq));
+                    self.on_by_arrival.insert((OrdF64(a), seq));
+                }
+            }
+        }
+    }
+
+    pub fn candidates(&self, th: Option<Thresholds>) -> Candidates {
+        let first = |s: &Set| s.first().map(|&(_, seq)| seq);
+        let mut c = Candidates {
+            oldest: first(&self.by_arrival),
+            least_slack: first(&self.by_key),
+            ..Candidates::default()
+        };
+        if let Some(th) = th {
+            c.guard = self
+                .by_key
+                .range(between(th.late_below, th.on_time_from))
+                .next()
+                .map(|&(_, seq)| seq);
+            c.late = first(&self.late_by_arrival);
+            c.on_time = first(&self.on_by_arrival);
+        }
+        c
+    }
+
+    pub fn count_keys_below(&self, x: f64) -> usize {
+        self.by_key.range(below(x)).count()
+    }
+
+    pub fn tier_counts(&self, formed: bool) -> (usize, usize, usize) {
+        if !formed {
+            return (0, 0, 0);
+        }
+        let late = self.late_by_key.len();
+        let on = self.on_by_key.len();
+        (late, self.by_key.len() - late - on, on)
+    }
+}

@@ -1,0 +1,701 @@
+//! The preemption controller, `GenPreemption` (SPEC §4.3). One `step` per pass:
+//! track → resume → pause. Two modes, `tpot_budget` and `target_output_tps`, are two victim
+//! strategies over the same pause/resume bookkeeping. Without a mode it only tracks the
+//! running means D and R0, which the admission queue needs too.
+
+pub mod controller;
+pub mod objective;
+pub mod victim;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Serialize;
+
+use super::admission::{AdmissionQueue, GUARD_FRACTION_OF_D};
+use super::stats::RunningMean;
+use super::RequestId;
+use controller::WindowGain;
+use objective::{laxity, met_target, Credit, RateState};
+use victim::{
+    largest_slack_first, Eligibility, VictimKey, MIN_DECODE_BEFORE_D_S, MIN_DECODE_FRACTION_OF_D,
+};
+
+/// Completions the running means D and R0 cover.
+pub const STATS_WINDOW: usize = 500;
+/// Paused cap as a fraction of `max_num_active_requests` (also each pool's headroom).
+pub const PAUSED_CAP_FRACTION: f64 = 0.375;
+/// Maximum pause, as a fraction of D, after which a paused request resumes regardless.
+pub const MAX_PAUSE_FRACTION_OF_D: f64 = 0.35;
+/// Maximum pause before the first completion.
+pub const MAX_PAUSE_BEFORE_D_S: f64 = 10.0;
+/// `tpot_budget`: pauses per request.
+pub const BUDGET_PAUSES_PER_REQUEST: u32 = 2;
+/// `target_output_tps`: slack-bounded pauses per request, and their thresholds in D.
+pub const SLACK_PAUSES_PER_REQUEST: u32 = 8;
+pub const SLACK_TIER_MIN_FRACTION_OF_D: f64 = 0.02;
+pub const SLACK_FORCED_RESUME_FRACTION_OF_D: f64 = 0.01;
+/// `target_output_tps`: pauses per request below the target (or sacrificed).
+pub const BELOW_PAUSES_PER_REQUEST: u32 = 3;
+
+/// ceil(0.375 × max_num_active_requests).
+pub fn paused_cap(max_active: u32) -> u32 {
+    (PAUSED_CAP_FRACTION * max_active as f64).ceil() as u32
+}
+
+/// The configured mode (`scheduler_config.gen_preemption`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    #[default]
+    Off,
+    TpotBudget(f64),
+    TargetOutputTps(f64),
+}
+
+impl Mode {
+    pub fn is_on(&self) -> bool {
+        !matches!(self, Mode::Off)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PreemptParams {
+    pub mode: Mode,
+    pub max_active: u32,
+    /// Victim order for `tpot_budget` and the sacrifice tier (ablations; default per SPEC).
+    pub victim_key: VictimKey,
+    /// Initial window gain g.
+    pub g0: f64,
+}
+
+impl PreemptParams {
+    pub fn new(mode: Mode, max_active: u32) -> Self {
+        Self {
+            mode,
+            max_active,
+            victim_key: VictimKey::default(),
+            g0: 1.0,
+        }
+    }
+}
+
+/// A resident request as the controller sees it (active or paused).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Resident {
+    pub id: RequestId,
+    pub arrival: f64,
+    pub admit_time: f64,
+    pub first_token_time: Option<f64>,
+    pub output_tokens: u32,
+    /// Decode iterations since the first token.
+    pub decode_iters: u32,
+    pub max_tokens: u32,
+}
+
+/// A request that left the resident set since the last pass.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Departure {
+    pub id: RequestId,
+    /// Finished normally (false: cancelled or failed).
+    pub completed: bool,
+    pub first_token_time: Option<f64>,
+    pub finish_time: f64,
+    pub output_tokens: u32,
+}
+
+/// What one pass gives the controller. `residents` is sorted by id.
+#[derive(Debug, Clone, Copy)]
+pub struct StepView<'a> {
+    pub now: f64,
+    pub residents: &'a [Resident],
+    pub departed: &'a [Departure],
+    pub queue: &'a AdmissionQueue,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct PreemptDecision {
+    pub pauses: Vec<RequestId>,
+    pub resumes: Vec<RequestId>,
+    pub forced_resumes: Vec<RequestId>,
+    /// Active occupancy after this step (paused excluded). Above `max_active` after forced
+    /// resumes, which blocks new admissions.
+    pub admission_count: u32,
+    /// The at-risk window W used this pass.
+    pub window: f64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PauseKind {
+    /// `tpot_budget` pause.
+    Budget,
+    /// Target mode, tier 1: paid from the request's own laxity.
+    Slack,
+    /// Target mode, tier 2: already below the target.
+    Below,
+    /// Target mode, tier 3: sacrificed on credit.
+    Sacrifice,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Record {
+    pauses: u32,
+    slack_pauses: u32,
+    below_pauses: u32,
+    sacrificed: bool,
+    paused_total: f64,
+    iters_at_resume: u32,
+    paused: Option<(f64, PauseKind)>,
+}
+
+impl Record {
+    fn paused_through(&self, now: f64) -> f64 {
+        self.paused_total + self.paused.map_or(0.0, |(since, _)| (now - since).max(0.0))
+    }
+}
+
+/// D and R0: running means over the last 500 completions, pauses excluded.
+#[derive(Debug, Clone)]
+pub struct DecodeStats {
+    decode: RunningMean,
+    tpot: RunningMean,
+    completions: u64,
+}
+
+impl Default for DecodeStats {
+    fn default() -> Self {
+        Self {
+            decode: RunningMean::new(STATS_WINDOW),
+            tpot: RunningMean::new(STATS_WINDOW),
+            completions: 0,
+        }
+    }
+}
+
+impl DecodeStats {
+    /// D: mean decode time (first token → finish) with pauses excluded.
+    pub fn d(&self) -> Option<f64> {
+        self.decode.mean()
+    }
+    /// R0: 1 / mean TPOT with pauses excluded.
+    pub fn r0(&self) -> Option<f64> {
+        self.tpot.mean().filter(|t| *t > 0.0).map(|t| 1.0 / t)
+    }
+    pub fn completions(&self) -> u64 {
+        self.completions
+    }
+}
+
+/// Counters since the last stat line (SPEC §4.7).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct StatWindow {
+    pub pauses: u64,
+    pub resumes: u64,
+    pub forced_resumes: u64,
+    pub completions: u64,
+    pub inflation_sum: f64,
+    pub below_target: u64,
+}
+
+/// One stat line's data.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StatLine {
+    pub pauses: u64,
+    pub resumes: u64,
+    pub forced_resumes: u64,
+    pub paused: usize,
+    pub paused_cap: u32,
+    pub g: Option<f64>,
+    pub window_s: f64,
+    pub d_s: Option<f64>,
+    /// Mean TPOT inflation from pauses of the window's completions.
+    pub tpot_inflation: f64,
+    pub completions: u64,
+    pub below_target: Option<u64>,
+    pub credit: Option<f64>,
+}
+
+/// A paused request, for the debug endpoint.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PausedView {
+    pub id: RequestId,
+    pub kind: PauseKind,
+    pub paused_for_s: f64,
+    pub pauses: u32,
+}
+
+/// Totals since start, for metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Totals {
+    pub pauses: u64,
+    pub resumes: u64,
+    pub forced_resumes: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct GenPreemption {
+    params: PreemptParams,
+    cap: u32,
+    stats: DecodeStats,
+    gain: WindowGain,
+    credit: Credit,
+    records: BTreeMap<RequestId, Record>,
+    paused: BTreeSet<RequestId>,
+    window: StatWindow,
+    totals: Totals,
+    last_window: f64,
+}
+
+impl GenPreemption {
+    pub fn new(params: PreemptParams) -> Self {
+        let budget = match params.mode {
+            Mode::TpotBudget(b) => b,
+            _ => 0.0,
+        };
+        Self {
+            params,
+            cap: paused_cap(params.max_active),
+            stats: DecodeStats::default(),
+            gain: WindowGain::new(budget, params.g0),
+            credit: Credit::default(),
+            records: BTreeMap::new(),
+            paused: BTreeSet::new(),
+            window: StatWindow::default(),
+            totals: Totals::default(),
+            last_window: 0.0,
+        }
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.params.mode
+    }
+    pub fn paused_cap(&self) -> u32 {
+        self.cap
+    }
+    pub fn stats(&self) -> &DecodeStats {
+        &self.stats
+    }
+    pub fn d(&self) -> Option<f64> {
+        self.stats.d()
+    }
+    pub fn g(&self) -> Option<f64> {
+        matches!(self.params.mode, Mode::TpotBudget(_)).then(|| self.gain.g())
+    }
+    pub fn credit(&self) -> Option<f64> {
+        matches!(self.params.mode, Mode::TargetOutputTps(_)).then(|| self.credit.value())
+    }
+    pub fn is_paused(&self, id: RequestId) -> bool {
+        self.paused.contains(&id)
+    }
+    pub fn paused_ids(&self) -> impl Iterator<Item = RequestId> + '_ {
+        self.paused.iter().copied()
+    }
+    pub fn paused_count(&self) -> usize {
+        self.paused.len()
+    }
+    pub fn totals(&self) -> Totals {
+        self.totals
+    }
+    /// Whether the request was ever sacrificed (target mode), for reporting.
+    pub fn sacrificed(&self, id: RequestId) -> bool {
+        self.records.get(&id).is_some_and(|r| r.sacrificed)
+    }
+    /// Pauses so far for a resident request.
+    pub fn pauses_of(&self, id: RequestId) -> u32 {
+        self.records.get(&id).map_or(0, |r| r.pauses)
+    }
+    /// Seconds a resident request has spent paused, up to `now`.
+    pub fn paused_seconds(&self, id: RequestId, now: f64) -> f64 {
+        self.records.get(&id).map_or(0.0, |r| r.paused_through(now))
+    }
+
+    /// Turn preemption off at run time (supervisor). Paused requests resume at the next step.
+    pub fn disable(&mut self) {
+        self.params.mode = Mode::Off;
+    }
+
+    /// The at-risk window W: g × 0.15 D (`tpot_budget`), 0.15 D (`target_output_tps`).
+    pub fn window(&self) -> f64 {
+        let w0 = GUARD_FRACTION_OF_D * self.stats.d().unwrap_or(0.0);
+        match self.params.mode {
+            Mode::TpotBudget(_) => self.gain.g() * w0,
+            _ => w0,
+        }
+    }
+
+    fn max_pause(&self) -> f64 {
+        self.stats
+            .d()
+            .map_or(MAX_PAUSE_BEFORE_D_S, |d| MAX_PAUSE_FRACTION_OF_D * d)
+    }
+
+    fn eligibility(&self, now: f64) -> Eligibility {
+        let d = self.stats.d();
+        Eligibility {
+            now,
+            min_decode_s: d.map_or(MIN_DECODE_BEFORE_D_S, |d| MIN_DECODE_FRACTION_OF_D * d),
+            fallback_tpot: self.stats.r0().map_or(0.0, |r| 1.0 / r),
+        }
+    }
+
+    fn rate_state(&self, r: &Resident, now: f64) -> Option<RateState> {
+        let ft = r.first_token_time?;
+        let paused = self
+            .records
+            .get(&r.id)
+            .map_or(0.0, |rec| rec.paused_through(now));
+        Some(RateState {
+            first_token_time: ft,
+            max_tokens: r.max_tokens,
+            output_tokens: r.output_tokens,
+            unpaused_decode_s: (now - ft - paused).max(0.0),
+        })
+    }
+
+    fn laxity_of(&self, r: &Resident, now: f64, target: f64) -> f64 {
+        let fallback = self.stats.r0().unwrap_or(target);
+        self.rate_state(r, now)
+            .map_or(f64::INFINITY, |s| laxity(&s, now, target, fallback))
+    }
+
+    /// Track: account every request that left since the last pass.
+    fn track(&mut self, departed: &[Departure], target_formed: bool) {
+        for dep in departed {
+            let rec = self.records.remove(&dep.id).unwrap_or_default();
+            self.paused.remove(&dep.id);
+            if !dep.completed {
+                continue;
+            }
+            let Some(ft) = dep.first_token_time else {
+                continue;
+            };
+            let paused = rec.paused_through(dep.finish_time);
+            let decode = (dep.finish_time - ft).max(0.0);
+            let unpaused = (decode - paused).max(0.0);
+            self.stats.completions += 1;
+            self.stats.decode.push(unpaused);
+            if dep.output_tokens >= 2 {
+                self.stats
+                    .tpot
+                    .push(unpaused / (dep.output_tokens - 1) as f64);
+            }
+            let inflation = if unpaused > 0.0 {
+                paused / unpaused
+            } else {
+                0.0
+            };
+            self.window.completions += 1;
+            self.window.inflation_sum += inflation;
+            if !target_formed {
+                continue;
+            }
+            match self.params.mode {
+                Mode::TpotBudget(_) => self.gain.step(inflation),
+                Mode::TargetOutputTps(t) => {
+                    let met = met_target(dep.output_tokens, decode, t);
+                    if !met {
+                        self.window.below_target += 1;
+                    }
+                    self.credit.complete(met, rec.sacrificed);
+                }
+                Mode::Off => {}
+            }
+        }
+    }
+
+    fn lookup<'a>(residents: &'a [Resident], id: RequestId) -> Option<&'a Resident> {
+        residents
+            .binary_search_by_key(&id, |r| r.id)
+            .ok()
+            .map(|i| &residents[i])
+    }
+
+    /// Paused requests in the mode's resume order.
+    fn resume_lane(&self, v: &StepView) -> Vec<RequestId> {
+        let mut lane: Vec<RequestId> = self.paused.iter().copied().collect();
+        match self.params.mode {
+            Mode::TargetOutputTps(t) => {
+                let key = |id: RequestId| {
+                    let sacrificed = self.records.get(&id).is_some_and(|r| r.sacrificed);
+                    let lax = Self::lookup(v.residents, id)
+                        .map_or(f64::INFINITY, |r| self.laxity_of(r, v.now, t));
+                    (sacrificed, lax)
+                };
+                let mut keyed: Vec<_> = lane.iter().map(|&id| (key(id), id)).collect();
+                // Least slack first; sacrificed requests after every other paused request.
+                keyed.sort_by(|a, b| {
+                    a.0 .0
+                        .cmp(&b.0 .0)
+                        .then(a.0 .1.total_cmp(&b.0 .1))
+                        .then(a.1.cmp(&b.1))
+                });
+                lane = keyed.into_iter().map(|(_, id)| id).collect();
+            }
+            _ => {
+                // Oldest pause first.
+                let since = |id: &RequestId| {
+                    self.records
+                        .get(id)
+                        .and_then(|r| r.paused)
+                        .map_or(0.0, |p| p.0)
+                };
+                lane.sort_by(|a, b| since(a).total_cmp(&since(b)).then(a.cmp(b)));
+            }
+        }
+        lane
+    }
+
+    fn forced_due(&self, id: RequestId, v: &StepView) -> bool {
+        let Some(rec) = self.records.get(&id) else {
+            return true;
+        };
+        let Some((since, kind)) = rec.paused else {
+            return false;
+        };
+        if v.now - since >= self.max_pause() {
+            return true;
+        }
+        match (self.params.mode, kind) {
+            (Mode::TargetOutputTps(t), PauseKind::Slack) => {
+                let d = self.stats.d().unwrap_or(0.0);
+                Self::lookup(v.residents, id).is_some_and(|r| {
+                    self.laxity_of(r, v.now, t) <= SLACK_FORCED_RESUME_FRACTION_OF_D * d
+                })
+            }
+            _ => false,
+        }
+    }
+
+    fn resume(&mut self, id: RequestId, v: &StepView) {
+        self.paused.remove(&id);
+        let iters = Self::lookup(v.residents, id).map_or(0, |r| r.decode_iters);
+        if let Some(rec) = self.records.get_mut(&id) {
+            if let Some((since, _)) = rec.paused.take() {
+                rec.paused_total += (v.now - since).max(0.0);
+            }
+            rec.iters_at_resume = iters;
+        }
+    }
+
+    fn pause(&mut self, id: RequestId, kind: PauseKind, now: f64) {
+        let rec = self.records.entry(id).or_default();
+        rec.pauses += 1;
+        match kind {
+            PauseKind::Slack => rec.slack_pauses += 1,
+            PauseKind::Below => rec.below_pauses += 1,
+            PauseKind::Sacrifice => {
+                rec.below_pauses += 1;
+                rec.sacrificed = true;
+                self.credit.sacrifice();
+            }
+            PauseKind::Budget => {}
+        }
+        rec.paused = Some((now, kind));
+        self.paused.insert(id);
+    }
+
+    /// The victim for this pass, if any request is eligible under the mode.
+    fn choose_victim(&self, v: &StepView) -> Option<(RequestId, PauseKind)> {
+        let el = self.eligibility(v.now);
+        let key = self.params.victim_key;
+        let eligible = v
+            .residents
+            .iter()
+            .filter(|r| !self.paused.contains(&r.id))
+            .filter(|r| {
+                let rec = self.records.get(&r.id);
+                let iters =
+                    r.decode_iters - rec.map_or(0, |x| x.iters_at_resume.min(r.decode_iters));
+                let unpaused = self
+                    .rate_state(r, v.now)
+                    .map_or(0.0, |s| s.unpaused_decode_s);
+                el.eligible(r, iters, unpaused)
+            });
+        match self.params.mode {
+            Mode::Off => None,
+            Mode::TpotBudget(_) => eligible
+                .filter(|r| {
+                    self.records.get(&r.id).map_or(0, |x| x.pauses) < BUDGET_PAUSES_PER_REQUEST
+                })
+                .min_by(|a, b| key.cmp(a, b))
+                .map(|r| (r.id, PauseKind::Budget)),
+            Mode::TargetOutputTps(t) => {
+                let d = self.stats.d().unwrap_or(0.0);
+                let cands: Vec<(&Resident, f64, Record)> = eligible
+                    .map(|r| {
+                        (
+                            r,
+                            self.laxity_of(r, v.now, t),
+                            self.records.get(&r.id).cloned().unwrap_or_default(),
+                        )
+                    })
+                    .collect();
+                let tier1 = cands
+                    .iter()
+                    .filter(|(_, lax, rec)| {
+                        !rec.sacrificed
+                            && rec.slack_pauses < SLACK_PAUSES_PER_REQUEST
+                            && *lax >= SLACK_TIER_MIN_FRACTION_OF_D * d
+                    })
+                    .min_by(|a, b| largest_slack_first((a.1, a.0.id), (b.1, b.0.id)));
+                if let Some((r, _, _)) = tier1 {
+                    return Some((r.id, PauseKind::Slack));
+                }
+                let tier2 = cands
+                    .iter()
+                    .filter(|(_, lax, rec)| {
+                        (*lax < 0.0 || rec.sacrificed)
+                            && rec.below_pauses < BELOW_PAUSES_PER_REQUEST
+                    })
+                    .min_by(|a, b| key.cmp(a.0, b.0));
+                if let Some((r, _, _)) = tier2 {
+                    return Some((r.id, PauseKind::Below));
+                }
+                if !self.credit.can_sacrifice() {
+                    return None;
+                }
+                cands
+                    .iter()
+                    .filter(|(_, _, rec)| {
+                        !rec.sacrificed && rec.below_pauses < BELOW_PAUSES_PER_REQUEST
+                    })
+                    .min_by(|a, b| key.cmp(a.0, b.0))
+                    .map(|(r, _, _)| (r.id, PauseKind::Sacrifice))
+            }
+        }
+    }
+
+    /// One pass: track → resume → pause. The queue must be refreshed for `v.now`.
+    pub fn step(&mut self, v: &StepView) -> PreemptDecision {
+        debug_assert!(
+            v.residents.windows(2).all(|w| w[0].id < w[1].id),
+            "residents sorted by id"
+        );
+        let formed = v.queue.target_formed();
+        self.track(v.departed, formed);
+        // A paused id that is no longer resident (left without a departure record) is dropped.
+        let gone: Vec<_> = self
+            .paused
+            .iter()
+            .copied()
+            .filter(|id| Self::lookup(v.residents, *id).is_none())
+            .collect();
+        for id in gone {
+            self.paused.remove(&id);
+            self.records.remove(&id);
+        }
+
+        let mut dec = PreemptDecision::default();
+        let mut active = v
+            .residents
+            .iter()
+            .filter(|r| !self.paused.contains(&r.id))
+            .count() as u32;
+
+        if !self.params.mode.is_on() {
+            // Off (or disabled at run time): nothing stays paused.
+            let all: Vec<_> = self.paused.iter().copied().collect();
+            for id in all {
+                self.resume(id, v);
+                dec.forced_resumes.push(id);
+                active += 1;
+            }
+            self.count(&dec);
+            dec.admission_count = active;
+            return dec;
+        }
+
+        // Resume: paused requests take free slots ahead of any admission, in lane order;
+        // past the maximum pause (or, in target mode, out of laxity) they resume regardless.
+        let lane = self.resume_lane(v);
+        let free = self.params.max_active.saturating_sub(active) as usize;
+        for (i, id) in lane.into_iter().enumerate() {
+            if i < free {
+                self.resume(id, v);
+                dec.resumes.push(id);
+                active += 1;
+            } else if self.forced_due(id, v) {
+                self.resume(id, v);
+                dec.forced_resumes.push(id);
+                active += 1;
+            }
+        }
+
+        // Pause: one per pass, only when the pause frees the slot the at-risk head needs.
+        let w = self.window();
+        self.last_window = w;
+        dec.window = w;
+        if formed
+            && active == self.params.max_active
+            && (self.paused.len() as u32) < self.cap
+            && v.queue.head_at_risk(w)
+        {
+            if let Some((id, kind)) = self.choose_victim(v) {
+                self.pause(id, kind, v.now);
+                dec.pauses.push(id);
+                active -= 1;
+            }
+        }
+        self.count(&dec);
+        dec.admission_count = active;
+        dec
+    }
+
+    fn count(&mut self, dec: &PreemptDecision) {
+        let (p, r, f) = (
+            dec.pauses.len() as u64,
+            dec.resumes.len() as u64,
+            dec.forced_resumes.len() as u64,
+        );
+        self.window.pauses += p;
+        self.window.resumes += r;
+        self.window.forced_resumes += f;
+        self.totals.pauses += p;
+        self.totals.resumes += r;
+        self.totals.forced_resumes += f;
+    }
+
+    /// The stat line's data since the last call; resets the window counters.
+    pub fn take_stat_line(&mut self) -> StatLine {
+        let w = std::mem::take(&mut self.window);
+        let target = matches!(self.params.mode, Mode::TargetOutputTps(_));
+        StatLine {
+            pauses: w.pauses,
+            resumes: w.resumes,
+            forced_resumes: w.forced_resumes,
+            paused: self.paused.len(),
+            paused_cap: self.cap,
+            g: self.g(),
+            window_s: self.last_window,
+            d_s: self.stats.d(),
+            tpot_inflation: if w.completions > 0 {
+                w.inflation_sum / w.completions as f64
+            } else {
+                0.0
+            },
+            completions: w.completions,
+            below_target: target.then_some(w.below_target),
+            credit: self.credit(),
+        }
+    }
+
+    /// Paused requests with their counts and ages, for the debug endpoint.
+    pub fn paused_view(&self, now: f64) -> Vec<PausedView> {
+        self.paused
+            .iter()
+            .filter_map(|id| {
+                let rec = self.records.get(id)?;
+                let (since, kind) = rec.paused?;
+                Some(PausedView {
+                    id: *id,
+                    kind,
+                    paused_for_s: now - since,
+                    pauses: rec.pauses,
+                })
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests;

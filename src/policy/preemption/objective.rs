@@ -1,0 +1,158 @@
+//! `target_output_tps` mode (SPEC §4.3): laxity against the per-request rate objective T,
+//! and the credit that pays for sacrificing a request.
+
+/// Share of requests allowed below T (internal constant of the objective).
+pub const EPSILON: f64 = 0.2;
+/// The credit bucket is clamped to ± this many completions' earnings.
+pub const CREDIT_CLAMP_COMPLETIONS: f64 = 3000.0;
+
+/// What the laxity of a request depends on, all on the leader's clock.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RateState {
+    pub first_token_time: f64,
+    pub max_tokens: u32,
+    pub output_tokens: u32,
+    /// Decode seconds since the first token with every pause taken out.
+    pub unpaused_decode_s: f64,
+}
+
+/// The request's own unpaused output rate (tokens/s), or `fallback` (R0) while it has
+/// produced too little to measure.
+pub fn own_rate(r: &RateState, fallback: f64) -> f64 {
+    if r.output_tokens > 1 && r.unpaused_decode_s > 0.0 {
+        (r.output_tokens - 1) as f64 / r.unpaused_decode_s
+    } else {
+        fallback
+    }
+}
+
+/// Laxity: deadline − projected finish, where the deadline is first token +
+/// (max_tokens − 1) / T and the projected finish is now + remaining ÷ own unpaused rate.
+/// It is how long the request can still be paused and finish at or above T.
+pub fn laxity(r: &RateState, now: f64, target_tps: f64, fallback_rate: f64) -> f64 {
+    let deadline = r.first_token_time + r.max_tokens.saturating_sub(1) as f64 / target_tps;
+    let remaining = r.max_tokens.saturating_sub(r.output_tokens) as f64;
+    let rate = own_rate(r, fallback_rate);
+    let projected = if rate > 0.0 {
+        now + remaining / rate
+    } else {
+        f64::INFINITY
+    };
+    deadline - projected
+}
+
+/// Whether a finished request kept the objective: (tokens − 1) / decode time ≥ T.
+pub fn met_target(output_tokens: u32, decode_s: f64, target_tps: f64) -> bool {
+    if output_tokens <= 1 {
+        return true;
+    }
+    decode_s <= 0.0 || (output_tokens - 1) as f64 / decode_s >= target_tps
+}
+
+/// The sacrifice credit: +ε per completion, −1 per completion below T (a sacrificed
+/// request was debited when sacrificed, and is refunded if it still meets T), clamped.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Credit {
+    value: f64,
+}
+
+impl Credit {
+    pub fn value(&self) -> f64 {
+        self.value
+    }
+
+    fn clamp(&mut self) {
+        let bound = CREDIT_CLAMP_COMPLETIONS * EPSILON;
+        self.value = self.value.clamp(-bound, bound);
+    }
+
+    pub fn can_sacrifice(&self) -> bool {
+        self.value >= 1.0
+    }
+
+    /// Debit one sacrifice.
+    pub fn sacrifice(&mut self) {
+        self.value -= 1.0;
+        self.clamp();
+    }
+
+    /// Account one completion.
+    pub fn complete(&mut self, met: bool, sacrificed: bool) {
+        self.value += EPSILON;
+        match (met, sacrificed) {
+            (false, false) => self.value -= 1.0,
+            (true, true) => self.value += 1.0,
+            _ => {}
+        }
+        self.clamp();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(output: u32, unpaused: f64) -> RateState {
+        RateState {
+            first_token_time: 0.0,
+            max_tokens: 101,
+            output_tokens: output,
+            unpaused_decode_s: unpaused,
+        }
+    }
+
+    #[test]
+    fn laxity_without_pauses_is_the_margin_of_the_own_rate_over_t() {
+        // 50 tokens in 1 s → rate 49/s; T = 25: deadline 4 s; remaining 51 at 49/s.
+        let r = state(50, 1.0);
+        let lax = laxity(&r, 1.0, 25.0, 1.0);
+        assert!((lax - (4.0 - (1.0 + 51.0 / 49.0))).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_pause_spends_laxity_one_for_one() {
+        let r = state(50, 1.0);
+        let before = laxity(&r, 1.0, 25.0, 1.0);
+        // Paused for 0.7 s: unpaused time unchanged, the clock moved.
+        let after = laxity(&r, 1.7, 25.0, 1.0);
+        assert!((before - after - 0.7).abs() < 1e-12);
+    }
+
+    #[test]
+    fn without_output_the_fallback_rate_is_used() {
+        let r = state(1, 0.0);
+        assert_eq!(own_rate(&r, 30.0), 30.0);
+    }
+
+    #[test]
+    fn credit_earns_epsilon_debits_misses_refunds_sacrifices_and_clamps() {
+        let mut c = Credit::default();
+        for _ in 0..5 {
+            c.complete(true, false);
+        }
+        assert!((c.value() - 1.0).abs() < 1e-12);
+        assert!(c.can_sacrifice());
+        c.sacrifice();
+        assert!(c.value().abs() < 1e-12);
+        c.complete(true, true); // sacrificed but met: refund
+        assert!((c.value() - 1.2).abs() < 1e-12);
+        c.complete(false, true); // sacrificed and missed: not charged twice
+        assert!((c.value() - 1.4).abs() < 1e-12);
+        c.complete(false, false);
+        assert!((c.value() - 0.6).abs() < 1e-12);
+        for _ in 0..10_000 {
+            c.complete(true, false);
+        }
+        assert!((c.value() - 600.0).abs() < 1e-9);
+        for _ in 0..10_000 {
+            c.complete(false, false);
+        }
+        assert!((c.value() + 600.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn met_target_compares_the_finished_rate_with_t() {
+        assert!(met_target(101, 4.0, 25.0));
+        assert!(!met_target(101, 4.1, 25.0));
+    }
+}

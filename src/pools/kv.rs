@@ -1,0 +1,318 @@
+//! The KV pool: pages of `tokens_per_block` tokens and a page-table (index) pool with one
+//! row per resident request. Pausing frees a slot, not pages: a paused request keeps its
+//! pages and there is no eviction at all, since a GEN worker cannot recompute a context.
+//! When decode growth cannot get a page, `grow` fails and the request waits.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Serialize;
+
+use super::{PoolError, PoolReport, PoolUsage};
+use crate::policy::RequestId;
+
+const PAGES: &str = "kv_pages";
+const ROWS: &str = "kv_index";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct KvConfig {
+    pub tokens_per_block: u32,
+    pub total_pages: u32,
+    /// Page-table rows: one per resident request.
+    pub index_rows: u32,
+    /// Sliding-window layers reserve ceil(window / page) pages per resident request.
+    pub sliding_window: Option<u32>,
+    /// Rows that are the paused cap's reservation (0 with preemption off).
+    pub headroom_rows: u32,
+}
+
+impl KvConfig {
+    pub fn pages_for(&self, tokens: u32) -> u32 {
+        tokens.div_ceil(self.tokens_per_block.max(1))
+    }
+
+    /// Pages each resident reserves for its sliding-window layers.
+    pub fn swa_pages_per_resident(&self) -> u32 {
+        self.sliding_window.map_or(0, |w| self.pages_for(w))
+    }
+
+    /// How many residents the pool can hold: bounded by rows and by every resident
+    /// having at least its SWA reservation (or one page).
+    pub fn resident_capacity(&self) -> u64 {
+        let per = self.swa_pages_per_resident().max(1) as u64;
+        (self.index_rows as u64).min(self.total_pages as u64 / per)
+    }
+}
+
+/// Memory estimate: every page, plus one page-table row of `max_pages_per_row` u32 entries
+/// per resident row (rows include the paused-cap headroom).
+pub fn kv_bytes(cfg: &KvConfig, bytes_per_token: u64, max_pages_per_row: u64) -> u64 {
+    cfg.total_pages as u64 * cfg.tokens_per_block as u64 * bytes_per_token
+        + cfg.index_rows as u64 * max_pages_per_row * 4
+}
+
+#[derive(Debug, Clone)]
+struct Lease {
+    row: u32,
+    pages: Vec<u32>,
+    swa: Vec<u32>,
+}
+
+#[derive(Debug, Clone)]
+pub struct KvPool {
+    cfg: KvConfig,
+    /// Free pages as a stack; the lowest page is handed out first.
+    free_pages: Vec<u32>,
+    free_rows: BTreeSet<u32>,
+    held: BTreeMap<RequestId, Lease>,
+}
+
+impl KvPool {
+    pub fn new(cfg: KvConfig) -> Self {
+        Self {
+            cfg,
+            free_pages: (0..cfg.total_pages).rev().collect(),
+            free_rows: (0..cfg.index_rows).collect(),
+            held: BTreeMap::new(),
+        }
+    }
+
+    pub fn config(&self) -> &KvConfig {
+        &self.cfg
+    }
+
+    /// Whether a context of `tokens` could be admitted now.
+    pub fn can_admit(&self, tokens: u32) -> bool {
+        !self.free_rows.is_empty()
+            && self.free_pages.len() as u64
+                >= self.cfg.pages_for(tokens.max(1)) as u64
+                    + self.cfg.swa_pages_per_resident() as u64
+    }
+
+    /// Take a row and the pages for a context of `tokens` (plus the SWA reservation).
+    pub fn admit(&mut self, id: RequestId, tokens: u32) -> Result<u32, PoolError> {
+        if self.held.contains_key(&id) {
+            return Err(PoolError::AlreadyHeld { pool: ROWS, id });
+        }
+        if self.free_rows.is_empty() {
+            return Err(PoolError::Exhausted {
+                pool: ROWS,
+                capacity: self.cfg.index_rows as u64,
+            });
+        }
+        let need = self.cfg.pages_for(tokens.max(1)) as usize;
+        let swa = self.cfg.swa_pages_per_resident() as usize;
+        if self.free_pages.len() < need + swa {
+            return Err(PoolError::Exhausted {
+                pool: PAGES,
+                capacity: self.cfg.total_pages as u64,
+            });
+        }
+        let row = self.free_rows.pop_first().ok_or(PoolError::Exhausted {
+            pool: ROWS,
+            capacity: 0,
+        })?;
+        let at = self.free_pages.len() - need;
+        let mut pages: Vec<u32> = self.free_pages.split_off(at);
+        pages.reverse();
+        let at = self.free_pages.len() - swa;
+        let mut swa_pages = self.free_pages.split_off(at);
+        swa_pages.reverse();
+        self.held.insert(
+            id,
+            Lease {
+                row,
+                pages,
+                swa: swa_pages,
+            },
+        );
+        Ok(row)
+    }
+
+    /// Make room for `tokens` in the request's cache. `Ok(false)` when it already fits;
+    /// an error when no page is free (the request must wait; nothing is evicted).
+    pub fn grow(&mut self, id: RequestId, tokens: u32) -> Result<bool, PoolError> {
+        let need = self.cfg.pages_for(tokens) as usize;
+        let lease = self
+            .held
+            .get_mut(&id)
+            .ok_or(PoolError::NotHeld { pool: PAGES, id })?;
+        if lease.pages.len() >= need {
+            return Ok(false);
+        }
+        if self.free_pages.len() < need - lease.pages.len() {
+            return Err(PoolError::Exhausted {
+                pool: PAGES,
+                capacity: self.cfg.total_pages as u64,
+            });
+        }
+        while lease.pages.len() < need {
+            match self.free_pages.pop() {
+                Some(p) => lease.pages.push(p),
+                None => {
+                    return Err(PoolError::Exhausted {
+                        pool: PAGES,
+                        capacity: self.cfg.total_pages as u64,
+                    })
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    pub fn release(&mut self, id: RequestId) -> Result<(), PoolError> {
+        let lease = self
+            .held
+            .remove(&id)
+            .ok_or(PoolError::NotHeld { pool: ROWS, id })?;
+        self.free_rows.insert(lease.row);
+        self.free_pages.extend(lease.pages.into_iter().rev());
+        self.free_pages.extend(lease.swa.into_iter().rev());
+        Ok(())
+    }
+
+    pub fn pages_of(&self, id: RequestId) -> Option<&[u32]> {
+        self.held.get(&id).map(|l| l.pages.as_slice())
+    }
+
+    pub fn holds(&self, id: RequestId) -> bool {
+        self.held.contains_key(&id)
+    }
+
+    pub fn free_pages(&self) -> u32 {
+        self.free_pages.len() as u32
+    }
+
+    pub fn used_pages(&self) -> u32 {
+        self.cfg.total_pages - self.free_pages()
+    }
+
+    pub fn used_rows(&self) -> u32 {
+        self.held.len() as u32
+    }
+
+    pub fn usage(&self) -> [PoolUsage; 2] {
+        [
+            PoolUsage {
+                pool: PAGES,
+                capacity: self.cfg.total_pages as u64,
+                used: self.used_pages() as u64,
+                headroom: self.cfg.headroom_rows as u64 * self.cfg.swa_pages_per_resident() as u64,
+            },
+            PoolUsage {
+                pool: ROWS,
+                capacity: self.cfg.index_rows as u64,
+                used: self.used_rows() as u64,
+                headroom: self.cfg.headroom_rows as u64,
+            },
+        ]
+    }
+
+    pub fn report(&self) -> PoolReport {
+        PoolReport {
+            pool: "kv",
+            resident_capacity: self.cfg.resident_capacity(),
+        }
+    }
+
+    /// Every page is free or held by exactly one request, and rows likewise.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let mut seen = BTreeSet::new();
+        for p in self.free_pages.iter().chain(
+            self.held
+                .values()
+                .flat_map(|l| l.pages.iter().chain(l.swa.iter())),
+        ) {
+            if !seen.insert(*p) {
+                return Err(format!("page {p} appears twice"));
+            }
+        }
+        if seen.len() != self.cfg.total_pages as usize {
+            return Err(format!(
+                "{} pages accounted of {}",
+                seen.len(),
+                self.cfg.total_pages
+            ));
+        }
+        let rows: BTreeSet<u32> = self.held.values().map(|l| l.row).collect();
+        if rows.len() != self.held.len() || rows.iter().any(|r| self.free_rows.contains(r)) {
+            return Err("a row is shared".into());
+        }
+        if rows.len() + self.free_rows.len() != self.cfg.index_rows as usize {
+            return Err("rows leaked".into());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(pages: u32, rows: u32) -> KvConfig {
+        KvConfig {
+            tokens_per_block: 32,
+            total_pages: pages,
+            index_rows: rows,
+            sliding_window: None,
+            headroom_rows: 0,
+        }
+    }
+
+    #[test]
+    fn admit_takes_pages_for_the_context_and_release_returns_them() {
+        let mut kv = KvPool::new(cfg(10, 4));
+        kv.admit(1, 65).unwrap();
+        assert_eq!(kv.pages_of(1).unwrap().len(), 3);
+        assert_eq!(kv.free_pages(), 7);
+        kv.release(1).unwrap();
+        assert_eq!(kv.free_pages(), 10);
+        assert_eq!(
+            kv.release(1),
+            Err(PoolError::NotHeld {
+                pool: "kv_index",
+                id: 1
+            })
+        );
+        kv.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn decode_growth_without_a_free_page_fails_and_evicts_nothing() {
+        let mut kv = KvPool::new(cfg(2, 4));
+        kv.admit(1, 32).unwrap();
+        kv.admit(2, 32).unwrap();
+        assert!(kv.grow(1, 33).is_err());
+        assert_eq!(kv.pages_of(2).unwrap().len(), 1);
+        assert_eq!(kv.pages_of(1).unwrap().len(), 1);
+        kv.release(2).unwrap();
+        assert_eq!(kv.grow(1, 33), Ok(true));
+        kv.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn sliding_window_reserves_pages_per_resident_and_bounds_capacity() {
+        let c = KvConfig {
+            sliding_window: Some(100),
+            ..cfg(40, 20)
+        };
+        assert_eq!(c.swa_pages_per_resident(), 4);
+        assert_eq!(c.resident_capacity(), 10);
+        let mut kv = KvPool::new(c);
+        kv.admit(1, 32).unwrap();
+        assert_eq!(kv.free_pages(), 35);
+        kv.release(1).unwrap();
+        kv.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn kv_bytes_include_headroom_rows() {
+        let a = cfg(100, 128);
+        let b = KvConfig {
+            index_rows: 176,
+            headroom_rows: 48,
+            ..a
+        };
+        assert!(kv_bytes(&b, 1000, 64) > kv_bytes(&a, 1000, 64));
+        assert_eq!(kv_bytes(&a, 1000, 64), 100 * 32 * 1000 + 128 * 64 * 4);
+    }
+}

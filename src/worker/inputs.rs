@@ -1,0 +1,126 @@
+//! What a pass takes and what it decides. `PassInputs` is what the leader broadcasts: with
+//! identical inputs every rank computes an identical `PassOutput`.
+
+use serde::{Deserialize, Serialize};
+
+use crate::policy::preemption::Departure;
+use crate::policy::RequestId;
+
+/// A new request for the waiting queue.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Arrival {
+    pub id: RequestId,
+    /// Arrival in the serving system, leader clock, seconds.
+    pub arrival: f64,
+    pub context_tokens: u32,
+    pub max_tokens: u32,
+}
+
+/// An admitted request's context (KV) arrived at `at`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct KvReady {
+    pub id: RequestId,
+    pub at: f64,
+}
+
+/// What the last step produced for one request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct Stepped {
+    pub id: RequestId,
+    /// Tokens emitted by the step (more than one with speculative decoding).
+    pub tokens: u32,
+    /// The request stopped (EOS past `min_tokens`); reaching `max_tokens` also stops it.
+    pub stop: bool,
+    /// The emitted token ids, when the backend has them (feeds the drafter window).
+    pub token_ids: Vec<u32>,
+}
+
+/// One pass's inputs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct PassInputs {
+    /// The leader's clock reading for this pass, seconds.
+    pub now: f64,
+    pub arrivals: Vec<Arrival>,
+    pub cancellations: Vec<RequestId>,
+    pub kv_ready: Vec<KvReady>,
+    pub stepped: Vec<Stepped>,
+    /// Duration of the last step, seconds.
+    pub step_s: Option<f64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Admitted {
+    pub id: RequestId,
+    pub slot: u32,
+    pub context_tokens: u32,
+    pub max_tokens: u32,
+}
+
+/// One row of this pass's decode step.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct BatchRow {
+    pub id: RequestId,
+    pub slot: u32,
+    /// Tokens already in the KV cache; the last host token is this step's input.
+    pub context_len: u32,
+    /// This step emits the request's first token.
+    pub first_token: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct FirstToken {
+    pub id: RequestId,
+    pub ttft: f64,
+    /// It had to wait for a slot (its TTFT feeds X).
+    pub waited: bool,
+}
+
+/// Every decision of one pass.
+#[derive(Debug, Clone, PartialEq, Serialize, Default)]
+pub struct PassOutput {
+    pub now: f64,
+    pub pass: u64,
+    /// Refused at arrival (queue full): HTTP 429.
+    pub rejected: Vec<RequestId>,
+    /// Cancelled while waiting or resident.
+    pub cancelled: Vec<RequestId>,
+    /// Admitted this pass: start their KV transfer.
+    pub admitted: Vec<Admitted>,
+    pub pauses: Vec<RequestId>,
+    pub resumes: Vec<RequestId>,
+    pub forced_resumes: Vec<RequestId>,
+    /// Left out of the batch by `max_batch_size` after forced resumes.
+    pub displaced: Vec<RequestId>,
+    /// Left out by `max_num_tokens`.
+    pub token_limited: Vec<RequestId>,
+    /// Left out because decode growth found no free KV page (they wait, nothing is evicted).
+    pub kv_waiting: Vec<RequestId>,
+    pub batch: Vec<BatchRow>,
+    pub first_tokens: Vec<FirstToken>,
+    pub departed: Vec<Departure>,
+    pub admission_count: u32,
+    pub window: f64,
+    pub queue_len: usize,
+    pub paused: usize,
+}
+
+impl PassOutput {
+    /// The decisions alone (pauses, resumes, admissions, batch), for comparing runs.
+    pub fn decisions(
+        &self,
+    ) -> (
+        Vec<RequestId>,
+        Vec<RequestId>,
+        Vec<RequestId>,
+        Vec<RequestId>,
+        Vec<RequestId>,
+    ) {
+        (
+            self.pauses.clone(),
+            self.resumes.clone(),
+            self.forced_resumes.clone(),
+            self.admitted.iter().map(|a| a.id).collect(),
+            self.batch.iter().map(|b| b.id).collect(),
+        )
+    }
+}
