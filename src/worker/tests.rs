@@ -1,1 +1,429 @@
+use super::*;
+use crate::policy::admission::AdmissionPolicy;
+use proptest::prelude::*;
 
+/// A worker with a small batch, X formed after 5 waited TTFTs, and the given mode.
+fn params(max_batch: u32, mode: Mode, drafter: bool) -> WorkerParams {
+    let headroom = if mode.is_on() {
+        crate::policy::preemption::paused_cap(max_batch)
+    } else {
+        0
+    };
+    let mut p = WorkerParams::simple(max_batch, mode, headroom, 1_000_000);
+    p.admission = AdmissionParams {
+        min_samples: 5,
+        target_window: 50,
+        ..AdmissionParams::default()
+    };
+    if drafter {
+        p.drafter_window = Some(8);
+    }
+    p
+}
+
+/// Plays the plant around a worker: KV arrives `transfer` s after admission, every step
+/// takes `step` s and emits one token per row.
+struct Driver {
+    core: WorkerCore,
+    now: f64,
+    step: f64,
+    transfer: f64,
+    next_id: u64,
+    in_transfer: Vec<(RequestId, f64)>,
+    last_batch: Vec<BatchRow>,
+    pending_arrivals: Vec<Arrival>,
+    pending_cancels: Vec<RequestId>,
+}
+
+impl Driver {
+    fn new(p: WorkerParams) -> Self {
+        Self {
+            core: WorkerCore::new(p),
+            now: 0.0,
+            step: 0.05,
+            transfer: 0.1,
+            next_id: 1,
+            in_transfer: Vec::new(),
+            last_batch: Vec::new(),
+            pending_arrivals: Vec::new(),
+            pending_cancels: Vec::new(),
+        }
+    }
+
+    fn arrive(&mut self, context: u32, max_tokens: u32) -> RequestId {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.pending_arrivals.push(Arrival {
+            id,
+            arrival: self.now,
+            context_tokens: context,
+            max_tokens,
+        });
+        id
+    }
+
+    fn inputs(&mut self) -> PassInputs {
+        let now = self.now;
+        let (ready, still): (Vec<_>, Vec<_>) =
+            self.in_transfer.iter().partition(|(_, at)| *at <= now);
+        self.in_transfer = still;
+        PassInputs {
+            now,
+            arrivals: std::mem::take(&mut self.pending_arrivals),
+            cancellations: std::mem::take(&mut self.pending_cancels),
+            kv_ready: ready
+                .into_iter()
+                .map(|(id, at)| KvReady { id, at })
+                .collect(),
+            stepped: self
+                .last_batch
+                .iter()
+                .map(|r| Stepped {
+                    id: r.id,
+                    tokens: 1,
+                    stop: false,
+                    token_ids: vec![r.context_len],
+                })
+                .collect(),
+            step_s: (!self.last_batch.is_empty()).then_some(self.step),
+        }
+    }
+
+    fn apply(&mut self, out: &PassOutput) {
+        for a in &out.admitted {
+            self.in_transfer.push((a.id, self.now + self.transfer));
+        }
+        self.last_batch = out.batch.clone();
+        self.now += self.step;
+    }
+
+    fn pass(&mut self) -> PassOutput {
+        let inp = self.inputs();
+        let out = self.core.pass(&inp);
+        self.apply(&out);
+        out
+    }
+
+    fn run_until(
+        &mut self,
+        mut f: impl FnMut(&PassOutput) -> bool,
+        max_passes: usize,
+    ) -> Option<PassOutput> {
+        for _ in 0..max_passes {
+            let out = self.pass();
+            if f(&out) {
+                return Some(out);
+            }
+        }
+        None
+    }
+}
+
+/// Four long decoders fill the worker; enough short waited requests form X; then a
+/// waiter that is late arrives.
+fn loaded(mode: Mode, drafter: bool) -> (Driver, Vec<RequestId>) {
+    let mut d = Driver::new(params(4, mode, drafter));
+    // Short requests that queue behind each other form X (they wait for slots).
+    for _ in 0..12 {
+        d.arrive(100, 60);
+    }
+    d.pass();
+    while !d.core.is_idle() {
+        d.pass();
+    }
+    assert!(d.core.queue().target_formed(), "X should have formed");
+    let long: Vec<_> = (0..4).map(|_| d.arrive(1000, 100_000)).collect();
+    // Run long enough that the long decoders are eligible (2 s, 64 iterations).
+    for _ in 0..100 {
+        d.pass();
+    }
+    (d, long)
+}
+
+#[test]
+fn paused_request_stays_resident_takes_no_batch_slot_and_is_scheduled_after_resume() {
+    let (mut d, long) = loaded(Mode::TpotBudget(0.1), true);
+    let waiter = d.arrive(100, 50);
+    let out = d
+        .run_until(|o| !o.pauses.is_empty(), 400)
+        .expect("a pause under a late head");
+    let victim = out.pauses[0];
+    assert!(long.contains(&victim));
+    assert!(
+        out.admitted.iter().any(|a| a.id == waiter),
+        "the freed slot admits the waiter"
+    );
+    let pages_before = d.core.pages_of(victim).map(<[u32]>::to_vec);
+    assert!(pages_before.is_some(), "paused request keeps its KV pages");
+    let window_before = d.core.drafter().and_then(|a| a.window_of(victim));
+    // While paused: never in a batch, still resident, pages and drafter window unchanged.
+    let mut resumed_at = None;
+    for _ in 0..2000 {
+        let o = d.pass();
+        if o.resumes.contains(&victim) || o.forced_resumes.contains(&victim) {
+            resumed_at = Some(o);
+            break;
+        }
+        assert!(
+            !o.batch.iter().any(|r| r.id == victim),
+            "a paused request is never scheduled"
+        );
+        assert!(d.core.is_resident(victim));
+        assert_eq!(d.core.pages_of(victim).map(<[u32]>::to_vec), pages_before);
+        assert_eq!(
+            d.core.drafter().and_then(|a| a.window_of(victim)),
+            window_before
+        );
+        assert!(d.core.drafter().is_some_and(|a| a.is_retained(victim)));
+    }
+    let o = resumed_at.expect("the paused request resumes");
+    assert!(
+        o.batch.iter().any(|r| r.id == victim),
+        "scheduled again in the pass it resumes"
+    );
+    assert!(d.core.check_invariants(&o).is_ok());
+}
+
+#[test]
+fn forced_resume_at_full_batch_displaces_newest_and_it_keeps_its_state() {
+    let (mut d, _) = loaded(Mode::TpotBudget(0.1), true);
+    d.arrive(100, 100_000); // a long waiter: after admission it keeps its slot
+    let out = d.run_until(|o| !o.pauses.is_empty(), 400).expect("pause");
+    let victim = out.pauses[0];
+    let newest = out.admitted[0].id;
+    // Nothing frees a slot, so the victim comes back only by force, at the maximum pause.
+    let o = d
+        .run_until(|o| o.forced_resumes.contains(&victim), 4000)
+        .expect("forced resume");
+    assert_eq!(o.batch.len(), 4, "the batch never exceeds max_batch_size");
+    assert!(o.batch.iter().any(|r| r.id == victim));
+    assert_eq!(
+        o.displaced,
+        vec![newest],
+        "the newest live request is displaced: {o:?}"
+    );
+    assert_eq!(
+        o.admission_count, 5,
+        "occupancy above max_active blocks admissions"
+    );
+    let a = d.core.drafter().expect("drafter");
+    assert!(
+        a.is_retained(newest),
+        "a displaced request keeps its drafter slot"
+    );
+    assert!(d.core.pages_of(newest).is_some());
+    assert!(d.core.check_invariants(&o).is_ok());
+}
+
+#[test]
+fn drafter_slot_is_released_when_a_request_finishes() {
+    let mut d = Driver::new(params(4, Mode::TpotBudget(0.1), true));
+    let id = d.arrive(10, 5);
+    let o = d
+        .run_until(|o| o.departed.iter().any(|x| x.id == id), 100)
+        .expect("finishes");
+    assert!(o.departed[0].completed);
+    let a = d.core.drafter().unwrap();
+    assert_eq!(a.used(), 0);
+    assert_eq!(a.slot_of(id), None);
+    assert!(d.core.pool_usage().iter().all(|u| u.used == 0));
+}
+
+#[test]
+fn cancelling_a_resident_request_returns_every_lease() {
+    let mut d = Driver::new(params(4, Mode::TargetOutputTps(10.0), true));
+    let id = d.arrive(1000, 1000);
+    d.run_until(|o| o.batch.iter().any(|r| r.id == id), 100)
+        .expect("scheduled");
+    assert!(d.core.pool_usage().iter().any(|u| u.used > 0));
+    d.pending_cancels.push(id);
+    let o = d.pass();
+    assert_eq!(o.cancelled, vec![id]);
+    assert!(
+        d.core.pool_usage().iter().all(|u| u.used == 0),
+        "{:?}",
+        d.core.pool_usage()
+    );
+}
+
+#[test]
+fn a_full_queue_rejects_new_requests_and_keeps_the_queued_ones() {
+    let mut p = params(1, Mode::Off, false);
+    p.admission.max_waiting = 2;
+    let mut d = Driver::new(p);
+    d.arrive(10, 1000);
+    assert_eq!(d.pass().admitted.len(), 1);
+    let ids: Vec<_> = (0..3).map(|_| d.arrive(10, 1000)).collect();
+    let o = d.pass();
+    // The slot is taken: two queue, the third is refused.
+    assert!(o.admitted.is_empty());
+    assert_eq!(o.rejected, vec![ids[2]]);
+    assert_eq!(d.core.queue().len(), 2);
+}
+
+#[test]
+fn off_mode_reserves_no_headroom_and_never_pauses() {
+    let (mut d, _) = loaded(Mode::Off, false);
+    assert_eq!(d.core.params().headroom, 0);
+    d.arrive(100, 50);
+    for _ in 0..500 {
+        let o = d.pass();
+        assert!(o.pauses.is_empty());
+    }
+}
+
+/// The inputs a leader would broadcast for a seeded random workload, recorded from one run.
+fn recorded_inputs(mode: Mode, seed: u64, passes: usize) -> Vec<PassInputs> {
+    let mut d = Driver::new(params(8, mode, true));
+    let mut s = seed;
+    let mut rnd = move || {
+        s = s
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (s >> 33) as f64 / (1u64 << 31) as f64
+    };
+    let mut log = Vec::new();
+    for _ in 0..passes {
+        if rnd() < 0.3 {
+            let out = 20 + (rnd() * 400.0) as u32;
+            d.arrive(100 + (rnd() * 5000.0) as u32, out);
+        }
+        let inp = d.inputs();
+        let out = d.core.pass(&inp);
+        d.apply(&out);
+        log.push(inp);
+    }
+    log
+}
+
+#[test]
+fn identical_decisions_across_ranks_with_disagreeing_local_clocks() {
+    for mode in [Mode::TpotBudget(0.1), Mode::TargetOutputTps(20.0)] {
+        let inputs = recorded_inputs(mode, 7, 3000);
+        let mut rank0 = WorkerCore::new(params(8, mode, true));
+        let mut rank1 = WorkerCore::new(params(8, mode, true));
+        let mut pauses = 0;
+        for (i, inp) in inputs.iter().enumerate() {
+            let a = rank0.pass(inp);
+            // Rank 1 runs later in real time (its local clock disagrees); only the
+            // broadcast `now` may matter.
+            if i % 1000 == 0 {
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            let b = rank1.pass(inp);
+            assert_eq!(a, b, "pass {i} diverged in mode {mode:?}");
+            pauses += a.pauses.len();
+        }
+        assert!(
+            pauses > 0,
+            "the workload must exercise preemption in {mode:?}"
+        );
+    }
+}
+
+#[test]
+fn a_rank_that_used_its_own_clock_would_diverge() {
+    // The control for the test above: the decisions do depend on `now`, so a rank reading
+    // a local clock 0.5 s off would not agree.
+    let mode = Mode::TpotBudget(0.1);
+    let inputs = recorded_inputs(mode, 7, 3000);
+    let mut rank0 = WorkerCore::new(params(8, mode, true));
+    let mut skewed = WorkerCore::new(params(8, mode, true));
+    let diverged = inputs.iter().any(|inp| {
+        let a = rank0.pass(inp);
+        let b = skewed.pass(&PassInputs {
+            now: inp.now + 0.5,
+            ..inp.clone()
+        });
+        a.decisions() != b.decisions()
+    });
+    assert!(diverged);
+}
+
+#[derive(Debug, Clone)]
+enum Ev {
+    Arrive { ctx: u32, out: u32 },
+    Cancel(u8),
+    Stop(u8),
+    Pass { dt: f64 },
+}
+
+fn ev() -> impl Strategy<Value = Ev> {
+    prop_oneof![
+        3 => (1u32..3000, 1u32..300).prop_map(|(ctx, out)| Ev::Arrive { ctx, out }),
+        1 => any::<u8>().prop_map(Ev::Cancel),
+        1 => any::<u8>().prop_map(Ev::Stop),
+        6 => (0.0..0.5f64).prop_map(|dt| Ev::Pass { dt }),
+    ]
+}
+
+fn mode_strategy() -> impl Strategy<Value = Mode> {
+    prop_oneof![
+        Just(Mode::Off),
+        Just(Mode::TpotBudget(0.2)),
+        Just(Mode::TargetOutputTps(15.0))
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+    /// Over random arrive / admit / pause / resume / finish / cancel sequences: no lease
+    /// leaked or released twice, paused ≤ cap, batch ≤ max_batch_size, a paused request is
+    /// never in a batch, occupancy accounting exact — and after everything is cancelled,
+    /// every pool is empty.
+    #[test]
+    fn worker_invariants_hold_over_random_event_sequences(
+        mode in mode_strategy(),
+        events in prop::collection::vec(ev(), 1..400),
+        kv_tokens in prop_oneof![Just(20_000u64), Just(100_000u64)],
+    ) {
+        let mut p = params(6, mode, true);
+        p.kv.total_pages = (kv_tokens / 32) as u32;
+        let mut d = Driver::new(p);
+        let mut stops: Vec<RequestId> = Vec::new();
+        for e in events {
+            match e {
+                Ev::Arrive { ctx, out } => { d.arrive(ctx, out); }
+                Ev::Cancel(k) => {
+                    if d.next_id > 1 { d.pending_cancels.push(1 + k as u64 % (d.next_id - 1)); }
+                }
+                Ev::Stop(k) => { if d.next_id > 1 { stops.push(1 + k as u64 % (d.next_id - 1)); } }
+                Ev::Pass { dt } => {
+                    let mut inp = d.inputs();
+                    for s in inp.stepped.iter_mut() { if stops.contains(&s.id) { s.stop = true; } }
+                    let out = d.core.pass(&inp);
+                    d.apply(&out);
+                    d.now += dt;
+                    prop_assert!(d.core.check_invariants(&out).is_ok(), "{:?}", d.core.check_invariants(&out));
+                    prop_assert!(out.admission_count <= 6 + d.core.preemption().paused_cap());
+                }
+            }
+        }
+        // Cancel everyone still here; every lease must come back.
+        for id in 1..d.next_id { d.pending_cancels.push(id); }
+        let out = d.pass();
+        prop_assert!(d.core.check_invariants(&out).is_ok());
+        let out = d.pass();
+        prop_assert!(out.batch.is_empty());
+        prop_assert_eq!(d.core.resident_count(), 0);
+        for u in d.core.pool_usage() {
+            prop_assert_eq!(u.used, 0, "pool {} leaked", u.pool);
+        }
+    }
+}
+
+#[test]
+fn fcfs_policy_never_forms_x_and_never_pauses() {
+    let mut p = params(4, Mode::TpotBudget(0.1), false);
+    p.admission.policy = AdmissionPolicy::Fcfs;
+    let mut d = Driver::new(p);
+    for _ in 0..30 {
+        d.arrive(100, 200);
+    }
+    for _ in 0..2000 {
+        let o = d.pass();
+        assert!(o.pauses.is_empty());
+    }
+    assert!(!d.core.queue().target_formed());
+}
