@@ -451,3 +451,48 @@ fn validate_on_a_config_built_in_code_names_fields_without_positions() {
     assert_eq!(issue.field, "parallel.pipeline_parallel_size");
     assert_eq!(issue.primary_position(), None);
 }
+
+#[test]
+fn remaining_bounds_reject_the_bad_side_and_accept_the_edge() {
+    // (section, key, edge value accepted, value rejected)
+    let cases = [
+        ("kv_cache_config", "sliding_window", "1", "0"),
+        ("kv_cache_config", "max_tokens", "32", "31"),
+        ("recurrent_state", "slots", "1", "0"),
+        ("drafter", "slots", "1", "0"),
+        ("parallel", "tensor_parallel_size", "1", "0"),
+        ("parallel", "pipeline_parallel_size", "1", "0"),
+        ("timing", "base_ms", "0.001", "0"),
+        ("timing", "per_request_ms", "0", "-0.01"),
+        ("timing", "per_kv_token_ns", "0", "-1"),
+        ("timing", "jump_ms", "0", "-1"),
+        ("timing", "tokens_per_step", "1", "0.9"),
+        ("timing", "transfer_base_ms", "0", "-1"),
+        ("timing", "transfer_per_token_us", "0", "-1"),
+        ("timing", "prefill_per_token_us", "0", "-1"),
+        ("server", "stat_interval_s", "0.5", "0"),
+        ("server", "request_timeout_s", "0.5", "0"),
+        ("server", "host", "localhost", "\"\""),
+    ];
+    for (section, key, ok, bad) in cases {
+        accepted(&format!("{section}:\n  {key}: {ok}\n"));
+        rejected_at(
+            &format!("{section}:\n  {key}: {bad}\n"),
+            &format!("{section}.{key}"),
+            2,
+        );
+    }
+    for (key, ok, bad) in [
+        ("max_num_tokens", "1", "0"),
+        ("max_context_tokens", "1", "0"),
+    ] {
+        accepted(&format!("{key}: {ok}\n"));
+        rejected_at(&format!("{key}: {bad}\n"), key, 1);
+    }
+    accepted("scheduler_config:\n  gen_admission: { max_waiting: 1 }\n");
+    rejected_at(
+        "scheduler_config:\n  gen_admission: { max_waiting: 0 }\n",
+        "scheduler_config.gen_admission.max_waiting",
+        2,
+    );
+}

@@ -262,3 +262,45 @@ fn server(cfg: &Config, out: &mut Vec<Issue>) {
     finite_positive(out, "server.stat_interval_s", s.stat_interval_s);
     finite_positive(out, "server.request_timeout_s", s.request_timeout_s);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_built_in_defaults_break_no_rule() {
+        assert_eq!(issues(&Config::default()), Vec::new());
+        assert_eq!(issues(&Config::default().resolved()), Vec::new());
+    }
+
+    #[test]
+    fn zero_samples_or_an_empty_window_cannot_form_x() {
+        let mut cfg = Config::default();
+        cfg.scheduler_config.gen_admission.min_samples = 0;
+        let fields: Vec<String> = issues(&cfg).into_iter().map(|i| i.field).collect();
+        assert_eq!(fields, ["scheduler_config.gen_admission.min_samples"]);
+
+        let mut cfg = Config::default();
+        cfg.scheduler_config.gen_admission.target_window = 0;
+        let fields: Vec<String> = issues(&cfg).into_iter().map(|i| i.field).collect();
+        assert_eq!(
+            fields,
+            [
+                "scheduler_config.gen_admission.target_window",
+                "scheduler_config.gen_admission.min_samples"
+            ]
+        );
+    }
+
+    #[test]
+    fn preemption_mode_follows_the_one_field_set() {
+        let mut cfg = Config::default();
+        assert_eq!(preemption_mode(&cfg), Ok(Preemption::Off));
+        cfg.scheduler_config.gen_preemption.target_output_tps = Some(20.0);
+        assert_eq!(preemption_mode(&cfg), Ok(Preemption::TargetOutputTps(20.0)));
+        cfg.scheduler_config.gen_preemption.tpot_budget = Some(0.2);
+        let issue = preemption_mode(&cfg).expect_err("both set");
+        assert_eq!(issue.field, TPOT_BUDGET);
+        assert_eq!(issue.related, [TARGET_TPS]);
+    }
+}
