@@ -1,0 +1,306 @@
+//! The rules a parsed configuration must keep (SPEC §4.3, §4.4, §10). Pure: collects every
+//! broken rule, in field order, without positions; the loader adds positions from the text.
+
+use super::error::Issue;
+use super::schema::{Config, Preemption, MODEL_SHAPES};
+
+const TPOT_BUDGET: &str = "scheduler_config.gen_preemption.tpot_budget";
+const TARGET_TPS: &str = "scheduler_config.gen_preemption.target_output_tps";
+
+/// Every rule `cfg` breaks; empty when it is valid.
+pub(crate) fn issues(cfg: &Config) -> Vec<Issue> {
+    let mut out = Vec::new();
+    model(cfg, &mut out);
+    at_least_one(&mut out, "max_batch_size", u64::from(cfg.max_batch_size));
+    if let Some(n) = cfg.max_num_active_requests {
+        at_least_one(&mut out, "max_num_active_requests", u64::from(n));
+    }
+    at_least_one(&mut out, "max_num_tokens", u64::from(cfg.max_num_tokens));
+    at_least_one(&mut out, "max_context_tokens", cfg.max_context_tokens);
+    kv_cache(cfg, &mut out);
+    if let Some(n) = cfg.recurrent_state.slots {
+        at_least_one(&mut out, "recurrent_state.slots", u64::from(n));
+    }
+    if let Some(n) = cfg.drafter.slots {
+        at_least_one(&mut out, "drafter.slots", u64::from(n));
+    }
+    let p = &cfg.parallel;
+    at_least_one(
+        &mut out,
+        "parallel.tensor_parallel_size",
+        u64::from(p.tensor_parallel_size),
+    );
+    at_least_one(
+        &mut out,
+        "parallel.pipeline_parallel_size",
+        u64::from(p.pipeline_parallel_size),
+    );
+    admission(cfg, &mut out);
+    preemption(cfg, &mut out);
+    timing(cfg, &mut out);
+    server(cfg, &mut out);
+    out
+}
+
+/// The preemption mode the raw fields select, or the rule they break.
+pub(crate) fn preemption_mode(cfg: &Config) -> Result<Preemption, Issue> {
+    let g = &cfg.scheduler_config.gen_preemption;
+    match (g.tpot_budget, g.target_output_tps) {
+        (None, None) => Ok(Preemption::Off),
+        (Some(_), Some(_)) => Err(Issue::new(
+            TPOT_BUDGET,
+            "`tpot_budget` and `target_output_tps` are mutually exclusive: set exactly one \
+             (or neither, to leave preemption off)",
+        )
+        .with_related(TARGET_TPS)),
+        (Some(b), None) if b.is_finite() && b > 0.0 && b <= 1.0 => Ok(Preemption::TpotBudget(b)),
+        (Some(b), None) => Err(Issue::new(
+            TPOT_BUDGET,
+            format!("must be in (0, 1] (a relative TPOT inflation, 0.10 = 10%), got {b}"),
+        )),
+        (None, Some(t)) if t.is_finite() && t > 0.0 => Ok(Preemption::TargetOutputTps(t)),
+        (None, Some(t)) => Err(Issue::new(
+            TARGET_TPS,
+            format!("must be a finite rate above 0 tokens/s, got {t}"),
+        )),
+    }
+}
+
+fn at_least_one(out: &mut Vec<Issue>, field: &str, v: u64) {
+    if v < 1 {
+        out.push(Issue::new(field, format!("must be at least 1, got {v}")));
+    }
+}
+
+fn finite_at_least(out: &mut Vec<Issue>, field: &str, v: f64, min: f64) {
+    if !(v.is_finite() && v >= min) {
+        out.push(Issue::new(
+            field,
+            format!("must be a finite number >= {min}, got {v}"),
+        ));
+    }
+}
+
+fn finite_positive(out: &mut Vec<Issue>, field: &str, v: f64) {
+    if !(v.is_finite() && v > 0.0) {
+        out.push(Issue::new(
+            field,
+            format!("must be a finite number > 0, got {v}"),
+        ));
+    }
+}
+
+fn model(cfg: &Config, out: &mut Vec<Issue>) {
+    let m = &cfg.model;
+    if m.shape.is_some() && m.path.is_some() {
+        out.push(
+            Issue::new(
+                "model.shape",
+                "`shape` and `path` are mutually exclusive: name a shape to random-initialise, \
+                 or a checkpoint directory to load",
+            )
+            .with_related("model.path"),
+        );
+    }
+    if let Some(shape) = &m.shape {
+        if !MODEL_SHAPES.contains(&shape.as_str()) {
+            out.push(Issue::new(
+                "model.shape",
+                format!(
+                    "unknown shape `{shape}`, expected one of: {}",
+                    MODEL_SHAPES.join(", ")
+                ),
+            ));
+        }
+    }
+    if m.path.as_ref().is_some_and(|p| p.as_os_str().is_empty()) {
+        out.push(Issue::new("model.path", "must not be empty"));
+    }
+}
+
+fn kv_cache(cfg: &Config, out: &mut Vec<Issue>) {
+    let kv = &cfg.kv_cache_config;
+    if !kv.tokens_per_block.is_power_of_two() {
+        out.push(Issue::new(
+            "kv_cache_config.tokens_per_block",
+            format!(
+                "must be a power of two >= 1 (e.g. 16, 32, 64), got {}",
+                kv.tokens_per_block
+            ),
+        ));
+    } else if kv.max_tokens < u64::from(kv.tokens_per_block) {
+        out.push(
+            Issue::new(
+                "kv_cache_config.max_tokens",
+                format!(
+                    "must hold at least one page of {} tokens, got {}",
+                    kv.tokens_per_block, kv.max_tokens
+                ),
+            )
+            .with_related("kv_cache_config.tokens_per_block"),
+        );
+    }
+    if let Some(w) = kv.sliding_window {
+        at_least_one(out, "kv_cache_config.sliding_window", u64::from(w));
+    }
+}
+
+fn admission(cfg: &Config, out: &mut Vec<Issue>) {
+    let a = &cfg.scheduler_config.gen_admission;
+    let pct = a.ttft_percentile;
+    if !(pct.is_finite() && pct > 0.0 && pct < 100.0) {
+        out.push(Issue::new(
+            "scheduler_config.gen_admission.ttft_percentile",
+            format!("must be in (0, 100), got {pct}"),
+        ));
+    }
+    at_least_one(
+        out,
+        "scheduler_config.gen_admission.target_window",
+        u64::from(a.target_window),
+    );
+    at_least_one(
+        out,
+        "scheduler_config.gen_admission.min_samples",
+        u64::from(a.min_samples),
+    );
+    if a.min_samples > a.target_window {
+        out.push(
+            Issue::new(
+                "scheduler_config.gen_admission.min_samples",
+                format!(
+                    "must be <= target_window ({}), got {}: X could never form",
+                    a.target_window, a.min_samples
+                ),
+            )
+            .with_related("scheduler_config.gen_admission.target_window"),
+        );
+    }
+    at_least_one(
+        out,
+        "scheduler_config.gen_admission.max_waiting",
+        u64::from(a.max_waiting),
+    );
+}
+
+fn preemption(cfg: &Config, out: &mut Vec<Issue>) {
+    let mode = match preemption_mode(cfg) {
+        Ok(mode) => mode,
+        Err(issue) => {
+            out.push(issue);
+            return;
+        }
+    };
+    let on_field = match mode {
+        Preemption::Off => return,
+        Preemption::TpotBudget(_) => TPOT_BUDGET,
+        Preemption::TargetOutputTps(_) => TARGET_TPS,
+    };
+    let p = &cfg.parallel;
+    // A paused request would leave its pipeline micro-batch mid-flight; the reference
+    // rejects the combination at argument validation, and so do we.
+    if p.pipeline_parallel_size > 1 {
+        out.push(
+            Issue::new(
+                "parallel.pipeline_parallel_size",
+                format!(
+                    "preemption does not support pipeline parallelism: set \
+                     pipeline_parallel_size to 1 or remove `{}`, got {}",
+                    last(on_field),
+                    p.pipeline_parallel_size
+                ),
+            )
+            .with_related(on_field),
+        );
+    }
+    if p.enable_attention_dp {
+        out.push(
+            Issue::new(
+                "parallel.enable_attention_dp",
+                format!(
+                    "preemption does not support attention data parallelism: set \
+                     enable_attention_dp to false or remove `{}`",
+                    last(on_field)
+                ),
+            )
+            .with_related(on_field),
+        );
+    }
+}
+
+fn last(path: &str) -> &str {
+    path.rsplit('.').next().unwrap_or(path)
+}
+
+fn timing(cfg: &Config, out: &mut Vec<Issue>) {
+    let t = &cfg.timing;
+    finite_positive(out, "timing.base_ms", t.base_ms);
+    finite_at_least(out, "timing.per_request_ms", t.per_request_ms, 0.0);
+    finite_at_least(out, "timing.per_kv_token_ns", t.per_kv_token_ns, 0.0);
+    finite_at_least(out, "timing.jump_ms", t.jump_ms, 0.0);
+    finite_at_least(out, "timing.tokens_per_step", t.tokens_per_step, 1.0);
+    finite_at_least(out, "timing.transfer_base_ms", t.transfer_base_ms, 0.0);
+    finite_at_least(
+        out,
+        "timing.transfer_per_token_us",
+        t.transfer_per_token_us,
+        0.0,
+    );
+    finite_at_least(
+        out,
+        "timing.prefill_per_token_us",
+        t.prefill_per_token_us,
+        0.0,
+    );
+}
+
+fn server(cfg: &Config, out: &mut Vec<Issue>) {
+    let s = &cfg.server;
+    if s.host.trim().is_empty() {
+        out.push(Issue::new("server.host", "must not be empty"));
+    }
+    finite_positive(out, "server.stat_interval_s", s.stat_interval_s);
+    finite_positive(out, "server.request_timeout_s", s.request_timeout_s);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_built_in_defaults_break_no_rule() {
+        assert_eq!(issues(&Config::default()), Vec::new());
+        assert_eq!(issues(&Config::default().resolved()), Vec::new());
+    }
+
+    #[test]
+    fn zero_samples_or_an_empty_window_cannot_form_x() {
+        let mut cfg = Config::default();
+        cfg.scheduler_config.gen_admission.min_samples = 0;
+        let fields: Vec<String> = issues(&cfg).into_iter().map(|i| i.field).collect();
+        assert_eq!(fields, ["scheduler_config.gen_admission.min_samples"]);
+
+        let mut cfg = Config::default();
+        cfg.scheduler_config.gen_admission.target_window = 0;
+        let fields: Vec<String> = issues(&cfg).into_iter().map(|i| i.field).collect();
+        assert_eq!(
+            fields,
+            [
+                "scheduler_config.gen_admission.target_window",
+                "scheduler_config.gen_admission.min_samples"
+            ]
+        );
+    }
+
+    #[test]
+    fn preemption_mode_follows_the_one_field_set() {
+        let mut cfg = Config::default();
+        assert_eq!(preemption_mode(&cfg), Ok(Preemption::Off));
+        cfg.scheduler_config.gen_preemption.target_output_tps = Some(20.0);
+        assert_eq!(preemption_mode(&cfg), Ok(Preemption::TargetOutputTps(20.0)));
+        cfg.scheduler_config.gen_preemption.tpot_budget = Some(0.2);
+        let issue = preemption_mode(&cfg).expect_err("both set");
+        assert_eq!(issue.field, TPOT_BUDGET);
+        assert_eq!(issue.related, [TARGET_TPS]);
+    }
+}
