@@ -6,3 +6,4 @@ pub mod gpu;
 pub mod policy;
 pub mod pools;
 pub mod worker;
+pub mod workload;
