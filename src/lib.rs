@@ -5,5 +5,6 @@ pub mod config;
 pub mod gpu;
 pub mod policy;
 pub mod pools;
+pub mod sim;
 pub mod worker;
 pub mod workload;

@@ -172,18 +172,8 @@ pub struct SchedulerConfig {
     pub gen_preemption: GenPreemptionConfig,
 }
 
-/// Order in which waiters are admitted (SPEC §4.2).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum AdmissionPolicy {
-    /// The TTFT-percentile queue: guard tier first, then late, then on-time.
-    #[default]
-    Auto,
-    /// Arrival order; never forms X, so preemption stays off.
-    Fcfs,
-    /// Earliest deadline first, for simulation ablations.
-    Edf,
-}
+/// Order in which waiters are admitted (SPEC §4.2); one enum shared with the core.
+pub use crate::policy::AdmissionPolicy;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -224,13 +214,8 @@ pub struct GenPreemptionConfig {
     pub target_output_tps: Option<f64>,
 }
 
-/// The preemption mode after validation (SPEC §4.3).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Preemption {
-    Off,
-    TpotBudget(f64),
-    TargetOutputTps(f64),
-}
+/// The preemption mode after validation (SPEC §4.3); the core's `Mode`.
+pub use crate::policy::Mode as Preemption;
 
 /// The `model` backend's decode step time
 /// `t(B, ΣL) = base + B·per_request + ΣL·per_kv_token (+ jump_ms when B > jump_above)`,

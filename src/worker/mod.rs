@@ -6,6 +6,7 @@
 //! messages. No clock, no I/O, no randomness.
 
 mod inputs;
+pub mod sizing;
 mod snapshot;
 
 pub use inputs::{

@@ -1,0 +1,138 @@
+//! Arms of a simulation: `control`, `tpot_budget=0.10`, `target_output_tps=auto`,
+//! `max_batch_size=144`, and combinations joined by `+`
+//! (e.g. `tpot_budget=0.10+order=edf`, `tpot_budget=0.10+victim=newest_resident`).
+
+use serde::Serialize;
+
+use crate::policy::preemption::victim::VictimKey;
+use crate::policy::AdmissionPolicy;
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ModeSpec {
+    Off,
+    TpotBudget(f64),
+    /// `None` = auto: the control arm's mean per-request output rate / 1.10.
+    TargetOutputTps(Option<f64>),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ArmSpec {
+    pub name: String,
+    pub mode: ModeSpec,
+    pub max_batch_size: Option<u32>,
+    pub max_active: Option<u32>,
+    pub order: Option<AdmissionPolicy>,
+    pub victim: Option<VictimKey>,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq)]
+#[error("bad arm `{arm}`: {why} (examples: control, tpot_budget=0.10, target_output_tps=auto, max_batch_size=144, tpot_budget=0.1+order=edf, tpot_budget=0.1+victim=newest_resident)")]
+pub struct ArmError {
+    pub arm: String,
+    pub why: String,
+}
+
+impl ArmSpec {
+    pub fn control() -> Self {
+        ArmSpec { name: "control".into(), mode: ModeSpec::Off, max_batch_size: None, max_active: None, order: None, victim: None }
+    }
+
+    pub fn parse(text: &str) -> Result<Self, ArmError> {
+        let err = |why: String| ArmError { arm: text.to_string(), why };
+        let mut arm = ArmSpec { name: text.trim().to_string(), ..ArmSpec::control() };
+        for part in text.split('+').map(str::trim) {
+            if part == "control" {
+                continue;
+            }
+            let (k, v) = part.split_once('=').ok_or_else(|| err(format!("`{part}` is not key=value")))?;
+            let num = |v: &str| v.parse::<f64>().map_err(|_| err(format!("`{v}` is not a number")));
+            let int = |v: &str| v.parse::<u32>().map_err(|_| err(format!("`{v}` is not a whole number")));
+            match k {
+                "tpot_budget" => {
+                    let b = num(v)?;
+                    if !(b > 0.0 && b <= 1.0) {
+                        return Err(err("tpot_budget must be in (0, 1]".into()));
+                    }
+                    if arm.mode != ModeSpec::Off {
+                        return Err(err("tpot_budget and target_output_tps are mutually exclusive".into()));
+                    }
+                    arm.mode = ModeSpec::TpotBudget(b);
+                }
+                "target_output_tps" => {
+                    if arm.mode != ModeSpec::Off {
+                        return Err(err("tpot_budget and target_output_tps are mutually exclusive".into()));
+                    }
+                    arm.mode = if v == "auto" {
+                        ModeSpec::TargetOutputTps(None)
+                    } else {
+                        let t = num(v)?;
+                        if !(t > 0.0) {
+                            return Err(err("target_output_tps must be > 0".into()));
+                        }
+                        ModeSpec::TargetOutputTps(Some(t))
+                    };
+                }
+                "max_batch_size" => arm.max_batch_size = Some(int(v)?.max(1)),
+                "max_num_active_requests" => arm.max_active = Some(int(v)?.max(1)),
+                "order" => {
+                    arm.order = Some(match v {
+                        "auto" | "guard_first" | "guard-first" => AdmissionPolicy::Auto,
+                        "fcfs" => AdmissionPolicy::Fcfs,
+                        "edf" => AdmissionPolicy::Edf,
+                        _ => return Err(err(format!("unknown order `{v}` (auto, fcfs, edf)"))),
+                    })
+                }
+                "victim" => {
+                    arm.victim = Some(match v {
+                        "longest_resident" => VictimKey::LongestResident,
+                        "newest_resident" => VictimKey::NewestResident,
+                        "most_remaining" => VictimKey::MostRemaining,
+                        "fewest_remaining" => VictimKey::FewestRemaining,
+                        _ => {
+                            return Err(err(format!(
+                                "unknown victim `{v}` (longest_resident, newest_resident, most_remaining, fewest_remaining)"
+                            )))
+                        }
+                    })
+                }
+                _ => return Err(err(format!("unknown key `{k}`"))),
+            }
+        }
+        Ok(arm)
+    }
+
+    pub fn parse_list(text: &str) -> Result<Vec<Self>, ArmError> {
+        text.split(',').filter(|s| !s.trim().is_empty()).map(Self::parse).collect()
+    }
+
+    pub fn is_control(&self) -> bool {
+        *self == ArmSpec { name: self.name.clone(), ..ArmSpec::control() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_reference_arms() {
+        let arms = ArmSpec::parse_list("control,tpot_budget=0.10,target_output_tps=auto,max_batch_size=144").unwrap();
+        assert!(arms[0].is_control());
+        assert_eq!(arms[1].mode, ModeSpec::TpotBudget(0.10));
+        assert_eq!(arms[2].mode, ModeSpec::TargetOutputTps(None));
+        assert_eq!(arms[3].max_batch_size, Some(144));
+        assert!(!arms[3].is_control());
+    }
+
+    #[test]
+    fn combinations_and_errors() {
+        let a = ArmSpec::parse("tpot_budget=0.1+order=edf+victim=newest_resident").unwrap();
+        assert_eq!(a.order, Some(AdmissionPolicy::Edf));
+        assert_eq!(a.victim, Some(VictimKey::NewestResident));
+        assert!(ArmSpec::parse("tpot_budget=0.1+target_output_tps=3").is_err());
+        assert!(ArmSpec::parse("tpot_budget=2").is_err());
+        assert!(ArmSpec::parse("bogus=1").is_err());
+        assert!(ArmSpec::parse("max_batch_size").is_err());
+    }
+}

@@ -1,0 +1,170 @@
+//! `genslot sim`: argument handling, workload loading, output files.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{bail, Context};
+
+use super::arm::ArmSpec;
+use super::engine::{RunSpec, Workload};
+use super::{presets, report, run_experiment, svg, Experiment, ExperimentResult};
+use crate::config::Config;
+use crate::policy::admission::AdmissionParams;
+use crate::workload::{load_trace, SynthParams, SyntheticAgentic, Trace};
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct SimArgs {
+    /// Plant preset: reference (calibrated to the reference's GPU control) or default
+    /// (the embedded config's timing model).
+    #[arg(long, default_value = "reference")]
+    pub preset: String,
+    /// Take the plant (timing, batch, KV) and admission settings from this config instead.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Trace file: Weka (JSON/JSONL, gzip or plain), Mooncake JSONL or Azure CSV.
+    /// Without it, a synthetic agentic workload fitted to the Weka traces is used.
+    #[arg(long)]
+    pub trace: Option<PathBuf>,
+    /// Sessions of the synthetic workload.
+    #[arg(long, default_value_t = 2000)]
+    pub synthetic_sessions: usize,
+    /// Closed-loop lanes (AgentX concurrency).
+    #[arg(long, default_value_t = 220)]
+    pub concurrency: usize,
+    /// Run the same arms at these concurrencies (comma-separated), e.g. 130,160,190,220,250.
+    #[arg(long, value_delimiter = ',')]
+    pub sweep: Vec<usize>,
+    #[arg(long, default_value_t = 16)]
+    pub seeds: u64,
+    /// Simulated seconds per run.
+    #[arg(long, default_value_t = 3600.0)]
+    pub duration: f64,
+    /// Seconds at the start of each run that are not measured.
+    #[arg(long, default_value_t = 300.0)]
+    pub warmup: f64,
+    /// Comma-separated arms: control, tpot_budget=B, target_output_tps=T|auto,
+    /// max_batch_size=N, combined with `+` (order=fcfs|edf|auto, victim=...).
+    #[arg(long, default_value = "control,tpot_budget=0.10,target_output_tps=auto")]
+    pub arms: String,
+    /// Open-loop traces: multiply the arrival rate.
+    #[arg(long, default_value_t = 1.0)]
+    pub rate_scale: f64,
+    /// Worker threads (seeds run in parallel); default: every core.
+    #[arg(long)]
+    pub threads: Option<usize>,
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    #[arg(long)]
+    pub svg: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+fn workload(args: &SimArgs) -> anyhow::Result<Workload> {
+    match &args.trace {
+        None => {
+            let sessions = SyntheticAgentic::new(SynthParams::default()).generate(args.synthetic_sessions, 0x5eed);
+            Ok(Workload::Sessions(Arc::from(sessions)))
+        }
+        Some(path) => {
+            let trace = load_trace(path, None).with_context(|| format!("loading trace {}", path.display()))?;
+            Ok(match trace {
+                Trace::Weka(s) => Workload::Sessions(Arc::from(s)),
+                Trace::Mooncake(t) | Trace::Azure(t) => Workload::Timed(Arc::from(t), args.rate_scale),
+            })
+        }
+    }
+}
+
+fn svg_path(base: &Path, c: usize, sweep: bool) -> PathBuf {
+    if !sweep {
+        return base.to_path_buf();
+    }
+    let stem = base.file_stem().and_then(|s| s.to_str()).unwrap_or("ttft");
+    base.with_file_name(format!("{stem}-c{c}.svg"))
+}
+
+pub fn run(args: SimArgs) -> anyhow::Result<()> {
+    let arms = ArmSpec::parse_list(&args.arms)?;
+    if args.seeds == 0 {
+        bail!("--seeds must be at least 1");
+    }
+    if !(args.duration > args.warmup && args.warmup >= 0.0) {
+        bail!("--duration ({}) must exceed --warmup ({})", args.duration, args.warmup);
+    }
+    let (plant, admission) = match &args.config {
+        Some(path) => {
+            let c = Config::from_file(path)?;
+            let a = &c.scheduler_config.gen_admission;
+            let adm = AdmissionParams {
+                policy: a.policy,
+                ttft_percentile: a.ttft_percentile,
+                target_window: a.target_window as usize,
+                min_samples: a.min_samples as usize,
+                max_waiting: a.max_waiting as usize,
+            };
+            (super::plant::Plant::from_timing("config", &c.timing, c.max_batch_size, c.kv_cache_config.max_tokens), adm)
+        }
+        None => {
+            let p = presets::preset(&args.preset)
+                .with_context(|| format!("unknown preset `{}` (one of {})", args.preset, presets::NAMES.join(", ")))?;
+            (p, AdmissionParams::default())
+        }
+    };
+    let workload = workload(&args)?;
+    let threads = args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let loads = if args.sweep.is_empty() { vec![args.concurrency] } else { args.sweep.clone() };
+    let mut all: Vec<ExperimentResult> = Vec::new();
+    for &c in &loads {
+        let exp = Experiment {
+            base: RunSpec {
+                plant: plant.clone(),
+                admission,
+                workload: workload.clone(),
+                concurrency: c,
+                duration_s: args.duration,
+                warmup_s: args.warmup,
+                seed: 0,
+            },
+            arms: arms.clone(),
+            seeds: args.seeds,
+            threads,
+            progress: !args.quiet,
+        };
+        let r = run_experiment(&exp).map_err(anyhow::Error::msg)?;
+        println!(
+            "\n== c{c}, preset {}, {} seeds x {} s (first {} s unmeasured){} ==",
+            r.preset,
+            r.seeds,
+            r.duration_s,
+            r.warmup_s,
+            r.target_output_tps.map_or(String::new(), |t| format!(", T = {t:.1} tok/s"))
+        );
+        print!("{}", report::arm_table(&r.arms));
+        print!("{}", report::paired_table(&r.paired));
+        for w in &r.warnings {
+            println!("warning: {w}");
+        }
+        println!(
+            "speed: {:.0} simulated s per wall s per core, {:.2e} events/s, {} runs in {:.1} s wall",
+            r.speed.simulated_s_per_wall_s, r.speed.events_per_s, r.speed.runs, r.speed.wall_s
+        );
+        if let Some(base) = &args.svg {
+            let path = svg_path(base, c, loads.len() > 1);
+            let title = format!("TTFT CDF, c{c}, preset {}, {} seeds", r.preset, r.seeds);
+            std::fs::write(&path, svg::ttft_cdf(&title, &r.ttft_samples))
+                .with_context(|| format!("writing {}", path.display()))?;
+        }
+        all.push(r);
+    }
+    if let Some(path) = &args.json {
+        let text = if all.len() == 1 {
+            serde_json::to_string_pretty(&all[0])?
+        } else {
+            serde_json::to_string_pretty(&serde_json::json!({ "sweep": all }))?
+        };
+        std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,371 @@
+//! One simulated run: one arm, one seed. A discrete-event loop in virtual time around the
+//! real `WorkerCore`: lanes issue requests (AgentX replay or open loop), context servers
+//! prefill them, the worker admits, pauses, resumes and builds batches exactly as the
+//! server does, and the step-time model advances the clock.
+
+use std::cmp::Ordering;
+use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
+use std::sync::Arc;
+
+use crate::policy::admission::AdmissionParams;
+use crate::policy::preemption::paused_cap;
+use crate::policy::setup::{self, SetupInputs};
+use crate::policy::{AdmissionPolicy, Mode};
+use crate::pools::PoolReport;
+use crate::worker::{Arrival, KvReady, PassInputs, PassOutput, Stepped, WorkerCore, WorkerParams};
+use crate::workload::{AgentxReplay, Issue, OpenLoopReplay, OpenLoopRules, Replay, ReplayRules, Session, TimedRequest};
+
+use super::arm::ArmSpec;
+use super::plant::Plant;
+
+/// Where the requests come from.
+#[derive(Debug, Clone)]
+pub enum Workload {
+    /// Closed-loop AgentX lanes over these sessions.
+    Sessions(Arc<[Session]>),
+    /// Open loop by timestamp, rate scaled.
+    Timed(Arc<[TimedRequest]>, f64),
+}
+
+/// Everything one run needs besides the arm.
+#[derive(Debug, Clone)]
+pub struct RunSpec {
+    pub plant: Plant,
+    pub admission: AdmissionParams,
+    pub workload: Workload,
+    pub concurrency: usize,
+    pub duration_s: f64,
+    pub warmup_s: f64,
+    pub seed: u64,
+}
+
+/// An arm with its target resolved.
+#[derive(Debug, Clone)]
+pub struct ResolvedArm {
+    pub spec: ArmSpec,
+    pub mode: Mode,
+}
+
+/// One measured request.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Record {
+    pub ttft_s: f64,
+    pub e2e_s: f64,
+    /// `None` for single-token outputs.
+    pub tpot_s: Option<f64>,
+    pub input_tokens: u32,
+    pub output_tokens: u32,
+    pub decode_s: f64,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct RunResult {
+    pub records: Vec<Record>,
+    pub pauses: u64,
+    pub resumes: u64,
+    pub forced_resumes: u64,
+    pub displaced: u64,
+    /// Measured requests that had not finished when the run stopped.
+    pub unfinished: u64,
+    pub passes: u64,
+    pub events: u64,
+    pub simulated_s: f64,
+    /// Mean decode batch over the measurement window.
+    pub mean_batch: f64,
+    pub mean_step_s: f64,
+    pub setup_warning: Option<String>,
+    /// Every pass's decisions (only when asked for; used by equivalence tests).
+    pub trace: Vec<PassOutput>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Ev {
+    CtxDone(u64),
+    KvReady(u64),
+    Step,
+    /// Re-run a pass while nothing steps but the worker is not idle (transfers, pauses).
+    Poll,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Timed {
+    at: f64,
+    seq: u64,
+    ev: Ev,
+}
+impl PartialEq for Timed {
+    fn eq(&self, o: &Self) -> bool {
+        self.cmp(o) == Ordering::Equal
+    }
+}
+impl Eq for Timed {}
+impl PartialOrd for Timed {
+    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Timed {
+    fn cmp(&self, o: &Self) -> Ordering {
+        o.at.total_cmp(&self.at).then(o.seq.cmp(&self.seq))
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Req {
+    sent: f64,
+    input: u32,
+    max_tokens: u32,
+    measured: bool,
+    first: Option<f64>,
+    /// Fractional tokens-per-step accumulator (speculative decoding).
+    acc: f64,
+}
+
+/// Builds the worker for an arm: the same setup decision and sizing as the server.
+pub fn worker_params(spec: &RunSpec, arm: &ResolvedArm) -> (WorkerParams, Option<String>) {
+    let max_batch = arm.spec.max_batch_size.unwrap_or(spec.plant.max_batch_size);
+    let max_active = arm.spec.max_active.unwrap_or(max_batch);
+    let mut admission = spec.admission;
+    if let Some(order) = arm.spec.order {
+        admission.policy = order;
+    }
+    let tpb = 32u64;
+    let decision = setup::decide(
+        &SetupInputs {
+            mode: arm.mode,
+            // Ablations run preemption under any pop order; fcfs still never forms X.
+            policy: AdmissionPolicy::Auto,
+            pipeline_parallel_size: 1,
+            enable_attention_dp: false,
+            max_active,
+        },
+        |h| {
+            vec![PoolReport {
+                pool: "kv",
+                resident_capacity: ((max_active + h) as u64).min(spec.plant.kv_tokens / tpb),
+            }]
+        },
+    );
+    let (mode, headroom, warning) = match decision {
+        Ok(d) => (d.mode, d.headroom, d.warning.map(|w| w.message())),
+        Err(e) => (Mode::Off, 0, Some(e.to_string())),
+    };
+    debug_assert!(headroom == 0 || headroom == paused_cap(max_active));
+    let mut p = WorkerParams::simple(max_batch, mode, headroom, spec.plant.kv_tokens);
+    p.max_active = max_active;
+    p.kv.index_rows = max_active + headroom;
+    p.admission = admission;
+    p.tokens_per_step = spec.plant.step.tokens_per_step.ceil().max(1.0) as u32;
+    p.max_num_tokens = p.max_num_tokens.max(max_batch * p.tokens_per_step);
+    if let Some(v) = arm.spec.victim {
+        p.victim_key = v;
+    }
+    (p, warning)
+}
+
+fn replay_for(spec: &RunSpec) -> Result<Box<dyn Replay>, String> {
+    match &spec.workload {
+        Workload::Sessions(s) => {
+            let rules = ReplayRules {
+                concurrency: spec.concurrency,
+                start_fraction: spec.plant.start_fraction,
+                idle_cap_s: spec.plant.idle_cap_s,
+                warmup: true,
+            };
+            AgentxReplay::new(s.clone(), rules, spec.seed).map(|r| Box::new(r) as Box<dyn Replay>).map_err(|e| e.to_string())
+        }
+        Workload::Timed(t, scale) => {
+            let rules = OpenLoopRules { scale: *scale, ..OpenLoopRules::default() };
+            OpenLoopReplay::new(t.clone(), rules).map(|r| Box::new(r) as Box<dyn Replay>).map_err(|e| e.to_string())
+        }
+    }
+}
+
+/// Tokens already cached on the context servers: the longest common prefix (in blocks) with
+/// the previous prompt of the same session instance and depth.
+fn uncached_tokens(cache: &mut HashMap<(u64, u32), Vec<u64>>, is: &Issue) -> u32 {
+    if is.block_size == 0 || is.hash_ids.is_empty() {
+        return is.input_tokens;
+    }
+    let key = (is.instance, is.depth);
+    let lcp = cache.get(&key).map_or(0, |prev| prev.iter().zip(&is.hash_ids).take_while(|(a, b)| a == b).count());
+    cache.insert(key, is.hash_ids.clone());
+    is.input_tokens.saturating_sub((lcp as u64 * is.block_size as u64).min(u32::MAX as u64) as u32)
+}
+
+/// Run one arm for one seed. `keep_trace` records every pass's decisions.
+pub fn run(spec: &RunSpec, arm: &ResolvedArm, keep_trace: bool) -> Result<RunResult, String> {
+    let (params, warning) = worker_params(spec, arm);
+    let mut worker = WorkerCore::new(params);
+    let mut replay = replay_for(spec)?;
+    let plant = &spec.plant;
+    let end_issue = spec.duration_s;
+    let hard_end = spec.duration_s + 1800.0;
+
+    let mut heap: BinaryHeap<Timed> = BinaryHeap::new();
+    let mut seq = 0u64;
+    let mut push = |heap: &mut BinaryHeap<Timed>, at: f64, ev: Ev| {
+        seq += 1;
+        heap.push(Timed { at, seq, ev });
+    };
+    let mut reqs: BTreeMap<u64, Req> = BTreeMap::new();
+    let mut ctx_free = plant.context.servers.max(1);
+    let mut ctx_queue: VecDeque<(u64, u32)> = VecDeque::new();
+    let mut prefix: HashMap<(u64, u32), Vec<u64>> = HashMap::new();
+    let mut uncached: HashMap<u64, u32> = HashMap::new();
+
+    let mut pending = PassInputs::default();
+    let mut stepping = false;
+    let mut poll_pending = false;
+    let mut measured_open = 0u64;
+    let mut out = RunResult { setup_warning: warning, ..RunResult::default() };
+    let (mut batch_sum, mut step_sum, mut window_steps) = (0.0f64, 0.0f64, 0u64);
+
+    replay.start(0.0);
+    let mut now = 0.0f64;
+    loop {
+        let next_ev = heap.peek().map(|t| t.at);
+        let next_issue = replay.next_due().filter(|t| *t < end_issue);
+        let t = match (next_ev, next_issue) {
+            (None, None) => break,
+            (Some(a), None) => a,
+            (None, Some(b)) => b,
+            (Some(a), Some(b)) => a.min(b),
+        };
+        if t > hard_end || (t >= end_issue && measured_open == 0 && now >= end_issue) {
+            break;
+        }
+        now = t;
+        out.events += 1;
+        let wake_worker;
+        if next_issue.is_some_and(|b| b <= now) {
+            for is in replay.pop_due(now) {
+                let measured = !is.warmup && is.send_at >= spec.warmup_s && is.send_at < spec.duration_s;
+                measured_open += measured as u64;
+                let u = uncached_tokens(&mut prefix, &is);
+                reqs.insert(is.id, Req { sent: is.send_at, input: is.input_tokens, max_tokens: is.max_tokens.max(1), measured, first: None, acc: 0.0 });
+                uncached.insert(is.id, u);
+                if ctx_free > 0 {
+                    ctx_free -= 1;
+                    push(&mut heap, now + plant.context.prefill_s(u), Ev::CtxDone(is.id));
+                } else {
+                    ctx_queue.push_back((is.id, u));
+                }
+            }
+            continue;
+        }
+        let Some(Timed { ev, .. }) = heap.pop() else { break };
+        match ev {
+            Ev::CtxDone(id) => {
+                uncached.remove(&id);
+                if let Some((next, u)) = ctx_queue.pop_front() {
+                    push(&mut heap, now + plant.context.prefill_s(u), Ev::CtxDone(next));
+                } else {
+                    ctx_free += 1;
+                }
+                if let Some(r) = reqs.get(&id) {
+                    pending.arrivals.push(Arrival { id, arrival: r.sent, context_tokens: r.input, max_tokens: r.max_tokens });
+                }
+                wake_worker = !stepping;
+            }
+            Ev::KvReady(id) => {
+                pending.kv_ready.push(KvReady { id, at: now });
+                wake_worker = !stepping;
+            }
+            Ev::Step => {
+                stepping = false;
+                wake_worker = true;
+            }
+            Ev::Poll => {
+                poll_pending = false;
+                wake_worker = !stepping;
+            }
+        }
+        if !wake_worker {
+            continue;
+        }
+        // A pass, then the step it schedules.
+        pending.now = now;
+        let inp = std::mem::take(&mut pending);
+        let o = worker.pass(&inp);
+        out.passes += 1;
+        let in_window = now >= spec.warmup_s && now < spec.duration_s;
+        if in_window {
+            out.pauses += o.pauses.len() as u64;
+            out.resumes += o.resumes.len() as u64;
+            out.forced_resumes += o.forced_resumes.len() as u64;
+            out.displaced += o.displaced.len() as u64;
+        }
+        for a in &o.admitted {
+            push(&mut heap, now + plant.transfer.transfer_s(a.context_tokens), Ev::KvReady(a.id));
+        }
+        for id in &o.rejected {
+            // Queue full: the request fails; its lane moves on.
+            if let Some(r) = reqs.remove(id) {
+                measured_open -= r.measured as u64;
+            }
+            let _ = replay.on_complete(*id, now);
+        }
+        for f in &o.first_tokens {
+            if let Some(r) = reqs.get_mut(&f.id) {
+                r.first = Some(now);
+            }
+        }
+        for d in &o.departed {
+            if let Some(r) = reqs.remove(&d.id) {
+                if r.measured {
+                    measured_open -= 1;
+                    let first = r.first.unwrap_or(now);
+                    let decode = now - first;
+                    out.records.push(Record {
+                        ttft_s: first - r.sent,
+                        e2e_s: now - r.sent,
+                        tpot_s: (d.output_tokens > 1).then(|| decode / (d.output_tokens - 1) as f64),
+                        input_tokens: r.input,
+                        output_tokens: d.output_tokens,
+                        decode_s: decode,
+                    });
+                }
+            }
+            let _ = replay.on_complete(d.id, now);
+        }
+        if !o.batch.is_empty() {
+            let kv: u64 = o.batch.iter().map(|r| r.context_len as u64).sum();
+            let step = plant.step.step_s(o.batch.len(), kv);
+            if in_window {
+                batch_sum += o.batch.len() as f64;
+                step_sum += step;
+                window_steps += 1;
+            }
+            let tps = plant.step.tokens_per_step;
+            pending.stepped = o
+                .batch
+                .iter()
+                .map(|row| {
+                    let r = reqs.get_mut(&row.id);
+                    let tokens = r.map_or(1, |r| {
+                        let before = r.acc.floor();
+                        r.acc += tps;
+                        (r.acc.floor() - before) as u32
+                    });
+                    Stepped { id: row.id, tokens, stop: false, token_ids: Vec::new() }
+                })
+                .collect();
+            pending.step_s = Some(step);
+            push(&mut heap, now + step, Ev::Step);
+            stepping = true;
+        } else if !worker.is_idle() && !poll_pending {
+            poll_pending = true;
+            // Nothing to step, but residents or waiters remain (in transfer, paused): poll.
+            push(&mut heap, now + plant.step.step_s(0, 0).max(0.005), Ev::Poll);
+        }
+        if keep_trace {
+            out.trace.push(o);
+        }
+    }
+    out.unfinished = measured_open;
+    out.simulated_s = now;
+    out.mean_batch = if window_steps > 0 { batch_sum / window_steps as f64 } else { 0.0 };
+    out.mean_step_s = if window_steps > 0 { step_sum / window_steps as f64 } else { 0.0 };
+    Ok(out)
+}

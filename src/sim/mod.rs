@@ -1,0 +1,194 @@
+//! The discrete-event simulator (SPEC §8): the real scheduling core (`WorkerCore`) against
+//! a modelled plant in virtual time, driven by agentic traces. Arms are paired by seed
+//! (each seed replays identical arrivals in every arm); seeds run in parallel.
+
+pub mod arm;
+pub mod cli;
+pub mod engine;
+pub mod plant;
+pub mod presets;
+pub mod report;
+pub mod svg;
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use serde::Serialize;
+
+use arm::{ArmSpec, ModeSpec};
+use engine::{ResolvedArm, RunResult, RunSpec};
+use report::{ArmSummary, Paired};
+
+use crate::policy::Mode;
+
+/// T for `target_output_tps=auto`: the control's mean per-request output rate / 1.10.
+pub const AUTO_TARGET_DIVISOR: f64 = 1.10;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Speed {
+    /// Simulated seconds per wall second, per core (summed over runs).
+    pub simulated_s_per_wall_s: f64,
+    pub events_per_s: f64,
+    pub passes_per_s: f64,
+    pub runs: usize,
+    pub wall_s: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ExperimentResult {
+    pub concurrency: usize,
+    pub seeds: u64,
+    pub duration_s: f64,
+    pub warmup_s: f64,
+    pub preset: String,
+    pub target_output_tps: Option<f64>,
+    pub arms: Vec<ArmSummary>,
+    pub paired: Vec<Paired>,
+    pub speed: Speed,
+    #[serde(skip)]
+    pub ttft_samples: Vec<(String, Vec<f64>)>,
+    pub warnings: Vec<String>,
+}
+
+pub struct Experiment {
+    pub base: RunSpec,
+    pub arms: Vec<ArmSpec>,
+    pub seeds: u64,
+    pub threads: usize,
+    pub progress: bool,
+}
+
+fn run_jobs(
+    exp: &Experiment,
+    jobs: Vec<(usize, u64, ResolvedArm)>,
+    bar: &indicatif::ProgressBar,
+) -> Result<Vec<(usize, u64, RunResult, f64)>, String> {
+    let queue = Mutex::new(VecDeque::from(jobs));
+    let results = Mutex::new(Vec::new());
+    let failure = Mutex::new(None::<String>);
+    std::thread::scope(|s| {
+        for _ in 0..exp.threads.max(1) {
+            s.spawn(|| loop {
+                let job = queue.lock().ok().and_then(|mut q| q.pop_front());
+                let Some((arm_idx, seed, arm)) = job else { break };
+                let spec = RunSpec { seed, ..exp.base.clone() };
+                let t0 = Instant::now();
+                match engine::run(&spec, &arm, false) {
+                    Ok(r) => {
+                        let wall = t0.elapsed().as_secs_f64();
+                        if let Ok(mut v) = results.lock() {
+                            v.push((arm_idx, seed, r, wall));
+                        }
+                    }
+                    Err(e) => {
+                        if let Ok(mut f) = failure.lock() {
+                            *f = Some(e);
+                        }
+                    }
+                }
+                bar.inc(1);
+            });
+        }
+    });
+    if let Some(e) = failure.into_inner().ok().flatten() {
+        return Err(e);
+    }
+    let mut v = results.into_inner().map_err(|_| "a simulation thread panicked".to_string())?;
+    v.sort_by_key(|(a, s, _, _)| (*a, *s));
+    Ok(v)
+}
+
+/// Run every arm for every seed; the control first (it fixes T for `target_output_tps=auto`).
+pub fn run_experiment(exp: &Experiment) -> Result<ExperimentResult, String> {
+    let mut arms = exp.arms.clone();
+    if !arms.iter().any(ArmSpec::is_control) {
+        arms.insert(0, ArmSpec::control());
+    }
+    let control_idx = arms.iter().position(ArmSpec::is_control).unwrap_or(0);
+    let total = arms.len() as u64 * exp.seeds;
+    let bar = if exp.progress {
+        let b = indicatif::ProgressBar::new(total);
+        b.set_style(
+            indicatif::ProgressStyle::with_template("{spinner} sim c{msg} [{bar:30}] {pos}/{len} runs, {elapsed} (eta {eta})")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        b.set_message(exp.base.concurrency.to_string());
+        b
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    let wall0 = Instant::now();
+    let control_arm = ResolvedArm { spec: arms[control_idx].clone(), mode: Mode::Off };
+    let control_jobs = (0..exp.seeds).map(|s| (control_idx, s, control_arm.clone())).collect();
+    let mut results = run_jobs(exp, control_jobs, &bar)?;
+
+    let control_rates: Vec<f64> =
+        results.iter().flat_map(|(_, _, r, _)| r.records.iter().filter_map(report::output_rate)).collect();
+    let auto_t = (!control_rates.is_empty())
+        .then(|| control_rates.iter().sum::<f64>() / control_rates.len() as f64 / AUTO_TARGET_DIVISOR);
+
+    let mut jobs = Vec::new();
+    let mut arm_targets = vec![None; arms.len()];
+    for (i, a) in arms.iter().enumerate() {
+        if i == control_idx {
+            continue;
+        }
+        let mode = match a.mode {
+            ModeSpec::Off => Mode::Off,
+            ModeSpec::TpotBudget(b) => Mode::TpotBudget(b),
+            ModeSpec::TargetOutputTps(t) => {
+                let t = t.or(auto_t).ok_or("target_output_tps=auto needs a control arm with completions")?;
+                arm_targets[i] = Some(t);
+                Mode::TargetOutputTps(t)
+            }
+        };
+        for s in 0..exp.seeds {
+            jobs.push((i, s, ResolvedArm { spec: a.clone(), mode }));
+        }
+    }
+    results.extend(run_jobs(exp, jobs, &bar)?);
+    bar.finish_and_clear();
+    let wall = wall0.elapsed().as_secs_f64();
+
+    let window = exp.base.duration_s - exp.base.warmup_s;
+    let target = arm_targets.iter().flatten().next().copied().or(auto_t);
+    let runs_of = |i: usize| -> Vec<&RunResult> { results.iter().filter(|(a, _, _, _)| *a == i).map(|(_, _, r, _)| r).collect() };
+    let mut summaries = Vec::new();
+    let mut paired = Vec::new();
+    let mut samples = Vec::new();
+    let mut warnings = Vec::new();
+    for (i, a) in arms.iter().enumerate() {
+        let runs = runs_of(i);
+        summaries.push(report::summarise(&a.name, &runs, window, target, arm_targets[i]));
+        samples.push((a.name.clone(), runs.iter().flat_map(|r| r.records.iter().map(|x| x.ttft_s)).collect()));
+        if let Some(w) = runs.iter().find_map(|r| r.setup_warning.clone()) {
+            warnings.push(format!("{}: {w}", a.name));
+        }
+        if i != control_idx {
+            paired.push(report::paired(&a.name, &arms[control_idx].name, &runs, &runs_of(control_idx), window));
+        }
+    }
+    let (sim_s, job_wall, events, passes) = results.iter().fold((0.0, 0.0, 0u64, 0u64), |acc, (_, _, r, w)| {
+        (acc.0 + r.simulated_s, acc.1 + w, acc.2 + r.events, acc.3 + r.passes)
+    });
+    Ok(ExperimentResult {
+        concurrency: exp.base.concurrency,
+        seeds: exp.seeds,
+        duration_s: exp.base.duration_s,
+        warmup_s: exp.base.warmup_s,
+        preset: exp.base.plant.name.clone(),
+        target_output_tps: target,
+        arms: summaries,
+        paired,
+        speed: Speed {
+            simulated_s_per_wall_s: sim_s / job_wall.max(1e-9),
+            events_per_s: events as f64 / job_wall.max(1e-9),
+            passes_per_s: passes as f64 / job_wall.max(1e-9),
+            runs: results.len(),
+            wall_s: wall,
+        },
+        ttft_samples: samples,
+        warnings,
+    })
+}

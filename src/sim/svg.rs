@@ -1,0 +1,117 @@
+//! A small SVG of TTFT CDFs, one line per arm (no plotting dependency needed).
+
+const W: f64 = 720.0;
+const H: f64 = 420.0;
+const L: f64 = 64.0;
+const R: f64 = 180.0;
+const T: f64 = 36.0;
+const B: f64 = 48.0;
+const COLORS: [&str; 8] = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"];
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}
+
+/// `series`: (arm name, TTFT samples in seconds). The x axis ends at the largest p99.
+pub fn ttft_cdf(title: &str, series: &[(String, Vec<f64>)]) -> String {
+    let mut sorted: Vec<(String, Vec<f64>)> = series
+        .iter()
+        .map(|(n, v)| {
+            let mut v = v.clone();
+            v.sort_by(f64::total_cmp);
+            (n.clone(), v)
+        })
+        .collect();
+    sorted.retain(|(_, v)| !v.is_empty());
+    let xmax = sorted
+        .iter()
+        .map(|(_, v)| v[((v.len() as f64 * 0.99) as usize).min(v.len() - 1)])
+        .fold(1.0f64, f64::max);
+    let xmax = nice_ceiling(xmax);
+    let px = |x: f64| L + (x / xmax).min(1.0) * (W - L - R);
+    let py = |y: f64| H - B - y * (H - T - B);
+    let mut s = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{W}\" height=\"{H}\" font-family=\"sans-serif\" font-size=\"12\">\n\
+         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
+         <text x=\"{}\" y=\"22\" text-anchor=\"middle\" font-size=\"14\">{}</text>\n",
+        (L + W - R) / 2.0,
+        esc(title)
+    );
+    for i in 0..=5 {
+        let x = xmax * i as f64 / 5.0;
+        let y = i as f64 / 5.0;
+        s += &format!(
+            "<line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\" stroke=\"#ddd\"/><text x=\"{0}\" y=\"{3}\" text-anchor=\"middle\">{4}</text>\n",
+            px(x),
+            py(0.0),
+            py(1.0),
+            py(0.0) + 16.0,
+            trim(x)
+        );
+        s += &format!(
+            "<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"#ddd\"/><text x=\"{3}\" y=\"{4}\" text-anchor=\"end\">{5:.1}</text>\n",
+            px(0.0),
+            py(y),
+            px(xmax),
+            px(0.0) - 6.0,
+            py(y) + 4.0,
+            y
+        );
+    }
+    s += &format!(
+        "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">TTFT (s)</text>\n<text x=\"16\" y=\"{}\" transform=\"rotate(-90 16 {})\" text-anchor=\"middle\">share of requests</text>\n",
+        (L + W - R) / 2.0,
+        H - 10.0,
+        (T + H - B) / 2.0,
+        (T + H - B) / 2.0
+    );
+    for (i, (name, v)) in sorted.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()];
+        let n = v.len();
+        let step = (n / 600).max(1);
+        let mut pts = String::new();
+        for (k, x) in v.iter().enumerate().step_by(step) {
+            pts += &format!("{:.1},{:.1} ", px(*x), py((k + 1) as f64 / n as f64));
+        }
+        pts += &format!("{:.1},{:.1}", px(v[n - 1]), py(1.0));
+        s += &format!("<polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"2\" points=\"{pts}\"/>\n");
+        let ly = T + 14.0 + 18.0 * i as f64;
+        s += &format!(
+            "<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"{color}\" stroke-width=\"3\"/><text x=\"{3}\" y=\"{4}\">{5}</text>\n",
+            W - R + 12.0,
+            ly,
+            W - R + 32.0,
+            W - R + 38.0,
+            ly + 4.0,
+            esc(name)
+        );
+    }
+    s += "</svg>\n";
+    s
+}
+
+fn nice_ceiling(x: f64) -> f64 {
+    let mag = 10f64.powf(x.log10().floor());
+    for m in [1.0, 2.0, 2.5, 5.0, 10.0] {
+        if m * mag >= x {
+            return m * mag;
+        }
+    }
+    10.0 * mag
+}
+
+fn trim(x: f64) -> String {
+    let s = format!("{x:.1}");
+    s.strip_suffix(".0").map(str::to_string).unwrap_or(s)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn svg_has_one_line_and_legend_per_arm() {
+        let s = super::ttft_cdf("t", &[("a".into(), vec![1.0, 2.0, 3.0]), ("b<x>".into(), vec![2.0, 4.0])]);
+        assert_eq!(s.matches("<polyline").count(), 2);
+        assert!(s.contains("b&lt;x&gt;"));
+        assert!(s.starts_with("<svg") && s.trim_end().ends_with("</svg>"));
+    }
+}

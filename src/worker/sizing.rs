@@ -1,0 +1,124 @@
+//! From a validated config to a sized worker: the setup decision of SPEC §4.4 runs first,
+//! and only a worker that will preempt reserves the paused cap as headroom.
+
+use crate::config::Config;
+use crate::policy::admission::AdmissionParams;
+use crate::policy::setup::{self, SetupDecision, SetupError, SetupInputs};
+use crate::pools::{KvConfig, PoolReport};
+
+use super::WorkerParams;
+
+/// Default recurrent-state size per request when a hybrid model does not say (bytes).
+const DEFAULT_RECURRENT_STATE_BYTES: u64 = 4 << 20;
+
+fn kv_config(cfg: &Config, rows: u32, headroom: u32) -> KvConfig {
+    let tpb = cfg.kv_cache_config.tokens_per_block.max(1);
+    KvConfig {
+        tokens_per_block: tpb,
+        total_pages: (cfg.kv_cache_config.max_tokens / tpb as u64).min(u32::MAX as u64) as u32,
+        index_rows: rows,
+        sliding_window: cfg.kv_cache_config.sliding_window,
+        headroom_rows: headroom,
+    }
+}
+
+/// What each pool could hold if sized for `max_active + headroom` residents. Pools whose
+/// size the operator fixed (recurrent slots, drafter slots, KV tokens) report that size.
+pub fn pool_reports(cfg: &Config, headroom: u32) -> Vec<PoolReport> {
+    let max_active = cfg.max_num_active_requests();
+    let rows = max_active + headroom;
+    let mut v = vec![
+        PoolReport { pool: "sequence_slots", resident_capacity: rows as u64 },
+        PoolReport { pool: "kv", resident_capacity: kv_config(cfg, rows, headroom).resident_capacity() },
+    ];
+    if let Some(n) = cfg.recurrent_state.slots {
+        v.push(PoolReport { pool: "recurrent_state", resident_capacity: n as u64 });
+    }
+    if let Some(n) = cfg.drafter.slots {
+        v.push(PoolReport { pool: "drafter", resident_capacity: n as u64 });
+    }
+    v
+}
+
+/// Decide (§4.4), then size every pool for the decision.
+pub fn resolve(cfg: &Config) -> Result<(WorkerParams, SetupDecision), SetupError> {
+    let max_active = cfg.max_num_active_requests();
+    let mode = cfg.preemption().unwrap_or(crate::policy::Mode::Off);
+    let adm = &cfg.scheduler_config.gen_admission;
+    let decision = setup::decide(
+        &SetupInputs {
+            mode,
+            policy: adm.policy,
+            pipeline_parallel_size: cfg.parallel.pipeline_parallel_size,
+            enable_attention_dp: cfg.parallel.enable_attention_dp,
+            max_active,
+        },
+        |h| pool_reports(cfg, h),
+    )?;
+    let headroom = decision.headroom;
+    let rows = max_active + headroom;
+    let params = WorkerParams {
+        max_batch_size: cfg.max_batch_size,
+        max_active,
+        max_num_tokens: cfg.max_num_tokens,
+        tokens_per_step: cfg.timing.tokens_per_step.round().max(1.0) as u32,
+        admission: AdmissionParams {
+            policy: adm.policy,
+            ttft_percentile: adm.ttft_percentile,
+            target_window: adm.target_window as usize,
+            min_samples: adm.min_samples as usize,
+            max_waiting: adm.max_waiting as usize,
+        },
+        mode: decision.mode,
+        victim_key: Default::default(),
+        headroom,
+        kv: kv_config(cfg, rows, headroom),
+        recurrent_state_bytes: cfg.recurrent_state.slots.map(|_| DEFAULT_RECURRENT_STATE_BYTES),
+        drafter_window: cfg.drafter.slots.map(|_| cfg.drafter.window_tokens),
+    };
+    Ok((params, decision))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::setup::OffReason;
+    use crate::policy::Mode;
+
+    fn cfg(yaml: &str) -> Config {
+        Config::from_yaml_str(yaml, "test").expect("valid config")
+    }
+
+    #[test]
+    fn preemption_on_sizes_pools_with_the_paused_cap() {
+        let (p, d) = resolve(&cfg("scheduler_config: { gen_preemption: { tpot_budget: 0.1 } }")).unwrap();
+        assert_eq!(d.mode, Mode::TpotBudget(0.1));
+        assert_eq!(p.headroom, 48);
+        assert_eq!(p.kv.index_rows, 176);
+        assert_eq!(p.residents_capacity(), 176);
+    }
+
+    #[test]
+    fn preemption_off_reserves_nothing() {
+        let (p, d) = resolve(&Config::default()).unwrap();
+        assert_eq!(d.mode, Mode::Off);
+        assert_eq!(p.headroom, 0);
+        assert_eq!(p.kv.index_rows, 128);
+    }
+
+    #[test]
+    fn a_kv_pool_too_small_for_the_headroom_disables_preemption_with_one_warning() {
+        let c = cfg("kv_cache_config: { max_tokens: 4096 }\nscheduler_config: { gen_preemption: { tpot_budget: 0.1 } }");
+        let (p, d) = resolve(&c).unwrap();
+        assert_eq!(d.mode, Mode::Off);
+        assert_eq!(p.headroom, 0);
+        assert_eq!(d.warning, Some(OffReason::PoolShort { pool: "kv", capacity: 128, need: 176 }));
+    }
+
+    #[test]
+    fn a_short_recurrent_pool_disables_preemption() {
+        let c = cfg("recurrent_state: { slots: 150 }\nscheduler_config: { gen_preemption: { target_output_tps: 30 } }");
+        let (_, d) = resolve(&c).unwrap();
+        assert_eq!(d.warning, Some(OffReason::PoolShort { pool: "recurrent_state", capacity: 150, need: 176 }));
+    }
+}
