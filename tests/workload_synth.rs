@@ -22,8 +22,10 @@ fn within(got: f64, want: f64, tol: f64, what: &str) {
     );
 }
 
-fn sample() -> Vec<Session> {
-    SyntheticAgentic::new(SynthParams::default()).generate(3000, 7)
+/// Generated once for all tests of this file.
+fn sample() -> &'static [Session] {
+    static SAMPLE: std::sync::OnceLock<Vec<Session>> = std::sync::OnceLock::new();
+    SAMPLE.get_or_init(|| SyntheticAgentic::new(SynthParams::default()).generate(3000, 7))
 }
 
 #[test]
@@ -53,7 +55,7 @@ fn synthetic_sessions_match_the_corpus_medians_and_p90() {
     within(quantile(&mut api, 0.5), 6.08, 0.10, "api time p50");
 
     let mut gaps = Vec::new();
-    for s in &sessions {
+    for s in sessions {
         for (k, w) in s.requests.windows(2).enumerate() {
             // Skip turns that waited for sub-agents: their gap runs from the join.
             if !s.subagents.iter().any(|sub| sub.after_request == k + 1) {
