@@ -8,7 +8,8 @@
 //! - A lane's first session starts at a random point `t* = t_0 + f (t_last - t_0)` of its
 //!   root chain, `f` uniform in `start_fraction`; replay begins at the first root request
 //!   with `t >= t*`, and with `warmup` the request before it is sent first, flagged as
-//!   warm-up. Sub-agents launched before the replayed part are skipped.
+//!   warm-up. Sub-agents launched before the replayed part are skipped; those launched by
+//!   the warm-up turn itself are replayed and not flagged.
 //! - A request is sent after everything it depends on completes (see `plan`), after the
 //!   recorded end-to-start gap `max(0, t_k - t_{k-1} - api_time_{k-1})` capped at
 //!   `idle_cap_s`. `max_tokens` is the recorded output length (at least 1).
@@ -74,7 +75,8 @@ impl ReplayRules {
 struct NodeState {
     node: Node,
     preds_left: u32,
-    ready_at: f64,
+    /// Latest completion among finished predecessors (the tree start for anchored nodes).
+    last_done: f64,
 }
 
 #[derive(Debug, Default)]
@@ -216,7 +218,11 @@ impl AgentxReplay {
                 .into_iter()
                 .map(|node| NodeState {
                     preds_left: node.preds,
-                    ready_at: node.anchor_gap.map_or(f64::NEG_INFINITY, |g| now + g),
+                    last_done: if node.anchored {
+                        now
+                    } else {
+                        f64::NEG_INFINITY
+                    },
                     node,
                 })
                 .collect();
@@ -256,7 +262,7 @@ impl AgentxReplay {
                 .collect(),
             block_size: self.sessions[l.session].block_size,
             warmup: st.node.warmup,
-            send_at: st.ready_at.max(now),
+            send_at: (st.last_done + st.node.gap).max(now),
         };
         self.pending.insert(id, (lane, node));
         self.heap.push(Pending(issue));
@@ -264,6 +270,7 @@ impl AgentxReplay {
 }
 
 impl Replay for AgentxReplay {
+    /// Call once: draws every lane's first session and schedules its first turn(s).
     fn start(&mut self, now: f64) {
         self.lanes = (0..self.rules.concurrency)
             .map(|_| Lane::default())
@@ -294,10 +301,10 @@ impl Replay for AgentxReplay {
             .ok_or(ReplayError::UnknownIssue(id))?;
         let succs = std::mem::take(&mut self.lanes[lane].nodes[node].node.succs);
         self.lanes[lane].remaining -= 1;
-        for (next, gap) in succs {
+        for next in succs {
             let st = &mut self.lanes[lane].nodes[next];
             st.preds_left -= 1;
-            st.ready_at = st.ready_at.max(now + gap);
+            st.last_done = st.last_done.max(now);
             if st.preds_left == 0 {
                 self.schedule(lane, next, now);
             }
