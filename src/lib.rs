@@ -2,4 +2,6 @@
 //! the TTFT tail by pausing decode requests in place. See README.md for the map.
 
 pub mod gpu;
+pub mod metrics;
 pub mod policy;
+pub mod server;
