@@ -349,6 +349,7 @@ fn arrival(body: Option<f64>, header: Option<&str>) -> Result<Option<f64>, ApiEr
 mod tests {
     use super::*;
     use crate::server::tokenize::WordTokenizer;
+    use serde_json::json;
 
     const CTX: usize = 100;
 
@@ -370,6 +371,27 @@ mod tests {
         match r {
             Ok(p) => panic!("expected an error, got {p:?}"),
             Err(e) => e.code,
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_body_gets_an_answer_not_a_panic(body in proptest::collection::vec(proptest::num::u8::ANY, 0..256)) {
+            for endpoint in [Endpoint::Completions, Endpoint::ChatCompletions] {
+                let _ = parse_request(endpoint, &body, None, &WordTokenizer::default(), CTX);
+            }
+        }
+
+        #[test]
+        fn accepted_requests_fit_the_context(words in 1usize..120, max in proptest::option::of(-5i64..150), min in proptest::option::of(-5i64..150)) {
+            let mut body = json!({"prompt": vec!["w"; words].join(" ")});
+            if let Some(m) = max { body["max_tokens"] = json!(m); }
+            if let Some(m) = min { body["min_tokens"] = json!(m); }
+            if let Ok(p) = completion(&body.to_string()) {
+                proptest::prop_assert!(p.gen.max_tokens >= 1);
+                proptest::prop_assert!(p.gen.min_tokens <= p.gen.max_tokens);
+                proptest::prop_assert!(p.gen.prompt_tokens.len() + p.gen.max_tokens as usize <= CTX);
+            }
         }
     }
 

@@ -219,6 +219,16 @@ mod tests {
         assert_eq!(t.encode(&text).len(), 500);
     }
 
+    proptest::proptest! {
+        #[test]
+        fn pieces_of_any_text_are_nonempty_and_cover_it(text in "\\PC{0,64}") {
+            let pieces = WordTokenizer::pieces(&text);
+            proptest::prop_assert!(pieces.iter().all(|p| !p.is_empty()));
+            proptest::prop_assert_eq!(pieces.concat(), text.clone());
+            proptest::prop_assert_eq!(WordTokenizer::default().encode(&text).len(), pieces.len());
+        }
+    }
+
     #[test]
     fn chatml_ends_at_the_assistant_turn() {
         let turns = [
