@@ -3,8 +3,10 @@
 
 pub mod config;
 pub mod gpu;
+pub mod metrics;
 pub mod policy;
 pub mod pools;
+pub mod server;
 pub mod sim;
 pub mod worker;
 pub mod workload;

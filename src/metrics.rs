@@ -1,0 +1,243 @@
+//! Every Prometheus metric genslot exports, in the peers' vocabulary (vLLM / Dynamo) with a
+//! `genslot_` prefix, and the recorder that renders them for `GET /metrics`.
+//!
+//! Who records what: the HTTP layer records per-request latency (TTFT, TPOT, E2E), token
+//! counts, successes and rejections; the engine records the scheduler's gauges and counters
+//! (running / waiting / paused, pauses, resumes, queue time, pools).
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, Unit};
+use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
+
+/// Gauge: requests in the batch or holding a slot (active). Engine.
+pub const NUM_REQUESTS_RUNNING: &str = "genslot_num_requests_running";
+/// Gauge: requests in the admission queue. Engine.
+pub const NUM_REQUESTS_WAITING: &str = "genslot_num_requests_waiting";
+/// Gauge: requests paused in place by the preemption controller. Engine.
+pub const NUM_REQUESTS_PAUSED: &str = "genslot_num_requests_paused";
+/// Counter: pauses decided by the preemption controller. Engine.
+pub const PAUSES_TOTAL: &str = "genslot_pauses_total";
+/// Counter, label [`LABEL_FORCED`] = "true" | "false": resumes of paused requests. Engine.
+pub const RESUMES_TOTAL: &str = "genslot_resumes_total";
+/// Histogram (s): first token − arrival. HTTP layer.
+pub const TIME_TO_FIRST_TOKEN_SECONDS: &str = "genslot_time_to_first_token_seconds";
+/// Histogram (s): (finish − first token) / (output tokens − 1). HTTP layer.
+pub const TIME_PER_OUTPUT_TOKEN_SECONDS: &str = "genslot_time_per_output_token_seconds";
+/// Histogram (s): arrival → admission into a slot. Engine.
+pub const REQUEST_QUEUE_TIME_SECONDS: &str = "genslot_request_queue_time_seconds";
+/// Histogram (s): arrival → last token. HTTP layer.
+pub const E2E_REQUEST_LATENCY_SECONDS: &str = "genslot_e2e_request_latency_seconds";
+/// Gauge, label [`LABEL_POOL`]: units of the pool in use. Engine.
+pub const POOL_USED: &str = "genslot_pool_used";
+/// Gauge, label [`LABEL_POOL`]: units the pool holds. Engine.
+pub const POOL_CAPACITY: &str = "genslot_pool_capacity";
+/// Counter, label [`LABEL_FINISHED_REASON`] = "length" | "stop" | "abort". HTTP layer.
+pub const REQUEST_SUCCESS_TOTAL: &str = "genslot_request_success_total";
+/// Counter, label [`LABEL_REASON`] = the error code (e.g. "queue_full", "invalid_json"). HTTP layer.
+pub const REQUESTS_REJECTED_TOTAL: &str = "genslot_requests_rejected_total";
+/// Counter, label [`LABEL_REASON`] = "engine_failed" | "cancelled": accepted requests that
+/// ended without a finish reason (engine failure, or the client went away). HTTP layer.
+pub const REQUESTS_FAILED_TOTAL: &str = "genslot_requests_failed_total";
+/// Counter: prompt tokens of accepted requests. HTTP layer.
+pub const PROMPT_TOKENS_TOTAL: &str = "genslot_prompt_tokens_total";
+/// Counter: tokens sent to clients. HTTP layer.
+pub const GENERATION_TOKENS_TOTAL: &str = "genslot_generation_tokens_total";
+
+pub const LABEL_FORCED: &str = "forced";
+pub const LABEL_POOL: &str = "pool";
+pub const LABEL_FINISHED_REASON: &str = "finished_reason";
+pub const LABEL_REASON: &str = "reason";
+
+// Bucket bounds are vLLM's, so dashboards built for vLLM read ours the same way.
+pub const TTFT_BUCKETS: &[f64] = &[
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+    20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+];
+pub const TPOT_BUCKETS: &[f64] = &[
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+    40.0, 80.0,
+];
+/// For queue time and E2E latency.
+pub const REQUEST_LATENCY_BUCKETS: &[f64] = &[
+    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
+    480.0, 960.0, 1920.0, 7680.0,
+];
+
+/// How often [`spawn_upkeep`] drains histogram samples so memory stays bounded between scrapes.
+pub const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
+
+#[derive(Debug, thiserror::Error)]
+pub enum MetricsError {
+    #[error("cannot install the Prometheus recorder: {0}")]
+    Install(#[from] BuildError),
+}
+
+fn builder() -> Result<PrometheusBuilder, BuildError> {
+    PrometheusBuilder::new()
+        .set_buckets_for_metric(
+            Matcher::Full(TIME_TO_FIRST_TOKEN_SECONDS.into()),
+            TTFT_BUCKETS,
+        )?
+        .set_buckets_for_metric(
+            Matcher::Full(TIME_PER_OUTPUT_TOKEN_SECONDS.into()),
+            TPOT_BUCKETS,
+        )?
+        .set_buckets_for_metric(
+            Matcher::Full(REQUEST_QUEUE_TIME_SECONDS.into()),
+            REQUEST_LATENCY_BUCKETS,
+        )?
+        .set_buckets_for_metric(
+            Matcher::Full(E2E_REQUEST_LATENCY_SECONDS.into()),
+            REQUEST_LATENCY_BUCKETS,
+        )
+}
+
+static INSTALLED: Mutex<Option<PrometheusHandle>> = Mutex::new(None);
+
+/// Installs the process-wide recorder (once; later calls return the same handle), describes
+/// every metric, and registers the unlabelled ones at zero so a scrape shows them from the
+/// start. Fails only if a different recorder was installed first.
+pub fn install_recorder() -> Result<PrometheusHandle, MetricsError> {
+    let mut installed = INSTALLED
+        .lock()
+        .unwrap_or_else(|poison| poison.into_inner());
+    if let Some(handle) = installed.as_ref() {
+        return Ok(handle.clone());
+    }
+    let handle = builder()?.install_recorder()?;
+    describe_all();
+    register_at_zero();
+    *installed = Some(handle.clone());
+    Ok(handle)
+}
+
+/// Keeps histogram memory bounded when nobody scrapes; call inside a tokio runtime.
+pub fn spawn_upkeep(handle: PrometheusHandle) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(UPKEEP_INTERVAL);
+        loop {
+            tick.tick().await;
+            handle.run_upkeep();
+        }
+    })
+}
+
+fn describe_all() {
+    describe_gauge!(
+        NUM_REQUESTS_RUNNING,
+        "Requests holding a slot (active, not paused)."
+    );
+    describe_gauge!(NUM_REQUESTS_WAITING, "Requests in the admission queue.");
+    describe_gauge!(
+        NUM_REQUESTS_PAUSED,
+        "Requests paused in place by the preemption controller."
+    );
+    describe_counter!(PAUSES_TOTAL, "Pauses decided by the preemption controller.");
+    describe_counter!(
+        RESUMES_TOTAL,
+        "Resumes of paused requests; forced=true when the paused cap or a timeout forced it."
+    );
+    describe_histogram!(
+        TIME_TO_FIRST_TOKEN_SECONDS,
+        Unit::Seconds,
+        "First token time minus arrival (arrival_time when the request carries it)."
+    );
+    describe_histogram!(
+        TIME_PER_OUTPUT_TOKEN_SECONDS,
+        Unit::Seconds,
+        "(Finish - first token) / (output tokens - 1), pauses included."
+    );
+    describe_histogram!(
+        REQUEST_QUEUE_TIME_SECONDS,
+        Unit::Seconds,
+        "Arrival to admission into a slot."
+    );
+    describe_histogram!(
+        E2E_REQUEST_LATENCY_SECONDS,
+        Unit::Seconds,
+        "Arrival to the last token."
+    );
+    describe_gauge!(POOL_USED, "Units of the pool in use.");
+    describe_gauge!(POOL_CAPACITY, "Units the pool holds.");
+    describe_counter!(
+        REQUEST_SUCCESS_TOTAL,
+        "Requests that finished, by finished_reason."
+    );
+    describe_counter!(
+        REQUESTS_REJECTED_TOTAL,
+        "Requests refused before or at submission, by reason."
+    );
+    describe_counter!(
+        REQUESTS_FAILED_TOTAL,
+        "Accepted requests that ended without finishing (engine failure, client gone), by reason."
+    );
+    describe_counter!(PROMPT_TOKENS_TOTAL, "Prompt tokens of accepted requests.");
+    describe_counter!(GENERATION_TOKENS_TOTAL, "Tokens sent to clients.");
+}
+
+fn register_at_zero() {
+    for name in [
+        NUM_REQUESTS_RUNNING,
+        NUM_REQUESTS_WAITING,
+        NUM_REQUESTS_PAUSED,
+    ] {
+        gauge!(name).set(0.0);
+    }
+    for name in [PAUSES_TOTAL, PROMPT_TOKENS_TOTAL, GENERATION_TOKENS_TOTAL] {
+        counter!(name).increment(0);
+    }
+    for forced in ["true", "false"] {
+        counter!(RESUMES_TOTAL, LABEL_FORCED => forced).increment(0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histograms_render_as_buckets_not_summaries() {
+        let recorder = builder().unwrap().build_recorder();
+        let handle = recorder.handle();
+        metrics::with_local_recorder(&recorder, || {
+            metrics::histogram!(TIME_TO_FIRST_TOKEN_SECONDS).record(0.03);
+            metrics::histogram!(E2E_REQUEST_LATENCY_SECONDS).record(3.0);
+        });
+        let text = handle.render();
+        assert!(text.contains(r#"genslot_time_to_first_token_seconds_bucket{le="0.04"} 1"#));
+        assert!(text.contains(r#"genslot_time_to_first_token_seconds_bucket{le="0.02"} 0"#));
+        assert!(text.contains(r#"genslot_e2e_request_latency_seconds_bucket{le="5"} 1"#));
+        assert!(!text.contains("quantile="));
+    }
+
+    #[test]
+    fn every_name_has_the_prefix_and_bucket_bounds_ascend() {
+        let all = [
+            NUM_REQUESTS_RUNNING,
+            NUM_REQUESTS_WAITING,
+            NUM_REQUESTS_PAUSED,
+            PAUSES_TOTAL,
+            RESUMES_TOTAL,
+            TIME_TO_FIRST_TOKEN_SECONDS,
+            TIME_PER_OUTPUT_TOKEN_SECONDS,
+            REQUEST_QUEUE_TIME_SECONDS,
+            E2E_REQUEST_LATENCY_SECONDS,
+            POOL_USED,
+            POOL_CAPACITY,
+            REQUEST_SUCCESS_TOTAL,
+            REQUESTS_REJECTED_TOTAL,
+            REQUESTS_FAILED_TOTAL,
+            PROMPT_TOKENS_TOTAL,
+            GENERATION_TOKENS_TOTAL,
+        ];
+        assert!(all.iter().all(|n| n.starts_with("genslot_")));
+        for bounds in [TTFT_BUCKETS, TPOT_BUCKETS, REQUEST_LATENCY_BUCKETS] {
+            assert!(
+                bounds.windows(2).all(|w| w[0] < w[1]),
+                "buckets must ascend"
+            );
+        }
+    }
+}
