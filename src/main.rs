@@ -6,7 +6,11 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "genslot", version, about = "GEN server that pauses decode requests in place to protect the TTFT tail")]
+#[command(
+    name = "genslot",
+    version,
+    about = "GEN server that pauses decode requests in place to protect the TTFT tail"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -35,19 +35,40 @@ pub struct ArmError {
 
 impl ArmSpec {
     pub fn control() -> Self {
-        ArmSpec { name: "control".into(), mode: ModeSpec::Off, max_batch_size: None, max_active: None, order: None, victim: None }
+        ArmSpec {
+            name: "control".into(),
+            mode: ModeSpec::Off,
+            max_batch_size: None,
+            max_active: None,
+            order: None,
+            victim: None,
+        }
     }
 
     pub fn parse(text: &str) -> Result<Self, ArmError> {
-        let err = |why: String| ArmError { arm: text.to_string(), why };
-        let mut arm = ArmSpec { name: text.trim().to_string(), ..ArmSpec::control() };
+        let err = |why: String| ArmError {
+            arm: text.to_string(),
+            why,
+        };
+        let mut arm = ArmSpec {
+            name: text.trim().to_string(),
+            ..ArmSpec::control()
+        };
         for part in text.split('+').map(str::trim) {
             if part == "control" {
                 continue;
             }
-            let (k, v) = part.split_once('=').ok_or_else(|| err(format!("`{part}` is not key=value")))?;
-            let num = |v: &str| v.parse::<f64>().map_err(|_| err(format!("`{v}` is not a number")));
-            let int = |v: &str| v.parse::<u32>().map_err(|_| err(format!("`{v}` is not a whole number")));
+            let (k, v) = part
+                .split_once('=')
+                .ok_or_else(|| err(format!("`{part}` is not key=value")))?;
+            let num = |v: &str| {
+                v.parse::<f64>()
+                    .map_err(|_| err(format!("`{v}` is not a number")))
+            };
+            let int = |v: &str| {
+                v.parse::<u32>()
+                    .map_err(|_| err(format!("`{v}` is not a whole number")))
+            };
             match k {
                 "tpot_budget" => {
                     let b = num(v)?;
@@ -103,11 +124,18 @@ impl ArmSpec {
     }
 
     pub fn parse_list(text: &str) -> Result<Vec<Self>, ArmError> {
-        text.split(',').filter(|s| !s.trim().is_empty()).map(Self::parse).collect()
+        text.split(',')
+            .filter(|s| !s.trim().is_empty())
+            .map(Self::parse)
+            .collect()
     }
 
     pub fn is_control(&self) -> bool {
-        *self == ArmSpec { name: self.name.clone(), ..ArmSpec::control() }
+        *self
+            == ArmSpec {
+                name: self.name.clone(),
+                ..ArmSpec::control()
+            }
     }
 }
 
@@ -117,7 +145,10 @@ mod tests {
 
     #[test]
     fn parses_the_reference_arms() {
-        let arms = ArmSpec::parse_list("control,tpot_budget=0.10,target_output_tps=auto,max_batch_size=144").unwrap();
+        let arms = ArmSpec::parse_list(
+            "control,tpot_budget=0.10,target_output_tps=auto,max_batch_size=144",
+        )
+        .unwrap();
         assert!(arms[0].is_control());
         assert_eq!(arms[1].mode, ModeSpec::TpotBudget(0.10));
         assert_eq!(arms[2].mode, ModeSpec::TargetOutputTps(None));

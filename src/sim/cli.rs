@@ -44,7 +44,10 @@ pub struct SimArgs {
     pub warmup: f64,
     /// Comma-separated arms: control, tpot_budget=B, target_output_tps=T|auto,
     /// max_batch_size=N, combined with `+` (order=fcfs|edf|auto, victim=...).
-    #[arg(long, default_value = "control,tpot_budget=0.10,target_output_tps=auto")]
+    #[arg(
+        long,
+        default_value = "control,tpot_budget=0.10,target_output_tps=auto"
+    )]
     pub arms: String,
     /// Open-loop traces: multiply the arrival rate.
     #[arg(long, default_value_t = 1.0)]
@@ -64,14 +67,18 @@ pub struct SimArgs {
 fn workload(args: &SimArgs) -> anyhow::Result<Workload> {
     match &args.trace {
         None => {
-            let sessions = SyntheticAgentic::new(SynthParams::default()).generate(args.synthetic_sessions, 0x5eed);
+            let sessions = SyntheticAgentic::new(SynthParams::default())
+                .generate(args.synthetic_sessions, 0x5eed);
             Ok(Workload::Sessions(Arc::from(sessions)))
         }
         Some(path) => {
-            let trace = load_trace(path, None).with_context(|| format!("loading trace {}", path.display()))?;
+            let trace = load_trace(path, None)
+                .with_context(|| format!("loading trace {}", path.display()))?;
             Ok(match trace {
-                Trace::Weka(s) => Workload::Sessions(Arc::from(s)),
-                Trace::Mooncake(t) | Trace::Azure(t) => Workload::Timed(Arc::from(t), args.rate_scale),
+                Trace::Sessions(s) => Workload::Sessions(Arc::from(s)),
+                Trace::Requests { requests, .. } => {
+                    Workload::Timed(Arc::from(requests), args.rate_scale)
+                }
             })
         }
     }
@@ -91,7 +98,11 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         bail!("--seeds must be at least 1");
     }
     if !(args.duration > args.warmup && args.warmup >= 0.0) {
-        bail!("--duration ({}) must exceed --warmup ({})", args.duration, args.warmup);
+        bail!(
+            "--duration ({}) must exceed --warmup ({})",
+            args.duration,
+            args.warmup
+        );
     }
     let (plant, admission) = match &args.config {
         Some(path) => {
@@ -104,17 +115,36 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
                 min_samples: a.min_samples as usize,
                 max_waiting: a.max_waiting as usize,
             };
-            (super::plant::Plant::from_timing("config", &c.timing, c.max_batch_size, c.kv_cache_config.max_tokens), adm)
+            (
+                super::plant::Plant::from_timing(
+                    "config",
+                    &c.timing,
+                    c.max_batch_size,
+                    c.kv_cache_config.max_tokens,
+                ),
+                adm,
+            )
         }
         None => {
-            let p = presets::preset(&args.preset)
-                .with_context(|| format!("unknown preset `{}` (one of {})", args.preset, presets::NAMES.join(", ")))?;
+            let p = presets::preset(&args.preset).with_context(|| {
+                format!(
+                    "unknown preset `{}` (one of {})",
+                    args.preset,
+                    presets::NAMES.join(", ")
+                )
+            })?;
             (p, AdmissionParams::default())
         }
     };
     let workload = workload(&args)?;
-    let threads = args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let loads = if args.sweep.is_empty() { vec![args.concurrency] } else { args.sweep.clone() };
+    let threads = args
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let loads = if args.sweep.is_empty() {
+        vec![args.concurrency]
+    } else {
+        args.sweep.clone()
+    };
     let mut all: Vec<ExperimentResult> = Vec::new();
     for &c in &loads {
         let exp = Experiment {
@@ -139,7 +169,8 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
             r.seeds,
             r.duration_s,
             r.warmup_s,
-            r.target_output_tps.map_or(String::new(), |t| format!(", T = {t:.1} tok/s"))
+            r.target_output_tps
+                .map_or(String::new(), |t| format!(", T = {t:.1} tok/s"))
         );
         print!("{}", report::arm_table(&r.arms));
         print!("{}", report::paired_table(&r.paired));

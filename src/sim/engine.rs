@@ -13,7 +13,9 @@ use crate::policy::setup::{self, SetupInputs};
 use crate::policy::{AdmissionPolicy, Mode};
 use crate::pools::PoolReport;
 use crate::worker::{Arrival, KvReady, PassInputs, PassOutput, Stepped, WorkerCore, WorkerParams};
-use crate::workload::{AgentxReplay, Issue, OpenLoopReplay, OpenLoopRules, Replay, ReplayRules, Session, TimedRequest};
+use crate::workload::{
+    AgentxReplay, Issue, OpenLoopReplay, OpenLoopRules, Replay, ReplayRules, Session, TimedRequest,
+};
 
 use super::arm::ArmSpec;
 use super::plant::Plant;
@@ -172,11 +174,18 @@ fn replay_for(spec: &RunSpec) -> Result<Box<dyn Replay>, String> {
                 idle_cap_s: spec.plant.idle_cap_s,
                 warmup: true,
             };
-            AgentxReplay::new(s.clone(), rules, spec.seed).map(|r| Box::new(r) as Box<dyn Replay>).map_err(|e| e.to_string())
+            AgentxReplay::new(s.clone(), rules, spec.seed)
+                .map(|r| Box::new(r) as Box<dyn Replay>)
+                .map_err(|e| e.to_string())
         }
         Workload::Timed(t, scale) => {
-            let rules = OpenLoopRules { scale: *scale, ..OpenLoopRules::default() };
-            OpenLoopReplay::new(t.clone(), rules).map(|r| Box::new(r) as Box<dyn Replay>).map_err(|e| e.to_string())
+            let rules = OpenLoopRules {
+                scale: *scale,
+                ..OpenLoopRules::default()
+            };
+            OpenLoopReplay::new(t.clone(), rules)
+                .map(|r| Box::new(r) as Box<dyn Replay>)
+                .map_err(|e| e.to_string())
         }
     }
 }
@@ -188,9 +197,15 @@ fn uncached_tokens(cache: &mut HashMap<(u64, u32), Vec<u64>>, is: &Issue) -> u32
         return is.input_tokens;
     }
     let key = (is.instance, is.depth);
-    let lcp = cache.get(&key).map_or(0, |prev| prev.iter().zip(&is.hash_ids).take_while(|(a, b)| a == b).count());
+    let lcp = cache.get(&key).map_or(0, |prev| {
+        prev.iter()
+            .zip(&is.hash_ids)
+            .take_while(|(a, b)| a == b)
+            .count()
+    });
     cache.insert(key, is.hash_ids.clone());
-    is.input_tokens.saturating_sub((lcp as u64 * is.block_size as u64).min(u32::MAX as u64) as u32)
+    is.input_tokens
+        .saturating_sub((lcp as u64 * is.block_size as u64).min(u32::MAX as u64) as u32)
 }
 
 /// Run one arm for one seed. `keep_trace` records every pass's decisions.
@@ -218,7 +233,10 @@ pub fn run(spec: &RunSpec, arm: &ResolvedArm, keep_trace: bool) -> Result<RunRes
     let mut stepping = false;
     let mut poll_pending = false;
     let mut measured_open = 0u64;
-    let mut out = RunResult { setup_warning: warning, ..RunResult::default() };
+    let mut out = RunResult {
+        setup_warning: warning,
+        ..RunResult::default()
+    };
     let (mut batch_sum, mut step_sum, mut window_steps) = (0.0f64, 0.0f64, 0u64);
 
     replay.start(0.0);
@@ -240,31 +258,57 @@ pub fn run(spec: &RunSpec, arm: &ResolvedArm, keep_trace: bool) -> Result<RunRes
         let wake_worker;
         if next_issue.is_some_and(|b| b <= now) {
             for is in replay.pop_due(now) {
-                let measured = !is.warmup && is.send_at >= spec.warmup_s && is.send_at < spec.duration_s;
+                let measured =
+                    !is.warmup && is.send_at >= spec.warmup_s && is.send_at < spec.duration_s;
                 measured_open += measured as u64;
                 let u = uncached_tokens(&mut prefix, &is);
-                reqs.insert(is.id, Req { sent: is.send_at, input: is.input_tokens, max_tokens: is.max_tokens.max(1), measured, first: None, acc: 0.0 });
+                reqs.insert(
+                    is.id,
+                    Req {
+                        sent: is.send_at,
+                        input: is.input_tokens,
+                        max_tokens: is.max_tokens.max(1),
+                        measured,
+                        first: None,
+                        acc: 0.0,
+                    },
+                );
                 uncached.insert(is.id, u);
                 if ctx_free > 0 {
                     ctx_free -= 1;
-                    push(&mut heap, now + plant.context.prefill_s(u), Ev::CtxDone(is.id));
+                    push(
+                        &mut heap,
+                        now + plant.context.prefill_s(u),
+                        Ev::CtxDone(is.id),
+                    );
                 } else {
                     ctx_queue.push_back((is.id, u));
                 }
             }
             continue;
         }
-        let Some(Timed { ev, .. }) = heap.pop() else { break };
+        let Some(Timed { ev, .. }) = heap.pop() else {
+            break;
+        };
         match ev {
             Ev::CtxDone(id) => {
                 uncached.remove(&id);
                 if let Some((next, u)) = ctx_queue.pop_front() {
-                    push(&mut heap, now + plant.context.prefill_s(u), Ev::CtxDone(next));
+                    push(
+                        &mut heap,
+                        now + plant.context.prefill_s(u),
+                        Ev::CtxDone(next),
+                    );
                 } else {
                     ctx_free += 1;
                 }
                 if let Some(r) = reqs.get(&id) {
-                    pending.arrivals.push(Arrival { id, arrival: r.sent, context_tokens: r.input, max_tokens: r.max_tokens });
+                    pending.arrivals.push(Arrival {
+                        id,
+                        arrival: r.sent,
+                        context_tokens: r.input,
+                        max_tokens: r.max_tokens,
+                    });
                 }
                 wake_worker = !stepping;
             }
@@ -297,7 +341,11 @@ pub fn run(spec: &RunSpec, arm: &ResolvedArm, keep_trace: bool) -> Result<RunRes
             out.displaced += o.displaced.len() as u64;
         }
         for a in &o.admitted {
-            push(&mut heap, now + plant.transfer.transfer_s(a.context_tokens), Ev::KvReady(a.id));
+            push(
+                &mut heap,
+                now + plant.transfer.transfer_s(a.context_tokens),
+                Ev::KvReady(a.id),
+            );
         }
         for id in &o.rejected {
             // Queue full: the request fails; its lane moves on.
@@ -320,7 +368,8 @@ pub fn run(spec: &RunSpec, arm: &ResolvedArm, keep_trace: bool) -> Result<RunRes
                     out.records.push(Record {
                         ttft_s: first - r.sent,
                         e2e_s: now - r.sent,
-                        tpot_s: (d.output_tokens > 1).then(|| decode / (d.output_tokens - 1) as f64),
+                        tpot_s: (d.output_tokens > 1)
+                            .then(|| decode / (d.output_tokens - 1) as f64),
                         input_tokens: r.input,
                         output_tokens: d.output_tokens,
                         decode_s: decode,
@@ -348,7 +397,12 @@ pub fn run(spec: &RunSpec, arm: &ResolvedArm, keep_trace: bool) -> Result<RunRes
                         r.acc += tps;
                         (r.acc.floor() - before) as u32
                     });
-                    Stepped { id: row.id, tokens, stop: false, token_ids: Vec::new() }
+                    Stepped {
+                        id: row.id,
+                        tokens,
+                        stop: false,
+                        token_ids: Vec::new(),
+                    }
                 })
                 .collect();
             pending.step_s = Some(step);
@@ -357,7 +411,11 @@ pub fn run(spec: &RunSpec, arm: &ResolvedArm, keep_trace: bool) -> Result<RunRes
         } else if !worker.is_idle() && !poll_pending {
             poll_pending = true;
             // Nothing to step, but residents or waiters remain (in transfer, paused): poll.
-            push(&mut heap, now + plant.step.step_s(0, 0).max(0.005), Ev::Poll);
+            push(
+                &mut heap,
+                now + plant.step.step_s(0, 0).max(0.005),
+                Ev::Poll,
+            );
         }
         if keep_trace {
             out.trace.push(o);
@@ -365,7 +423,15 @@ pub fn run(spec: &RunSpec, arm: &ResolvedArm, keep_trace: bool) -> Result<RunRes
     }
     out.unfinished = measured_open;
     out.simulated_s = now;
-    out.mean_batch = if window_steps > 0 { batch_sum / window_steps as f64 } else { 0.0 };
-    out.mean_step_s = if window_steps > 0 { step_sum / window_steps as f64 } else { 0.0 };
+    out.mean_batch = if window_steps > 0 {
+        batch_sum / window_steps as f64
+    } else {
+        0.0
+    };
+    out.mean_step_s = if window_steps > 0 {
+        step_sum / window_steps as f64
+    } else {
+        0.0
+    };
     Ok(out)
 }

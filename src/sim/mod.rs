@@ -71,8 +71,13 @@ fn run_jobs(
         for _ in 0..exp.threads.max(1) {
             s.spawn(|| loop {
                 let job = queue.lock().ok().and_then(|mut q| q.pop_front());
-                let Some((arm_idx, seed, arm)) = job else { break };
-                let spec = RunSpec { seed, ..exp.base.clone() };
+                let Some((arm_idx, seed, arm)) = job else {
+                    break;
+                };
+                let spec = RunSpec {
+                    seed,
+                    ..exp.base.clone()
+                };
                 let t0 = Instant::now();
                 match engine::run(&spec, &arm, false) {
                     Ok(r) => {
@@ -94,7 +99,9 @@ fn run_jobs(
     if let Some(e) = failure.into_inner().ok().flatten() {
         return Err(e);
     }
-    let mut v = results.into_inner().map_err(|_| "a simulation thread panicked".to_string())?;
+    let mut v = results
+        .into_inner()
+        .map_err(|_| "a simulation thread panicked".to_string())?;
     v.sort_by_key(|(a, s, _, _)| (*a, *s));
     Ok(v)
 }
@@ -110,8 +117,10 @@ pub fn run_experiment(exp: &Experiment) -> Result<ExperimentResult, String> {
     let bar = if exp.progress {
         let b = indicatif::ProgressBar::new(total);
         b.set_style(
-            indicatif::ProgressStyle::with_template("{spinner} sim c{msg} [{bar:30}] {pos}/{len} runs, {elapsed} (eta {eta})")
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            indicatif::ProgressStyle::with_template(
+                "{spinner} sim c{msg} [{bar:30}] {pos}/{len} runs, {elapsed} (eta {eta})",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
         );
         b.set_message(exp.base.concurrency.to_string());
         b
@@ -119,14 +128,22 @@ pub fn run_experiment(exp: &Experiment) -> Result<ExperimentResult, String> {
         indicatif::ProgressBar::hidden()
     };
     let wall0 = Instant::now();
-    let control_arm = ResolvedArm { spec: arms[control_idx].clone(), mode: Mode::Off };
-    let control_jobs = (0..exp.seeds).map(|s| (control_idx, s, control_arm.clone())).collect();
+    let control_arm = ResolvedArm {
+        spec: arms[control_idx].clone(),
+        mode: Mode::Off,
+    };
+    let control_jobs = (0..exp.seeds)
+        .map(|s| (control_idx, s, control_arm.clone()))
+        .collect();
     let mut results = run_jobs(exp, control_jobs, &bar)?;
 
-    let control_rates: Vec<f64> =
-        results.iter().flat_map(|(_, _, r, _)| r.records.iter().filter_map(report::output_rate)).collect();
-    let auto_t = (!control_rates.is_empty())
-        .then(|| control_rates.iter().sum::<f64>() / control_rates.len() as f64 / AUTO_TARGET_DIVISOR);
+    let control_rates: Vec<f64> = results
+        .iter()
+        .flat_map(|(_, _, r, _)| r.records.iter().filter_map(report::output_rate))
+        .collect();
+    let auto_t = (!control_rates.is_empty()).then(|| {
+        control_rates.iter().sum::<f64>() / control_rates.len() as f64 / AUTO_TARGET_DIVISOR
+    });
 
     let mut jobs = Vec::new();
     let mut arm_targets = vec![None; arms.len()];
@@ -138,13 +155,22 @@ pub fn run_experiment(exp: &Experiment) -> Result<ExperimentResult, String> {
             ModeSpec::Off => Mode::Off,
             ModeSpec::TpotBudget(b) => Mode::TpotBudget(b),
             ModeSpec::TargetOutputTps(t) => {
-                let t = t.or(auto_t).ok_or("target_output_tps=auto needs a control arm with completions")?;
+                let t = t
+                    .or(auto_t)
+                    .ok_or("target_output_tps=auto needs a control arm with completions")?;
                 arm_targets[i] = Some(t);
                 Mode::TargetOutputTps(t)
             }
         };
         for s in 0..exp.seeds {
-            jobs.push((i, s, ResolvedArm { spec: a.clone(), mode }));
+            jobs.push((
+                i,
+                s,
+                ResolvedArm {
+                    spec: a.clone(),
+                    mode,
+                },
+            ));
         }
     }
     results.extend(run_jobs(exp, jobs, &bar)?);
@@ -153,25 +179,56 @@ pub fn run_experiment(exp: &Experiment) -> Result<ExperimentResult, String> {
 
     let window = exp.base.duration_s - exp.base.warmup_s;
     let target = arm_targets.iter().flatten().next().copied().or(auto_t);
-    let runs_of = |i: usize| -> Vec<&RunResult> { results.iter().filter(|(a, _, _, _)| *a == i).map(|(_, _, r, _)| r).collect() };
+    let runs_of = |i: usize| -> Vec<&RunResult> {
+        results
+            .iter()
+            .filter(|(a, _, _, _)| *a == i)
+            .map(|(_, _, r, _)| r)
+            .collect()
+    };
     let mut summaries = Vec::new();
     let mut paired = Vec::new();
     let mut samples = Vec::new();
     let mut warnings = Vec::new();
     for (i, a) in arms.iter().enumerate() {
         let runs = runs_of(i);
-        summaries.push(report::summarise(&a.name, &runs, window, target, arm_targets[i]));
-        samples.push((a.name.clone(), runs.iter().flat_map(|r| r.records.iter().map(|x| x.ttft_s)).collect()));
+        summaries.push(report::summarise(
+            &a.name,
+            &runs,
+            window,
+            target,
+            arm_targets[i],
+        ));
+        samples.push((
+            a.name.clone(),
+            runs.iter()
+                .flat_map(|r| r.records.iter().map(|x| x.ttft_s))
+                .collect(),
+        ));
         if let Some(w) = runs.iter().find_map(|r| r.setup_warning.clone()) {
             warnings.push(format!("{}: {w}", a.name));
         }
         if i != control_idx {
-            paired.push(report::paired(&a.name, &arms[control_idx].name, &runs, &runs_of(control_idx), window));
+            paired.push(report::paired(
+                &a.name,
+                &arms[control_idx].name,
+                &runs,
+                &runs_of(control_idx),
+                window,
+            ));
         }
     }
-    let (sim_s, job_wall, events, passes) = results.iter().fold((0.0, 0.0, 0u64, 0u64), |acc, (_, _, r, w)| {
-        (acc.0 + r.simulated_s, acc.1 + w, acc.2 + r.events, acc.3 + r.passes)
-    });
+    let (sim_s, job_wall, events, passes) =
+        results
+            .iter()
+            .fold((0.0, 0.0, 0u64, 0u64), |acc, (_, _, r, w)| {
+                (
+                    acc.0 + r.simulated_s,
+                    acc.1 + w,
+                    acc.2 + r.events,
+                    acc.3 + r.passes,
+                )
+            });
     Ok(ExperimentResult {
         concurrency: exp.base.concurrency,
         seeds: exp.seeds,

@@ -19,7 +19,9 @@ pub struct StepModel {
 
 impl StepModel {
     pub fn step_s(&self, batch: usize, kv_tokens: u64) -> f64 {
-        let mut ms = self.base_ms + batch as f64 * self.per_request_ms + kv_tokens as f64 * self.per_kv_token_ns * 1e-6;
+        let mut ms = self.base_ms
+            + batch as f64 * self.per_request_ms
+            + kv_tokens as f64 * self.per_kv_token_ns * 1e-6;
         if self.jump_above.is_some_and(|j| batch as u32 > j) {
             ms += self.jump_ms;
         }
@@ -82,8 +84,15 @@ impl Plant {
                 jump_ms: t.jump_ms,
                 tokens_per_step: t.tokens_per_step,
             },
-            transfer: TransferModel { base_ms: t.transfer_base_ms, per_token_us: t.transfer_per_token_us },
-            context: ContextModel { servers: 8, base_ms: 20.0, per_token_us: t.prefill_per_token_us.max(20.0) },
+            transfer: TransferModel {
+                base_ms: t.transfer_base_ms,
+                per_token_us: t.transfer_per_token_us,
+            },
+            context: ContextModel {
+                servers: 8,
+                base_ms: 20.0,
+                per_token_us: t.prefill_per_token_us.max(20.0),
+            },
             max_batch_size,
             kv_tokens,
             idle_cap_s: 10.0,

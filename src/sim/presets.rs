@@ -14,7 +14,12 @@ pub fn preset(name: &str) -> Option<Plant> {
         "reference" => Some(reference()),
         "default" => {
             let c = Config::default();
-            Some(Plant::from_timing("default", &c.timing, c.max_batch_size, c.kv_cache_config.max_tokens))
+            Some(Plant::from_timing(
+                "default",
+                &c.timing,
+                c.max_batch_size,
+                c.kv_cache_config.max_tokens,
+            ))
         }
         _ => None,
     }
@@ -36,8 +41,15 @@ pub fn reference() -> Plant {
             jump_ms: 11.0,
             tokens_per_step: 3.75,
         },
-        transfer: TransferModel { base_ms: 20.0, per_token_us: 0.5 },
-        context: ContextModel { servers: 4, base_ms: 40.0, per_token_us: 25.0 },
+        transfer: TransferModel {
+            base_ms: 20.0,
+            per_token_us: 0.5,
+        },
+        context: ContextModel {
+            servers: 4,
+            base_ms: 40.0,
+            per_token_us: 25.0,
+        },
         max_batch_size: 128,
         kv_tokens: 200_000_000,
         idle_cap_s: 10.0,

@@ -51,14 +51,23 @@ pub struct ArmSummary {
 }
 
 /// Summarise runs (one per seed, pooled) of one arm over a window of `window_s` seconds.
-pub fn summarise(name: &str, runs: &[&RunResult], window_s: f64, target: Option<f64>, arm_target: Option<f64>) -> ArmSummary {
+pub fn summarise(
+    name: &str,
+    runs: &[&RunResult],
+    window_s: f64,
+    target: Option<f64>,
+    arm_target: Option<f64>,
+) -> ArmSummary {
     let records: Vec<&Record> = runs.iter().flat_map(|r| r.records.iter()).collect();
     let mut ttft: Vec<f64> = records.iter().map(|r| r.ttft_s).collect();
     ttft.sort_by(f64::total_cmp);
     let mut e2e: Vec<f64> = records.iter().map(|r| r.e2e_s).collect();
     e2e.sort_by(f64::total_cmp);
     let seeds = runs.len().max(1) as f64;
-    let tokens: u64 = records.iter().map(|r| r.input_tokens as u64 + r.output_tokens as u64).sum();
+    let tokens: u64 = records
+        .iter()
+        .map(|r| r.input_tokens as u64 + r.output_tokens as u64)
+        .sum();
     let out_tokens: u64 = records.iter().map(|r| r.output_tokens as u64).sum();
     let below = target.map(|t| {
         let rated: Vec<f64> = records.iter().filter_map(|r| output_rate(r)).collect();
@@ -116,7 +125,13 @@ pub struct Paired {
 }
 
 /// Per-seed deltas of `arm` against `control` (same seed = identical arrivals).
-pub fn paired(arm: &str, control: &str, arm_runs: &[&RunResult], control_runs: &[&RunResult], window_s: f64) -> Paired {
+pub fn paired(
+    arm: &str,
+    control: &str,
+    arm_runs: &[&RunResult],
+    control_runs: &[&RunResult],
+    window_s: f64,
+) -> Paired {
     let mut d90 = Vec::new();
     let mut d50 = Vec::new();
     let mut dtpot = Vec::new();
@@ -150,7 +165,20 @@ fn opt_pct(v: Option<f64>) -> String {
 pub fn arm_table(arms: &[ArmSummary]) -> String {
     let mut s = format!(
         "{:<34} {:>7} {:>7} {:>7} {:>7} {:>8} {:>8} {:>9} {:>8} {:>7} {:>7} {:>7} {:>6} {:>6}\n",
-        "arm", "ttft50", "ttft90", "ttft99", "mean", "tpot_ms", "e2e90", "total_tps", "out_tps", "<T", "pauses", "resumes", "forced", "batch"
+        "arm",
+        "ttft50",
+        "ttft90",
+        "ttft99",
+        "mean",
+        "tpot_ms",
+        "e2e90",
+        "total_tps",
+        "out_tps",
+        "<T",
+        "pauses",
+        "resumes",
+        "forced",
+        "batch"
     );
     for a in arms {
         s += &format!(
@@ -177,7 +205,10 @@ pub fn arm_table(arms: &[ArmSummary]) -> String {
 /// The paired-delta table (mean [min, max] across seeds).
 pub fn paired_table(p: &[Paired]) -> String {
     let f = |x: &Spread, unit: &str| format!("{:+.2}{unit} [{:+.2}, {:+.2}]", x.mean, x.min, x.max);
-    let mut s = format!("{:<34} {:<28} {:<28} {:<28}\n", "arm vs control (per seed)", "Δ TTFT p90", "Δ mean TPOT", "Δ total tps");
+    let mut s = format!(
+        "{:<34} {:<28} {:<28} {:<28}\n",
+        "arm vs control (per seed)", "Δ TTFT p90", "Δ mean TPOT", "Δ total tps"
+    );
     for x in p {
         s += &format!(
             "{:<34} {:<28} {:<28} {:<28}\n",

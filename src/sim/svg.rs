@@ -6,10 +6,14 @@ const L: f64 = 64.0;
 const R: f64 = 180.0;
 const T: f64 = 36.0;
 const B: f64 = 48.0;
-const COLORS: [&str; 8] = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"];
+const COLORS: [&str; 8] = [
+    "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+];
 
 fn esc(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }
 
 /// `series`: (arm name, TTFT samples in seconds). The x axis ends at the largest p99.
@@ -74,7 +78,9 @@ pub fn ttft_cdf(title: &str, series: &[(String, Vec<f64>)]) -> String {
             pts += &format!("{:.1},{:.1} ", px(*x), py((k + 1) as f64 / n as f64));
         }
         pts += &format!("{:.1},{:.1}", px(v[n - 1]), py(1.0));
-        s += &format!("<polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"2\" points=\"{pts}\"/>\n");
+        s += &format!(
+            "<polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"2\" points=\"{pts}\"/>\n"
+        );
         let ly = T + 14.0 + 18.0 * i as f64;
         s += &format!(
             "<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"{color}\" stroke-width=\"3\"/><text x=\"{3}\" y=\"{4}\">{5}</text>\n",
@@ -109,7 +115,13 @@ fn trim(x: f64) -> String {
 mod tests {
     #[test]
     fn svg_has_one_line_and_legend_per_arm() {
-        let s = super::ttft_cdf("t", &[("a".into(), vec![1.0, 2.0, 3.0]), ("b<x>".into(), vec![2.0, 4.0])]);
+        let s = super::ttft_cdf(
+            "t",
+            &[
+                ("a".into(), vec![1.0, 2.0, 3.0]),
+                ("b<x>".into(), vec![2.0, 4.0]),
+            ],
+        );
         assert_eq!(s.matches("<polyline").count(), 2);
         assert!(s.contains("b&lt;x&gt;"));
         assert!(s.starts_with("<svg") && s.trim_end().ends_with("</svg>"));

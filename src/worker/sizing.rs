@@ -28,14 +28,26 @@ pub fn pool_reports(cfg: &Config, headroom: u32) -> Vec<PoolReport> {
     let max_active = cfg.max_num_active_requests();
     let rows = max_active + headroom;
     let mut v = vec![
-        PoolReport { pool: "sequence_slots", resident_capacity: rows as u64 },
-        PoolReport { pool: "kv", resident_capacity: kv_config(cfg, rows, headroom).resident_capacity() },
+        PoolReport {
+            pool: "sequence_slots",
+            resident_capacity: rows as u64,
+        },
+        PoolReport {
+            pool: "kv",
+            resident_capacity: kv_config(cfg, rows, headroom).resident_capacity(),
+        },
     ];
     if let Some(n) = cfg.recurrent_state.slots {
-        v.push(PoolReport { pool: "recurrent_state", resident_capacity: n as u64 });
+        v.push(PoolReport {
+            pool: "recurrent_state",
+            resident_capacity: n as u64,
+        });
     }
     if let Some(n) = cfg.drafter.slots {
-        v.push(PoolReport { pool: "drafter", resident_capacity: n as u64 });
+        v.push(PoolReport {
+            pool: "drafter",
+            resident_capacity: n as u64,
+        });
     }
     v
 }
@@ -73,7 +85,10 @@ pub fn resolve(cfg: &Config) -> Result<(WorkerParams, SetupDecision), SetupError
         victim_key: Default::default(),
         headroom,
         kv: kv_config(cfg, rows, headroom),
-        recurrent_state_bytes: cfg.recurrent_state.slots.map(|_| DEFAULT_RECURRENT_STATE_BYTES),
+        recurrent_state_bytes: cfg
+            .recurrent_state
+            .slots
+            .map(|_| DEFAULT_RECURRENT_STATE_BYTES),
         drafter_window: cfg.drafter.slots.map(|_| cfg.drafter.window_tokens),
     };
     Ok((params, decision))
@@ -91,7 +106,10 @@ mod tests {
 
     #[test]
     fn preemption_on_sizes_pools_with_the_paused_cap() {
-        let (p, d) = resolve(&cfg("scheduler_config: { gen_preemption: { tpot_budget: 0.1 } }")).unwrap();
+        let (p, d) = resolve(&cfg(
+            "scheduler_config: { gen_preemption: { tpot_budget: 0.1 } }",
+        ))
+        .unwrap();
         assert_eq!(d.mode, Mode::TpotBudget(0.1));
         assert_eq!(p.headroom, 48);
         assert_eq!(p.kv.index_rows, 176);
@@ -112,13 +130,27 @@ mod tests {
         let (p, d) = resolve(&c).unwrap();
         assert_eq!(d.mode, Mode::Off);
         assert_eq!(p.headroom, 0);
-        assert_eq!(d.warning, Some(OffReason::PoolShort { pool: "kv", capacity: 128, need: 176 }));
+        assert_eq!(
+            d.warning,
+            Some(OffReason::PoolShort {
+                pool: "kv",
+                capacity: 128,
+                need: 176
+            })
+        );
     }
 
     #[test]
     fn a_short_recurrent_pool_disables_preemption() {
         let c = cfg("recurrent_state: { slots: 150 }\nscheduler_config: { gen_preemption: { target_output_tps: 30 } }");
         let (_, d) = resolve(&c).unwrap();
-        assert_eq!(d.warning, Some(OffReason::PoolShort { pool: "recurrent_state", capacity: 150, need: 176 }));
+        assert_eq!(
+            d.warning,
+            Some(OffReason::PoolShort {
+                pool: "recurrent_state",
+                capacity: 150,
+                need: 176
+            })
+        );
     }
 }
