@@ -49,6 +49,12 @@ pub struct SimArgs {
         default_value = "control,tpot_budget=0.10,target_output_tps=auto"
     )]
     pub arms: String,
+    /// Override the preset's output-length scale (recorded outputs × this).
+    #[arg(long)]
+    pub output_scale: Option<f64>,
+    /// Override the preset's AgentX idle cap on gaps, seconds.
+    #[arg(long)]
+    pub idle_cap: Option<f64>,
     /// Open-loop traces: multiply the arrival rate.
     #[arg(long, default_value_t = 1.0)]
     pub rate_scale: f64,
@@ -136,6 +142,19 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
             (p, AdmissionParams::default())
         }
     };
+    let mut plant = plant;
+    if let Some(x) = args.output_scale {
+        if !(x > 0.0 && x.is_finite()) {
+            bail!("--output-scale must be > 0");
+        }
+        plant.output_scale = x;
+    }
+    if let Some(x) = args.idle_cap {
+        if !(x >= 0.0) {
+            bail!("--idle-cap must be >= 0");
+        }
+        plant.idle_cap_s = x;
+    }
     let workload = workload(&args)?;
     let threads = args
         .threads

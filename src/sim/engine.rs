@@ -76,6 +76,11 @@ pub struct RunResult {
     pub mean_batch: f64,
     pub mean_step_s: f64,
     pub setup_warning: Option<String>,
+    /// Mean paused count over the window's passes, and the controller's state at the end.
+    pub mean_paused: f64,
+    pub final_g: Option<f64>,
+    pub final_x_s: Option<f64>,
+    pub final_d_s: Option<f64>,
     /// Every pass's decisions (only when asked for; used by equivalence tests).
     pub trace: Vec<PassOutput>,
 }
@@ -238,6 +243,7 @@ pub fn run(spec: &RunSpec, arm: &ResolvedArm, keep_trace: bool) -> Result<RunRes
         ..RunResult::default()
     };
     let (mut batch_sum, mut step_sum, mut window_steps) = (0.0f64, 0.0f64, 0u64);
+    let (mut paused_sum, mut window_passes) = (0.0f64, 0u64);
 
     replay.start(0.0);
     let mut now = 0.0f64;
@@ -267,7 +273,7 @@ pub fn run(spec: &RunSpec, arm: &ResolvedArm, keep_trace: bool) -> Result<RunRes
                     Req {
                         sent: is.send_at,
                         input: is.input_tokens,
-                        max_tokens: is.max_tokens.max(1),
+                        max_tokens: ((is.max_tokens as f64 * plant.output_scale).round() as u32).max(1),
                         measured,
                         first: None,
                         acc: 0.0,
@@ -339,6 +345,8 @@ pub fn run(spec: &RunSpec, arm: &ResolvedArm, keep_trace: bool) -> Result<RunRes
             out.resumes += o.resumes.len() as u64;
             out.forced_resumes += o.forced_resumes.len() as u64;
             out.displaced += o.displaced.len() as u64;
+            paused_sum += o.paused as f64;
+            window_passes += 1;
         }
         for a in &o.admitted {
             push(
@@ -422,6 +430,10 @@ pub fn run(spec: &RunSpec, arm: &ResolvedArm, keep_trace: bool) -> Result<RunRes
         }
     }
     out.unfinished = measured_open;
+    out.mean_paused = if window_passes > 0 { paused_sum / window_passes as f64 } else { 0.0 };
+    out.final_g = worker.preemption().g();
+    out.final_x_s = worker.queue().target();
+    out.final_d_s = worker.preemption().d();
     out.simulated_s = now;
     out.mean_batch = if window_steps > 0 {
         batch_sum / window_steps as f64

@@ -66,6 +66,9 @@ pub struct Plant {
     pub context: ContextModel,
     pub max_batch_size: u32,
     pub kv_tokens: u64,
+    /// Recorded output lengths are multiplied by this (1 = as recorded). The reference preset
+    /// uses it to match the reference run's longer outputs (docs/results.md).
+    pub output_scale: f64,
     /// AgentX replay: idle cap on gaps (s) and the start-point fraction range.
     pub idle_cap_s: f64,
     pub start_fraction: (f64, f64),
@@ -95,6 +98,7 @@ impl Plant {
             },
             max_batch_size,
             kv_tokens,
+            output_scale: 1.0,
             idle_cap_s: 10.0,
             start_fraction: (0.0, 1.0),
         }

@@ -22,6 +22,11 @@ fn mean(v: impl Iterator<Item = f64>) -> f64 {
     }
 }
 
+fn opt_mean(v: impl Iterator<Item = Option<f64>>) -> Option<f64> {
+    let v: Vec<f64> = v.flatten().collect();
+    (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+}
+
 /// A request's output rate, tokens/s, accepted draft tokens included.
 pub fn output_rate(r: &Record) -> Option<f64> {
     (r.output_tokens > 1 && r.decode_s > 0.0).then(|| (r.output_tokens - 1) as f64 / r.decode_s)
@@ -48,6 +53,11 @@ pub struct ArmSummary {
     pub mean_batch: f64,
     pub mean_step_ms: f64,
     pub target_output_tps: Option<f64>,
+    pub mean_paused: f64,
+    /// Controller state at the end of the runs (mean over seeds).
+    pub final_g: Option<f64>,
+    pub final_x_s: Option<f64>,
+    pub final_d_s: Option<f64>,
 }
 
 /// Summarise runs (one per seed, pooled) of one arm over a window of `window_s` seconds.
@@ -93,6 +103,10 @@ pub fn summarise(
         mean_batch: mean(runs.iter().map(|r| r.mean_batch)),
         mean_step_ms: 1e3 * mean(runs.iter().map(|r| r.mean_step_s)),
         target_output_tps: arm_target,
+        mean_paused: mean(runs.iter().map(|r| r.mean_paused)),
+        final_g: opt_mean(runs.iter().map(|r| r.final_g)),
+        final_x_s: opt_mean(runs.iter().map(|r| r.final_x_s)),
+        final_d_s: opt_mean(runs.iter().map(|r| r.final_d_s)),
     }
 }
 
