@@ -132,6 +132,7 @@ pub async fn execute(
         id: job.id,
         lane: job.lane,
         session: job.session,
+        conversation: job.conversation,
         warmup: job.warmup,
         input_tokens: job.input_tokens,
         max_tokens: job.max_tokens.max(1),

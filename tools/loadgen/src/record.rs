@@ -53,6 +53,8 @@ pub struct RequestRecord {
     pub lane: Option<usize>,
     /// Index of the trace session (or open-loop row) the request came from.
     pub session: Option<usize>,
+    /// Closed loop: which replay of a session tree (AIPerf's correlation id).
+    pub conversation: Option<u64>,
     pub warmup: bool,
     pub input_tokens: u32,
     pub max_tokens: u32,
@@ -128,6 +130,7 @@ impl RequestRecord {
             "metadata": {
                 "x_request_id": self.id.to_string(),
                 "conversation_id": self.session.map(|s| s.to_string()),
+                "x_correlation_id": self.conversation.map(|c| c.to_string()),
                 "lane": self.lane,
                 "request_scheduled_ns": ns(self.scheduled_s),
                 "request_start_ns": ns(self.start_s),

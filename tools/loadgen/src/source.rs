@@ -12,6 +12,8 @@ pub struct Job {
     pub lane: Option<usize>,
     /// Trace session (closed loop) or trace row (open loop).
     pub session: Option<usize>,
+    /// Closed loop: which replay of a session tree the request belongs to.
+    pub conversation: Option<u64>,
     pub input_tokens: u32,
     /// Recorded output length; sent as `max_tokens` with `ignore_eos`.
     pub max_tokens: u32,
@@ -111,6 +113,7 @@ impl Source for FixedLanes {
                     id,
                     lane: Some(lane),
                     session: Some(lane),
+                    conversation: Some(lane as u64),
                     input_tokens: self.input_tokens,
                     max_tokens: self.output_tokens,
                     hash_ids: Vec::new(),

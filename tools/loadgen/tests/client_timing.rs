@@ -15,6 +15,7 @@ fn job(input_tokens: u32, max_tokens: u32) -> Job {
         id: 7,
         lane: Some(0),
         session: Some(3),
+        conversation: Some(5),
         input_tokens,
         max_tokens,
         hash_ids: vec![1, 2],
