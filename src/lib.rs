@@ -3,3 +3,4 @@
 
 pub mod gpu;
 pub mod policy;
+pub mod workload;

@@ -1,0 +1,318 @@
+//! AgentX closed-loop replay of Weka sessions (the rules of AIPerf's
+//! `inferencex-agentx-mvp` scenario), as a pure state machine driven by the caller's `now`.
+//!
+//! - `concurrency` lanes; each holds one live session tree (root plus sub-agents; sub-agents
+//!   take no extra lane, so in-flight requests may exceed the lane count during fan-out).
+//!   When a tree drains the lane draws the next session at once and replays it from turn 0.
+//!   Sessions are drawn from a seeded shuffle of the list, reshuffled every pass.
+//! - A lane's first session starts at a random point `t* = t_0 + f (t_last - t_0)` of its
+//!   root chain, `f` uniform in `start_fraction`; replay begins at the first root request
+//!   with `t >= t*`, and with `warmup` the request before it is sent first, flagged as
+//!   warm-up. Sub-agents launched before the replayed part are skipped.
+//! - A request is sent after everything it depends on completes (see `plan`), after the
+//!   recorded end-to-start gap `max(0, t_k - t_{k-1} - api_time_{k-1})` capped at
+//!   `idle_cap_s`. `max_tokens` is the recorded output length (at least 1).
+
+use std::collections::{BTreeMap, BinaryHeap};
+use std::sync::Arc;
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use super::error::ReplayError;
+use super::issue::{drain_due, scoped_hash, Issue, Pending, Replay};
+use super::plan::{build, Cut, Node};
+use super::types::Session;
+
+/// The AgentX replay settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReplayRules {
+    /// Number of lanes (live session trees).
+    pub concurrency: usize,
+    /// Range of the random start fraction of each lane's first session, within `[0, 1]`.
+    pub start_fraction: (f64, f64),
+    /// Cap on every replayed gap, seconds (`f64::INFINITY` for none).
+    pub idle_cap_s: f64,
+    /// Send the turn before the start point as a flagged warm-up turn.
+    pub warmup: bool,
+}
+
+impl Default for ReplayRules {
+    /// `inferencex-agentx-mvp`: uniform start over 0–100 %, 10 s idle cap (AIPerf FAQ), warm-up on.
+    fn default() -> Self {
+        Self {
+            concurrency: 1,
+            start_fraction: (0.0, 1.0),
+            idle_cap_s: 10.0,
+            warmup: true,
+        }
+    }
+}
+
+impl ReplayRules {
+    fn validate(&self) -> Result<(), ReplayError> {
+        let (lo, hi) = self.start_fraction;
+        if self.concurrency == 0 {
+            return Err(ReplayError::Rules("concurrency must be at least 1".into()));
+        }
+        if !(0.0..=1.0).contains(&lo) || !(0.0..=1.0).contains(&hi) || lo > hi {
+            return Err(ReplayError::Rules(format!(
+                "start_fraction ({lo}, {hi}) must satisfy 0 <= lo <= hi <= 1"
+            )));
+        }
+        if self.idle_cap_s.is_nan() || self.idle_cap_s < 0.0 {
+            return Err(ReplayError::Rules(format!(
+                "idle_cap_s {} must be >= 0",
+                self.idle_cap_s
+            )));
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug)]
+struct NodeState {
+    node: Node,
+    preds_left: u32,
+    ready_at: f64,
+}
+
+#[derive(Debug, Default)]
+struct Lane {
+    instance: u64,
+    session: usize,
+    nodes: Vec<NodeState>,
+    remaining: usize,
+}
+
+/// Closed-loop AgentX replay. Deterministic: the same sessions, rules, seed and sequence of
+/// `start`/`pop_due`/`on_complete` calls produce the same issues.
+#[derive(Debug)]
+pub struct AgentxReplay {
+    sessions: Arc<[Session]>,
+    rules: ReplayRules,
+    rng: SmallRng,
+    order: Vec<usize>,
+    order_pos: usize,
+    lanes: Vec<Lane>,
+    heap: BinaryHeap<Pending>,
+    /// Scheduled but not yet popped.
+    pending: BTreeMap<u64, (usize, usize)>,
+    /// Popped and not yet completed.
+    in_flight: BTreeMap<u64, (usize, usize)>,
+    next_id: u64,
+    next_instance: u64,
+    drawing: bool,
+}
+
+impl AgentxReplay {
+    /// Fails when the rules are out of range or no session has a request.
+    pub fn new(
+        sessions: Arc<[Session]>,
+        rules: ReplayRules,
+        seed: u64,
+    ) -> Result<Self, ReplayError> {
+        rules.validate()?;
+        if !sessions.iter().any(|s| s.total_requests() > 0) {
+            return Err(ReplayError::NoSessions);
+        }
+        let order = (0..sessions.len()).collect::<Vec<_>>();
+        Ok(Self {
+            order_pos: order.len(),
+            order,
+            sessions,
+            rules,
+            rng: SmallRng::seed_from_u64(seed),
+            lanes: Vec::new(),
+            heap: BinaryHeap::new(),
+            pending: BTreeMap::new(),
+            in_flight: BTreeMap::new(),
+            next_id: 0,
+            next_instance: 0,
+            drawing: true,
+        })
+    }
+
+    pub fn rules(&self) -> &ReplayRules {
+        &self.rules
+    }
+
+    /// Lanes stop drawing new sessions once their current tree drains.
+    pub fn stop_new_sessions(&mut self) {
+        self.drawing = false;
+    }
+
+    /// Session index each lane is replaying (`None` for a lane that has stopped).
+    pub fn lane_sessions(&self) -> Vec<Option<usize>> {
+        self.lanes
+            .iter()
+            .map(|l| (l.remaining > 0).then_some(l.session))
+            .collect()
+    }
+
+    fn draw(&mut self) -> usize {
+        if self.order_pos >= self.order.len() {
+            for i in (1..self.order.len()).rev() {
+                let j = self.rng.random_range(0..=i);
+                self.order.swap(i, j);
+            }
+            self.order_pos = 0;
+        }
+        let s = self.order[self.order_pos];
+        self.order_pos += 1;
+        s
+    }
+
+    /// Root-chain cut for a random start fraction `f`.
+    fn cut_at(&self, session: &Session, f: f64) -> Cut {
+        let reqs = &session.requests;
+        let (Some(first), Some(last)) = (reqs.first(), reqs.last()) else {
+            return Cut {
+                first: 0,
+                first_is_warmup: false,
+            };
+        };
+        let t_star = first.t + f * (last.t - first.t);
+        let k = reqs
+            .iter()
+            .position(|r| r.t >= t_star - 1e-9)
+            .unwrap_or(reqs.len() - 1);
+        if self.rules.warmup && k > 0 {
+            Cut {
+                first: k - 1,
+                first_is_warmup: true,
+            }
+        } else {
+            Cut {
+                first: k,
+                first_is_warmup: false,
+            }
+        }
+    }
+
+    /// Starts a new tree on `lane` at `now`; retries past sessions that yield no request.
+    fn begin_tree(&mut self, lane: usize, now: f64, random_start: bool) {
+        for _ in 0..=self.sessions.len() {
+            let s = self.draw();
+            let sessions = Arc::clone(&self.sessions);
+            let session = &sessions[s];
+            let cut = if random_start {
+                let (lo, hi) = self.rules.start_fraction;
+                let f = lo + (hi - lo) * self.rng.random::<f64>();
+                self.cut_at(session, f)
+            } else {
+                Cut {
+                    first: 0,
+                    first_is_warmup: false,
+                }
+            };
+            let nodes = build(session, cut, self.rules.idle_cap_s);
+            if nodes.is_empty() {
+                continue;
+            }
+            let instance = self.next_instance;
+            self.next_instance += 1;
+            let states: Vec<NodeState> = nodes
+                .into_iter()
+                .map(|node| NodeState {
+                    preds_left: node.preds,
+                    ready_at: node.anchor_gap.map_or(f64::NEG_INFINITY, |g| now + g),
+                    node,
+                })
+                .collect();
+            self.lanes[lane] = Lane {
+                instance,
+                session: s,
+                remaining: states.len(),
+                nodes: states,
+            };
+            for i in 0..self.lanes[lane].nodes.len() {
+                if self.lanes[lane].nodes[i].preds_left == 0 {
+                    self.schedule(lane, i, now);
+                }
+            }
+            return;
+        }
+    }
+
+    fn schedule(&mut self, lane: usize, node: usize, now: f64) {
+        let l = &self.lanes[lane];
+        let st = &l.nodes[node];
+        let id = self.next_id;
+        self.next_id += 1;
+        let issue = Issue {
+            id,
+            lane: Some(lane),
+            session: l.session,
+            instance: l.instance,
+            depth: st.node.depth,
+            input_tokens: st.node.input_tokens,
+            max_tokens: st.node.output_tokens.max(1),
+            hash_ids: st
+                .node
+                .hash_ids
+                .iter()
+                .map(|h| scoped_hash(l.instance, h))
+                .collect(),
+            block_size: self.sessions[l.session].block_size,
+            warmup: st.node.warmup,
+            send_at: st.ready_at.max(now),
+        };
+        self.pending.insert(id, (lane, node));
+        self.heap.push(Pending(issue));
+    }
+}
+
+impl Replay for AgentxReplay {
+    fn start(&mut self, now: f64) {
+        self.lanes = (0..self.rules.concurrency)
+            .map(|_| Lane::default())
+            .collect();
+        for lane in 0..self.rules.concurrency {
+            self.begin_tree(lane, now, true);
+        }
+    }
+
+    fn next_due(&self) -> Option<f64> {
+        self.heap.peek().map(|p| p.0.send_at)
+    }
+
+    fn pop_due(&mut self, now: f64) -> Vec<Issue> {
+        let due = drain_due(&mut self.heap, now);
+        for issue in &due {
+            if let Some(at) = self.pending.remove(&issue.id) {
+                self.in_flight.insert(issue.id, at);
+            }
+        }
+        due
+    }
+
+    fn on_complete(&mut self, id: u64, now: f64) -> Result<(), ReplayError> {
+        let (lane, node) = self
+            .in_flight
+            .remove(&id)
+            .ok_or(ReplayError::UnknownIssue(id))?;
+        let succs = std::mem::take(&mut self.lanes[lane].nodes[node].node.succs);
+        self.lanes[lane].remaining -= 1;
+        for (next, gap) in succs {
+            let st = &mut self.lanes[lane].nodes[next];
+            st.preds_left -= 1;
+            st.ready_at = st.ready_at.max(now + gap);
+            if st.preds_left == 0 {
+                self.schedule(lane, next, now);
+            }
+        }
+        if self.lanes[lane].remaining == 0 && self.drawing {
+            self.begin_tree(lane, now, false);
+        }
+        Ok(())
+    }
+
+    fn in_flight(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    fn is_finished(&self) -> bool {
+        !self.drawing && self.in_flight.is_empty() && self.pending.is_empty()
+    }
+}
