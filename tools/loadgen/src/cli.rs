@@ -86,6 +86,13 @@ pub struct RunArgs {
     /// Cap on a closed-loop lane's idle gap between turns.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub idle_cap: Duration,
+    /// Range of each lane's random start point within its first session, as fractions
+    /// `LO,HI` (AgentX MVP: 0,1; AIPerf's agentx preset: 0.25,0.75).
+    #[arg(long, default_value = "0,1", value_parser = parse_fraction_range)]
+    pub start_fraction: (f64, f64),
+    /// Do not send the warm-up turn before each lane's start point.
+    #[arg(long)]
+    pub no_warmup: bool,
     /// Number of synthetic sessions to generate (--synthetic).
     #[arg(long, default_value_t = 512)]
     pub synthetic_sessions: usize,
@@ -153,6 +160,19 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Duration::try_from_secs_f64(total).map_err(|e| format!("bad duration '{s}': {e}"))
 }
 
+/// Parses `LO,HI` with `0 <= LO <= HI <= 1`.
+pub fn parse_fraction_range(s: &str) -> Result<(f64, f64), String> {
+    let bad = || format!("bad fraction range '{s}': expected LO,HI with 0 <= LO <= HI <= 1");
+    let (lo, hi) = s.split_once(',').ok_or_else(bad)?;
+    let lo: f64 = lo.trim().parse().map_err(|_| bad())?;
+    let hi: f64 = hi.trim().parse().map_err(|_| bad())?;
+    if (0.0..=1.0).contains(&lo) && (0.0..=1.0).contains(&hi) && lo <= hi {
+        Ok((lo, hi))
+    } else {
+        Err(bad())
+    }
+}
+
 /// Makes `run` the default subcommand: `loadgen --url … --synthetic` means `loadgen run …`.
 pub fn with_default_subcommand(args: Vec<String>) -> Vec<String> {
     let first = args.get(1).map(String::as_str);
@@ -181,6 +201,14 @@ mod tests {
         assert!(parse_duration("10 parsecs").is_err());
         assert!(parse_duration("").is_err());
         assert!(parse_duration("-3").is_err());
+    }
+
+    #[test]
+    fn start_fraction_ranges_must_lie_in_the_unit_interval() {
+        assert_eq!(parse_fraction_range("0.25, 0.75"), Ok((0.25, 0.75)));
+        assert!(parse_fraction_range("0.8,0.2").is_err());
+        assert!(parse_fraction_range("0,1.5").is_err());
+        assert!(parse_fraction_range("0.5").is_err());
     }
 
     #[test]

@@ -69,7 +69,7 @@ fn compare_names_the_file_it_cannot_read() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_binary_writes_summary_and_records_and_compares_two_runs() {
-    let mock = common::start(|_| Behavior::stream(5, 2), None).await;
+    let mock = common::start(|_| Behavior::stream(5, 0), None).await;
     let dir = std::env::temp_dir().join(format!("loadgen-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let exe = env!("CARGO_BIN_EXE_loadgen");
