@@ -136,3 +136,85 @@ async fn open_loop_requests_go_out_at_their_scaled_timestamps_without_waiting() 
         .fold(f64::INFINITY, f64::min);
     assert!(starts[4] < first_end, "open loop waited for a completion");
 }
+
+/// The shared Weka traces, next to the repository (`../shared/traces/weka_cc_agentic`).
+fn real_weka_traces() -> Option<PathBuf> {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/traces/weka_cc_agentic/weka_traces_runs.jsonl.gz");
+    p.exists().then_some(p)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "loads all 710 shared traces: minutes in a debug build; run with --ignored"]
+async fn the_binary_replays_the_real_weka_traces_when_present() {
+    let Some(path) = real_weka_traces() else {
+        eprintln!("skipped: ../shared/traces/weka_cc_agentic is not next to this checkout");
+        return;
+    };
+    let mock = common::start(|_| Behavior::stream(1, 0), None).await;
+    let exe = env!("CARGO_BIN_EXE_loadgen");
+    let url = mock.url();
+    let dir = std::env::temp_dir().join(format!("loadgen-weka-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let json = dir.join("weka.json");
+    let records = dir.join("weka.jsonl");
+    let (json_arg, records_arg) = (json.clone(), records.clone());
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(exe)
+            .args([
+                "--url",
+                &url,
+                "--concurrency",
+                "4",
+                "--max-requests",
+                "12",
+                "--idle-cap",
+                "0s",
+            ])
+            .args(["--duration", "120s", "--no-progress", "--no-scrape"])
+            .arg("--weka")
+            .arg(&path)
+            .arg("--json")
+            .arg(&json_arg)
+            .arg("--records")
+            .arg(&records_arg)
+            .output()
+            .expect("run loadgen")
+    })
+    .await
+    .expect("join");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("summary")).expect("JSON");
+    assert_eq!(s["request_count"]["avg"], 12.0);
+    assert_eq!(s["error_request_count"]["avg"], 0.0);
+    // What the server received has exactly the recorded input lengths, word for word.
+    let recorded: u64 = std::fs::read_to_string(&records)
+        .expect("records")
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).expect("record");
+            v["metrics"]["input_sequence_length"]["value"]
+                .as_u64()
+                .expect("isl")
+        })
+        .sum();
+    let received: u64 = mock
+        .seen()
+        .iter()
+        .map(|r| {
+            r.body["prompt"]
+                .as_str()
+                .map_or(0, |p| p.split_whitespace().count() as u64)
+        })
+        .sum();
+    assert_eq!(received, recorded);
+    assert!(
+        recorded >= 12 * 1000,
+        "Weka prompts are long; got {recorded} words in all"
+    );
+}
