@@ -161,6 +161,9 @@ async fn failures_are_classified_by_kind() {
     assert_eq!(rec.error.map(|e| e.kind), Some(ErrorKind::DroppedStream));
     assert_eq!(rec.content_chunks, 2, "chunks before the drop are kept");
 
+    let (rec, _m) = one(Behavior::ErrorEvent, EndpointKind::Completions, &job(8, 4)).await;
+    assert_eq!(rec.error.map(|e| e.kind), Some(ErrorKind::StreamError));
+
     let (_tx, rx) = watch::channel(false);
     let ep = endpoint(common::closed_port_url().await, EndpointKind::Completions);
     let rec = execute(&reqwest::Client::new(), &ep, &job(8, 4), Instant::now(), rx).await;
@@ -175,4 +178,50 @@ async fn a_request_past_its_timeout_counts_as_a_timeout() {
     let (_tx, rx) = watch::channel(false);
     let rec = execute(&reqwest::Client::new(), &ep, &job(8, 4), Instant::now(), rx).await;
     assert_eq!(rec.error.map(|e| e.kind), Some(ErrorKind::Timeout));
+}
+
+#[tokio::test]
+async fn token_id_prompts_carry_exactly_the_recorded_number_of_ids() {
+    let mock = common::start(|_| Behavior::stream(0, 0), None).await;
+    let mut ep = endpoint(mock.url(), EndpointKind::Completions);
+    ep.token_ids = true;
+    let (_tx, rx) = watch::channel(false);
+    let rec = execute(
+        &reqwest::Client::new(),
+        &ep,
+        &job(129, 2),
+        Instant::now(),
+        rx,
+    )
+    .await;
+    assert!(rec.ok(), "{:?}", rec.error);
+    let prompt = mock.seen()[0].body["prompt"].clone();
+    let ids = prompt.as_array().expect("a token-id array");
+    assert_eq!(ids.len(), 129);
+    assert!(ids.iter().all(|v| v.as_u64().is_some()));
+}
+
+#[tokio::test]
+async fn a_cancelled_request_keeps_what_it_measured_before_the_cancel() {
+    // First token at once, then the stream stalls for longer than the test waits.
+    let mock = common::start(|_| Behavior::stream(0, 60_000), None).await;
+    let ep = endpoint(mock.url(), EndpointKind::Completions);
+    let (tx, rx) = watch::channel(false);
+    let j = job(8, 3);
+    let task =
+        tokio::spawn(
+            async move { execute(&reqwest::Client::new(), &ep, &j, Instant::now(), rx).await },
+        );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    tx.send(true).expect("cancel");
+    let rec = tokio::time::timeout(Duration::from_secs(30), task)
+        .await
+        .expect("cancel is prompt")
+        .expect("join");
+    assert_eq!(rec.error.map(|e| e.kind), Some(ErrorKind::Cancelled));
+    assert!(
+        rec.ttft_ms.is_some(),
+        "the first token arrived before the cancel"
+    );
+    assert_eq!(rec.content_chunks, 1);
 }

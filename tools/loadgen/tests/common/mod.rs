@@ -34,6 +34,8 @@ pub enum Behavior {
     DropAfter(u32),
     /// Never answer.
     Hang,
+    /// Send one token, then an in-stream `error` object, then `[DONE]`.
+    ErrorEvent,
 }
 
 impl Behavior {
@@ -169,6 +171,17 @@ fn respond(m: Mock, path: &str, body: Value, chat: bool) -> Response {
             tokio::spawn(async move {
                 tokio::time::sleep(Duration::from_secs(3600)).await;
                 drop(tx);
+            });
+        }
+        Behavior::ErrorEvent => {
+            tokio::spawn(async move {
+                let _ = tx.send(Ok(content("tok "))).await;
+                let _ = tx
+                    .send(Ok(sse(
+                        json!({"error": {"message": "engine failed", "code": 503}}),
+                    )))
+                    .await;
+                let _ = tx.send(Ok(Bytes::from("data: [DONE]\n\n"))).await;
             });
         }
         Behavior::DropAfter(n) => {
