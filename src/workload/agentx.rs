@@ -74,7 +74,8 @@ impl ReplayRules {
 struct NodeState {
     node: Node,
     preds_left: u32,
-    ready_at: f64,
+    /// Latest completion among finished predecessors (the tree start for anchored nodes).
+    last_done: f64,
 }
 
 #[derive(Debug, Default)]
@@ -216,7 +217,11 @@ impl AgentxReplay {
                 .into_iter()
                 .map(|node| NodeState {
                     preds_left: node.preds,
-                    ready_at: node.anchor_gap.map_or(f64::NEG_INFINITY, |g| now + g),
+                    last_done: if node.anchored {
+                        now
+                    } else {
+                        f64::NEG_INFINITY
+                    },
                     node,
                 })
                 .collect();
@@ -256,7 +261,7 @@ impl AgentxReplay {
                 .collect(),
             block_size: self.sessions[l.session].block_size,
             warmup: st.node.warmup,
-            send_at: st.ready_at.max(now),
+            send_at: (st.last_done + st.node.gap).max(now),
         };
         self.pending.insert(id, (lane, node));
         self.heap.push(Pending(issue));
@@ -294,10 +299,10 @@ impl Replay for AgentxReplay {
             .ok_or(ReplayError::UnknownIssue(id))?;
         let succs = std::mem::take(&mut self.lanes[lane].nodes[node].node.succs);
         self.lanes[lane].remaining -= 1;
-        for (next, gap) in succs {
+        for next in succs {
             let st = &mut self.lanes[lane].nodes[next];
             st.preds_left -= 1;
-            st.ready_at = st.ready_at.max(now + gap);
+            st.last_done = st.last_done.max(now);
             if st.preds_left == 0 {
                 self.schedule(lane, next, now);
             }

@@ -1,9 +1,10 @@
-//! Turns one session tree into the dependency graph the AgentX replay walks: every request
-//! is a node; an edge `a -> b` with gap `g` means "send b no earlier than g seconds after a
-//! completes". Edges: the previous request of the same chain (end-to-start gap
-//! `t_b - (t_a + api_time_a)`), the request after which a sub-agent was spawned (to the
-//! sub-agent's first request), and a sub-agent's last request (to the first parent request
-//! recorded after the sub-agent ended: the join). Gaps are clamped to `[0, idle_cap]`.
+//! Turns one session tree into the dependency graph the AgentX replay walks. Every request
+//! is a node; its predecessors are the previous request of the same chain, the request after
+//! which its sub-agent was spawned (for a sub-agent's first request), and the last request of
+//! each sub-agent recorded as ending before it (the join). A node is sent once all its
+//! predecessors have completed, plus its end-to-start gap: `t - (latest recorded end among
+//! its predecessors)`, clamped to `[0, idle_cap]`. Nodes with no predecessor are gated by the
+//! tree start instead, with the gap measured from the recorded time the start stands for.
 
 use super::types::{HashIds, Session};
 
@@ -14,12 +15,14 @@ pub(crate) struct Node {
     pub hash_ids: HashIds,
     pub depth: u32,
     pub warmup: bool,
-    /// Number of incoming edges.
+    /// Number of predecessors.
     pub preds: u32,
-    /// For nodes the tree start gates: capped gap from the tree start.
-    pub anchor_gap: Option<f64>,
-    /// Outgoing edges: (node, capped gap).
-    pub succs: Vec<(usize, f64)>,
+    /// Whether the tree start gates this node (it then has no predecessors).
+    pub anchored: bool,
+    /// Capped end-to-start gap after the last predecessor (or the tree start).
+    pub gap: f64,
+    /// Successor nodes.
+    pub succs: Vec<usize>,
 }
 
 #[derive(Clone, Copy)]
@@ -63,17 +66,27 @@ impl Builder {
         gap.max(0.0).min(self.cap)
     }
 
-    fn gate(&mut self, entry: Entry, node: usize, t: f64) {
+    /// Wires `node` (recorded at `t`) to its predecessors and sets its gap.
+    fn wire(&mut self, node: usize, t: f64, entry: Entry, joins: &[(usize, f64)]) {
+        let mut latest = f64::NEG_INFINITY;
         match entry {
-            Entry::Anchor(ta) => self.nodes[node].anchor_gap = Some(self.capped(t - ta)),
-            Entry::After(p, end) => self.edge(p, node, t - end),
+            Entry::Anchor(ta) if joins.is_empty() => {
+                self.nodes[node].anchored = true;
+                latest = ta;
+            }
+            Entry::Anchor(_) => {}
+            Entry::After(p, end) => {
+                self.nodes[p].succs.push(node);
+                self.nodes[node].preds += 1;
+                latest = end;
+            }
         }
-    }
-
-    fn edge(&mut self, from: usize, to: usize, gap: f64) {
-        let g = self.capped(gap);
-        self.nodes[from].succs.push((to, g));
-        self.nodes[to].preds += 1;
+        for &(p, end) in joins {
+            self.nodes[p].succs.push(node);
+            self.nodes[node].preds += 1;
+            latest = latest.max(end);
+        }
+        self.nodes[node].gap = self.capped(t - latest);
     }
 
     /// Adds one chain and its sub-agents; returns its last node and that request's recorded end.
@@ -118,23 +131,23 @@ impl Builder {
                 depth,
                 warmup: cut.first_is_warmup && i == cut.first,
                 preds: 0,
-                anchor_gap: None,
+                anchored: false,
+                gap: 0.0,
                 succs: Vec::new(),
             });
-            match prev {
-                Some((p, end)) => self.edge(p, node, r.t - end),
-                None => self.gate(entry, node, r.t),
-            }
-            let mut k = 0;
-            while k < open.len() {
-                let (last, last_end, end_t) = open[k];
-                if end_t <= r.t + 1e-6 {
-                    self.edge(last, node, r.t - last_end);
-                    open.remove(k);
-                } else {
-                    k += 1;
+            let mut joins = Vec::new();
+            open.retain(|&(last, last_end, end_t)| {
+                let ended = end_t <= r.t + 1e-6;
+                if ended {
+                    joins.push((last, last_end));
                 }
-            }
+                !ended
+            });
+            let own = match prev {
+                Some((p, end)) => Entry::After(p, end),
+                None => entry,
+            };
+            self.wire(node, r.t, own, &joins);
             prev = Some((node, r.recorded_end()));
         }
         prev

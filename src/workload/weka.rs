@@ -94,10 +94,14 @@ fn load_weka_file(path: &Path) -> Result<Vec<Session>, WorkloadError> {
 pub fn parse_weka_str(text: &str, path: &Path) -> Result<Vec<Session>, WorkloadError> {
     let mut stream = serde_json::Deserializer::from_str(text).into_iter::<RawTrace>();
     let mut out = Vec::new();
+    // Line numbers are counted incrementally: one pass over the text in total.
+    let (mut counted_to, mut line) = (0usize, 1usize);
     loop {
         let start = stream.byte_offset();
         let lead = text[start..].len() - text[start..].trim_start().len();
-        let line = line_of(text, start + lead);
+        let at = start + lead;
+        line += line_of(&text[counted_to..at], at - counted_to) - 1;
+        counted_to = at;
         match stream.next() {
             None => break,
             Some(Err(e)) => {

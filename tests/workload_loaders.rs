@@ -1,0 +1,232 @@
+//! Trace loaders: Weka (JSON / JSONL, hash_ids / hash_runs, plain / gzip, sub-agents),
+//! Mooncake, Azure, format detection, and errors that point at the file and line.
+
+use std::path::{Path, PathBuf};
+
+use genslot::workload::{
+    load_azure, load_mooncake, load_trace, load_weka, weka::parse_weka_str, Session, Trace,
+    TraceFormat, WorkloadError,
+};
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/workload")
+        .join(name)
+}
+
+fn weka(name: &str) -> Vec<Session> {
+    match load_weka(&fixture(name)) {
+        Ok(s) => s,
+        Err(e) => panic!("{name} should load: {e}"),
+    }
+}
+
+#[test]
+fn hash_ids_json_and_hash_runs_jsonl_load_identically() {
+    let single = weka("weka_single.json");
+    let runs = weka("weka_runs.jsonl");
+    assert_eq!(single.len(), 1);
+    assert_eq!(runs.len(), 2, "one session per JSONL line");
+    assert_eq!(single[0], runs[0]);
+    assert_eq!(runs[1].id, "fx_2");
+    assert_eq!(
+        runs[1].requests[2].hash_ids.to_vec(),
+        vec![7, 8, 9, 40, 41, 42, 43, 44]
+    );
+}
+
+#[test]
+fn gzip_is_detected_by_content_not_extension() {
+    let plain = weka("weka_runs.jsonl");
+    assert_eq!(weka("weka_runs.jsonl.gz"), plain);
+    assert_eq!(weka("weka_gzip_content.jsonl"), plain);
+}
+
+#[test]
+fn weka_fields_map_onto_the_session() {
+    let s = &weka("weka_single.json")[0];
+    assert_eq!(s.id, "fx_1");
+    assert_eq!(s.block_size, 64);
+    assert_eq!(s.requests.len(), 4, "the marker is not a request");
+    assert_eq!(s.total_requests(), 6);
+    let r0 = &s.requests[0];
+    assert_eq!((r0.input_tokens, r0.output_tokens), (1000, 100));
+    assert_eq!(r0.hash_ids.len(), 16);
+    assert_eq!(r0.api_time, Some(2.0));
+    assert!(!r0.streaming);
+    assert!(s.requests[2].streaming, "type \"s\" is streaming");
+    assert_eq!(
+        s.requests[3].api_time, None,
+        "missing api_time stays unknown"
+    );
+    assert_eq!(s.requests[2].think_time, None);
+}
+
+#[test]
+fn completed_subagent_starts_duration_before_its_marker_and_inner_times_become_absolute() {
+    let s = &weka("weka_single.json")[0];
+    assert_eq!(s.subagents.len(), 1);
+    let sub = &s.subagents[0];
+    assert_eq!(
+        sub.after_request, 2,
+        "spawned after the parent's second request"
+    );
+    assert_eq!(sub.marker_t, 40.0);
+    assert_eq!(sub.spawn_t, 20.0, "marker t minus duration_ms");
+    assert_eq!(sub.end_t, 40.0);
+    assert_eq!(sub.agent_id, "agent_001");
+    assert_eq!(sub.subagent_type, "Explore");
+    let times: Vec<f64> = sub.session.requests.iter().map(|r| r.t).collect();
+    assert_eq!(times, vec![20.0, 30.0]);
+    assert_eq!(sub.session.id, "fx_1/agent_001");
+}
+
+#[test]
+fn subagent_inner_times_already_absolute_are_kept() {
+    let text = r#"{"id":"abs","requests":[
+        {"t":0,"in":10,"out":1,"hash_ids":[1],"api_time":1},
+        {"t":40,"type":"subagent","duration_ms":20000,"requests":[
+            {"t":20,"in":5,"out":1,"hash_ids":[9]},{"t":30,"in":6,"out":1,"hash_ids":[9]}]}]}"#;
+    let s = parse_weka_str(text, Path::new("inline.json")).unwrap();
+    let times: Vec<f64> = s[0].subagents[0]
+        .session
+        .requests
+        .iter()
+        .map(|r| r.t)
+        .collect();
+    assert_eq!(times, vec![20.0, 30.0]);
+}
+
+#[test]
+fn async_launched_subagent_without_duration_starts_at_its_marker() {
+    let text = r#"{"id":"async","requests":[
+        {"t":0,"in":10,"out":1,"hash_ids":[1],"api_time":1},
+        {"t":5,"type":"subagent","status":"async_launched","requests":[
+            {"t":0,"in":5,"out":1,"hash_ids":[9],"api_time":2},{"t":4,"in":6,"out":1,"hash_ids":[9],"api_time":3}]}]}"#;
+    let s = parse_weka_str(text, Path::new("inline.json")).unwrap();
+    let sub = &s[0].subagents[0];
+    assert_eq!(sub.spawn_t, 5.0);
+    assert_eq!(sub.end_t, 12.0, "last inner request ends at 5 + 4 + 3");
+}
+
+#[test]
+fn mooncake_timestamps_are_milliseconds_and_blocks_are_512_tokens() {
+    let reqs = load_mooncake(&fixture("mooncake.jsonl")).unwrap();
+    assert_eq!(reqs.len(), 4);
+    let t: Vec<f64> = reqs.iter().map(|r| r.t).collect();
+    assert_eq!(t, vec![0.0, 1.5, 2.5, 4.0]);
+    assert_eq!(reqs[1].input_tokens, 600);
+    assert_eq!(reqs[1].output_tokens, 5);
+    assert_eq!(reqs[1].hash_ids.to_vec(), vec![0, 3]);
+    assert!(reqs.iter().all(|r| r.block_size == 512));
+}
+
+#[test]
+fn azure_times_are_seconds_after_the_first_row_whatever_the_fraction_digits() {
+    let reqs = load_azure(&fixture("azure.csv")).unwrap();
+    let t: Vec<f64> = reqs.iter().map(|r| r.t).collect();
+    let want = [0.0, 4.314_579, 4.819_41, 13.319_41];
+    for (got, want) in t.iter().zip(want) {
+        assert!((got - want).abs() < 1e-6, "{t:?}");
+    }
+    assert_eq!((reqs[2].input_tokens, reqs[2].output_tokens), (110, 27));
+    assert!(reqs
+        .iter()
+        .all(|r| r.hash_ids.is_empty() && r.block_size == 0));
+}
+
+#[test]
+fn azure_extra_columns_and_zone_suffixes_are_accepted() {
+    let reqs = load_azure(&fixture("azure_2025.csv")).unwrap();
+    assert_eq!(reqs.len(), 2);
+    assert!((reqs[1].t - 1.25).abs() < 1e-9);
+    assert_eq!((reqs[1].input_tokens, reqs[1].output_tokens), (200, 6));
+}
+
+#[test]
+fn load_trace_detects_every_format() {
+    let cases = [
+        ("weka_single.json", TraceFormat::Weka),
+        ("weka_runs.jsonl.gz", TraceFormat::Weka),
+        ("mooncake.jsonl", TraceFormat::Mooncake),
+        ("azure.csv", TraceFormat::Azure),
+    ];
+    for (name, want) in cases {
+        let trace = load_trace(&fixture(name), None).unwrap();
+        assert_eq!(trace.format(), want, "{name}");
+        let explicit = load_trace(&fixture(name), Some(want)).unwrap();
+        assert_eq!(explicit.format(), want);
+    }
+    match load_trace(&fixture("weka_runs.jsonl"), None).unwrap() {
+        Trace::Sessions(s) => assert_eq!(s.len(), 2),
+        other => panic!("expected sessions, got {:?}", other.format()),
+    }
+}
+
+#[test]
+fn a_directory_of_weka_files_loads_in_name_order() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(fixture("weka_single.json"), dir.path().join("b.json")).unwrap();
+    std::fs::copy(fixture("weka_runs.jsonl.gz"), dir.path().join("a.jsonl.gz")).unwrap();
+    std::fs::write(dir.path().join("notes.txt"), "not a trace").unwrap();
+    let sessions = load_weka(dir.path()).unwrap();
+    let ids: Vec<&str> = sessions.iter().map(|s| s.id.as_str()).collect();
+    assert_eq!(ids, vec!["fx_1", "fx_2", "fx_1"]);
+}
+
+fn error_of(r: Result<impl std::fmt::Debug, WorkloadError>) -> String {
+    match r {
+        Ok(v) => panic!("expected an error, got {v:?}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn a_weka_request_missing_a_field_names_file_line_and_field() {
+    let msg = error_of(load_weka(&fixture("weka_missing_field.jsonl")));
+    assert!(msg.contains("weka_missing_field.jsonl:2:"), "{msg}");
+    assert!(msg.contains("fx_2 request 1"), "{msg}");
+    assert!(msg.contains("`in`"), "{msg}");
+}
+
+#[test]
+fn broken_weka_json_names_file_and_line() {
+    let msg = error_of(load_weka(&fixture("weka_bad_json.jsonl")));
+    assert!(msg.contains("weka_bad_json.jsonl:3:"), "{msg}");
+}
+
+#[test]
+fn a_bad_mooncake_line_names_file_and_line() {
+    let msg = error_of(load_mooncake(&fixture("mooncake_bad.jsonl")));
+    assert!(msg.contains("mooncake_bad.jsonl:3:"), "{msg}");
+    assert!(
+        msg.contains("input_length") || msg.contains("invalid type"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn a_bad_azure_timestamp_names_file_and_line() {
+    let msg = error_of(load_azure(&fixture("azure_bad.csv")));
+    assert!(msg.contains("azure_bad.csv:4:"), "{msg}");
+    assert!(msg.contains("TIMESTAMP"), "{msg}");
+}
+
+#[test]
+fn missing_files_and_unknown_formats_are_errors_not_panics() {
+    let msg = error_of(load_trace(&fixture("does_not_exist.jsonl"), None));
+    assert!(msg.contains("does_not_exist.jsonl"), "{msg}");
+    let dir = tempfile::tempdir().unwrap();
+    let odd = dir.path().join("odd.txt");
+    std::fs::write(&odd, "hello\nworld\n").unwrap();
+    assert!(matches!(
+        load_trace(&odd, None),
+        Err(WorkloadError::UnknownFormat { .. })
+    ));
+    let empty = dir.path().join("empty.jsonl");
+    std::fs::write(&empty, "\n").unwrap();
+    assert!(matches!(
+        load_mooncake(&empty),
+        Err(WorkloadError::Empty { .. })
+    ));
+}
