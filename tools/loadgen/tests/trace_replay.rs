@@ -145,7 +145,6 @@ fn real_weka_traces() -> Option<PathBuf> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "loads all 710 shared traces: minutes in a debug build; run with --ignored"]
 async fn the_binary_replays_the_real_weka_traces_when_present() {
     let Some(path) = real_weka_traces() else {
         eprintln!("skipped: ../shared/traces/weka_cc_agentic is not next to this checkout");
