@@ -56,6 +56,12 @@ pub async fn run_command(args: &RunArgs) -> anyhow::Result<Summary> {
         scrape_metrics: !args.no_scrape,
     };
     let out = run(source.as_mut(), &cfg).await?;
+    if out.abandoned > 0 {
+        eprintln!(
+            "warning: {} requests ignored cancellation and were aborted without a record",
+            out.abandoned
+        );
+    }
     let info = RunInfo {
         url: args.url.clone(),
         endpoint: format!("{:?}", args.endpoint).to_lowercase(),

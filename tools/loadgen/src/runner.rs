@@ -40,6 +40,8 @@ pub struct RunOutput {
     /// Unix time of the run's start in nanoseconds (anchors the JSONL timestamps).
     pub epoch_ns: u128,
     pub server_metrics: Option<ServerDelta>,
+    /// Requests that did not even report their cancellation (aborted; no record).
+    pub abandoned: usize,
 }
 
 /// How long the loop sleeps at most, so the progress bar and the stop checks stay live.
@@ -99,6 +101,7 @@ pub async fn run(source: &mut dyn Source, cfg: &RunConfig) -> anyhow::Result<Run
     let mut errors = 0u64;
     let mut stop: Option<StopReason> = None;
     let mut cancelled_at: Option<Instant> = None;
+    let mut abandoned = 0usize;
 
     source.start(0.0);
     loop {
@@ -141,6 +144,7 @@ pub async fn run(source: &mut dyn Source, cfg: &RunConfig) -> anyhow::Result<Run
         if cancelled_at.is_some_and(|c| now >= c + CANCEL_DRAIN) {
             // Every await in a request is cancellable, so this is a last resort.
             tasks.abort_all();
+            abandoned = outstanding;
             break;
         }
 
@@ -155,21 +159,17 @@ pub async fn run(source: &mut dyn Source, cfg: &RunConfig) -> anyhow::Result<Run
         }
         tokio::select! {
             Some(rec) = done_rx.recv() => {
-                outstanding -= 1;
-                errors += u64::from(!rec.ok());
-                source.on_complete(rec.id, secs(Instant::now()));
-                if cfg.max_requests.is_some() && !rec.warmup {
-                    bar.inc(1);
-                }
-                records.push(rec);
-                while let Ok(rec) = done_rx.try_recv() {
+                let mut next = Some(rec);
+                while let Some(rec) = next {
                     outstanding -= 1;
                     errors += u64::from(!rec.ok());
-                    source.on_complete(rec.id, secs(Instant::now()));
+                    // The lane's gap runs from the response's end, not from when we noticed it.
+                    source.on_complete(rec.id, rec.end_s);
                     if cfg.max_requests.is_some() && !rec.warmup {
                         bar.inc(1);
                     }
                     records.push(rec);
+                    next = done_rx.try_recv().ok();
                 }
             }
             _ = tokio::time::sleep_until(tokio::time::Instant::from_std(wake)) => {}
@@ -196,5 +196,6 @@ pub async fn run(source: &mut dyn Source, cfg: &RunConfig) -> anyhow::Result<Run
         wall_time_s,
         epoch_ns,
         server_metrics,
+        abandoned,
     })
 }
