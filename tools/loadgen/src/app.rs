@@ -54,6 +54,7 @@ pub async fn run_command(args: &RunArgs) -> anyhow::Result<Summary> {
         grace: args.grace,
         progress: !args.no_progress,
         scrape_metrics: !args.no_scrape,
+        send_arrival_time: args.send_arrival_time,
     };
     let out = run(source.as_mut(), &cfg).await?;
     if out.abandoned > 0 {

@@ -105,6 +105,10 @@ pub struct RunArgs {
     /// No progress bar.
     #[arg(long)]
     pub no_progress: bool,
+    /// Send each request's scheduled send time as the `x-arrival-time` header (unix
+    /// seconds), so a genslot server measures TTFT from there.
+    #[arg(long)]
+    pub send_arrival_time: bool,
     /// Do not scrape GET /metrics for genslot counters.
     #[arg(long)]
     pub no_scrape: bool,

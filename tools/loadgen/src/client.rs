@@ -117,11 +117,14 @@ fn chunk_content(v: &Value) -> Option<&str> {
 }
 
 /// Sends `job` and measures it. `t0` is the run's start; record times are relative to it.
+/// `arrival_unix_s`, when given, goes out as the `x-arrival-time` header (the upstream
+/// arrival a genslot server measures TTFT from; other servers ignore the header).
 pub async fn execute(
     http: &reqwest::Client,
     ep: &Endpoint,
     job: &Job,
     t0: Instant,
+    arrival_unix_s: Option<f64>,
     mut cancel: watch::Receiver<bool>,
 ) -> RequestRecord {
     let since = |t: Instant| t.duration_since(t0).as_secs_f64();
@@ -146,7 +149,11 @@ pub async fn execute(
         usage_output_tokens: None,
         error: None,
     };
-    let result = stream_into(http, ep, body, start, &mut rec, &mut cancel, deadline).await;
+    let mut post = http.post(ep.url()).json(&body);
+    if let Some(t) = arrival_unix_s {
+        post = post.header("x-arrival-time", format!("{t:.6}"));
+    }
+    let result = stream_into(post, start, &mut rec, &mut cancel, deadline).await;
     rec.end_s = since(Instant::now());
     if let Err(e) = result {
         rec.error = Some(e);
@@ -170,9 +177,7 @@ fn interrupted(i: Interrupt) -> RequestError {
 }
 
 async fn stream_into(
-    http: &reqwest::Client,
-    ep: &Endpoint,
-    body: Value,
+    post: reqwest::RequestBuilder,
     start: Instant,
     rec: &mut RequestRecord,
     cancel: &mut watch::Receiver<bool>,
@@ -180,7 +185,7 @@ async fn stream_into(
 ) -> Result<(), RequestError> {
     let t0_offset = rec.start_s;
     let rel = |t: Instant| t0_offset + t.duration_since(start).as_secs_f64();
-    let send = http.post(ep.url()).json(&body).send();
+    let send = post.send();
     let resp = guarded(send, cancel, deadline)
         .await
         .map_err(interrupted)?

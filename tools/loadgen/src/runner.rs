@@ -28,6 +28,8 @@ pub struct RunConfig {
     pub progress: bool,
     /// Scrape `GET /metrics` before and after for genslot counters.
     pub scrape_metrics: bool,
+    /// Send each request's scheduled time as its `x-arrival-time` (unix seconds).
+    pub send_arrival_time: bool,
 }
 
 /// Everything a run produced.
@@ -123,8 +125,11 @@ pub async fn run(source: &mut dyn Source, cfg: &RunConfig) -> anyhow::Result<Run
                     done_tx.clone(),
                     cancel_rx.clone(),
                 );
+                let arrival = cfg
+                    .send_arrival_time
+                    .then(|| epoch_ns as f64 / 1e9 + job.send_at);
                 tasks.spawn(async move {
-                    let rec = execute(&http, &ep, &job, t0, cancel).await;
+                    let rec = execute(&http, &ep, &job, t0, arrival, cancel).await;
                     let _ = tx.send(rec);
                 });
             }

@@ -48,6 +48,7 @@ async fn one(
         &endpoint(mock.url(), kind),
         job,
         Instant::now(),
+        None,
         rx,
     )
     .await;
@@ -166,7 +167,15 @@ async fn failures_are_classified_by_kind() {
 
     let (_tx, rx) = watch::channel(false);
     let ep = endpoint(common::closed_port_url().await, EndpointKind::Completions);
-    let rec = execute(&reqwest::Client::new(), &ep, &job(8, 4), Instant::now(), rx).await;
+    let rec = execute(
+        &reqwest::Client::new(),
+        &ep,
+        &job(8, 4),
+        Instant::now(),
+        None,
+        rx,
+    )
+    .await;
     assert_eq!(rec.error.map(|e| e.kind), Some(ErrorKind::Connect));
 }
 
@@ -176,7 +185,15 @@ async fn a_request_past_its_timeout_counts_as_a_timeout() {
     let mut ep = endpoint(mock.url(), EndpointKind::Completions);
     ep.request_timeout = Duration::from_millis(200);
     let (_tx, rx) = watch::channel(false);
-    let rec = execute(&reqwest::Client::new(), &ep, &job(8, 4), Instant::now(), rx).await;
+    let rec = execute(
+        &reqwest::Client::new(),
+        &ep,
+        &job(8, 4),
+        Instant::now(),
+        None,
+        rx,
+    )
+    .await;
     assert_eq!(rec.error.map(|e| e.kind), Some(ErrorKind::Timeout));
 }
 
@@ -191,6 +208,7 @@ async fn token_id_prompts_carry_exactly_the_recorded_number_of_ids() {
         &ep,
         &job(129, 2),
         Instant::now(),
+        None,
         rx,
     )
     .await;
@@ -208,10 +226,9 @@ async fn a_cancelled_request_keeps_what_it_measured_before_the_cancel() {
     let ep = endpoint(mock.url(), EndpointKind::Completions);
     let (tx, rx) = watch::channel(false);
     let j = job(8, 3);
-    let task =
-        tokio::spawn(
-            async move { execute(&reqwest::Client::new(), &ep, &j, Instant::now(), rx).await },
-        );
+    let task = tokio::spawn(async move {
+        execute(&reqwest::Client::new(), &ep, &j, Instant::now(), None, rx).await
+    });
     tokio::time::sleep(Duration::from_millis(500)).await;
     tx.send(true).expect("cancel");
     let rec = tokio::time::timeout(Duration::from_secs(30), task)

@@ -189,3 +189,36 @@ async fn a_server_without_genslot_metrics_gives_no_server_block() {
     .expect("run");
     assert!(out.server_metrics.is_none());
 }
+
+#[tokio::test]
+async fn the_scheduled_send_time_goes_out_as_x_arrival_time_only_when_asked() {
+    let mock = common::start(|_| Behavior::stream(0, 1), None).await;
+    let mut source = FixedLanes::new(1, 8, 2, 0.0, false);
+    let mut cfg = common::config(&mock.url(), Duration::from_secs(60), Some(2));
+    run(&mut source, &cfg).await.expect("run");
+    assert!(mock.seen().iter().all(|s| s.arrival_header.is_none()));
+
+    cfg.send_arrival_time = true;
+    let mut source = FixedLanes::new(1, 8, 2, 0.0, false);
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs_f64();
+    run(&mut source, &cfg).await.expect("run");
+    let sent: Vec<f64> = mock
+        .seen()
+        .iter()
+        .filter_map(|s| {
+            s.arrival_header
+                .as_deref()
+                .map(|h| h.parse::<f64>().expect("unix seconds"))
+        })
+        .collect();
+    assert_eq!(sent.len(), 2);
+    // Unix seconds of this run (generous bounds: the clock is only read, not timed).
+    assert!(
+        sent.iter()
+            .all(|t| *t >= before - 1.0 && *t < before + 600.0),
+        "{sent:?}"
+    );
+}

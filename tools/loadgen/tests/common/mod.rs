@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -57,6 +57,8 @@ pub struct Seen {
     pub path: String,
     pub body: Value,
     pub arrived: Instant,
+    /// The `x-arrival-time` header, if sent.
+    pub arrival_header: Option<String>,
 }
 
 type Plan = Arc<dyn Fn(u64) -> Behavior + Send + Sync>;
@@ -126,19 +128,27 @@ async fn metrics_route(State(m): State<Mock>) -> Response {
     }
 }
 
-async fn completions(State(m): State<Mock>, Json(body): Json<Value>) -> Response {
-    respond(m, "/v1/completions", body, false)
+async fn completions(
+    State(m): State<Mock>,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> Response {
+    respond(m, "/v1/completions", &headers, body, false)
 }
 
-async fn chat(State(m): State<Mock>, Json(body): Json<Value>) -> Response {
-    respond(m, "/v1/chat/completions", body, true)
+async fn chat(State(m): State<Mock>, headers: HeaderMap, Json(body): Json<Value>) -> Response {
+    respond(m, "/v1/chat/completions", &headers, body, true)
 }
 
 fn sse(v: Value) -> Bytes {
     Bytes::from(format!("data: {v}\n\n"))
 }
 
-fn respond(m: Mock, path: &str, body: Value, chat: bool) -> Response {
+fn respond(m: Mock, path: &str, headers: &HeaderMap, body: Value, chat: bool) -> Response {
+    let arrival_header = headers
+        .get("x-arrival-time")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
     let index = m.count.fetch_add(1, Ordering::SeqCst);
     let max_tokens = body.get("max_tokens").and_then(Value::as_u64).unwrap_or(16) as u32;
     if let Ok(mut s) = m.seen.lock() {
@@ -147,6 +157,7 @@ fn respond(m: Mock, path: &str, body: Value, chat: bool) -> Response {
             path: path.to_owned(),
             body,
             arrived: Instant::now(),
+            arrival_header,
         });
     }
     let behavior = (m.plan)(index);
@@ -264,5 +275,6 @@ pub fn config(
         grace: Duration::from_millis(300),
         progress: false,
         scrape_metrics: true,
+        send_arrival_time: false,
     }
 }
