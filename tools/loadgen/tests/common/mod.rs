@@ -69,6 +69,7 @@ struct Mock {
     count: Arc<AtomicU64>,
     seen: Arc<Mutex<Vec<Seen>>>,
     metrics: Option<Arc<dyn Fn(u64) -> String + Send + Sync>>,
+    record: bool,
 }
 
 pub struct MockServer {
@@ -99,26 +100,37 @@ pub async fn start(
     plan: impl Fn(u64) -> Behavior + Send + Sync + 'static,
     metrics: Option<Arc<dyn Fn(u64) -> String + Send + Sync>>,
 ) -> MockServer {
+    start_on("127.0.0.1:0", plan, metrics, true)
+        .await
+        .expect("bind mock")
+}
+
+/// As [`start`], on a chosen address; `record: false` keeps no request bodies (for long runs).
+pub async fn start_on(
+    addr: &str,
+    plan: impl Fn(u64) -> Behavior + Send + Sync + 'static,
+    metrics: Option<Arc<dyn Fn(u64) -> String + Send + Sync>>,
+    record: bool,
+) -> std::io::Result<MockServer> {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let mock = Mock {
         plan: Arc::new(plan),
         count: Arc::new(AtomicU64::new(0)),
         seen: seen.clone(),
         metrics,
+        record,
     };
     let app = Router::new()
         .route("/v1/completions", post(completions))
         .route("/v1/chat/completions", post(chat))
         .route("/metrics", get(metrics_route))
         .with_state(mock);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind mock");
-    let addr = listener.local_addr().expect("mock addr");
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let addr = listener.local_addr()?;
     let task = tokio::spawn(async move {
         let _ = axum::serve(listener, app).await;
     });
-    MockServer { addr, seen, task }
+    Ok(MockServer { addr, seen, task })
 }
 
 async fn metrics_route(State(m): State<Mock>) -> Response {
@@ -151,7 +163,7 @@ fn respond(m: Mock, path: &str, headers: &HeaderMap, body: Value, chat: bool) ->
         .map(str::to_owned);
     let index = m.count.fetch_add(1, Ordering::SeqCst);
     let max_tokens = body.get("max_tokens").and_then(Value::as_u64).unwrap_or(16) as u32;
-    if let Ok(mut s) = m.seen.lock() {
+    if let Some(mut s) = m.record.then(|| m.seen.lock().ok()).flatten() {
         s.push(Seen {
             index,
             path: path.to_owned(),
