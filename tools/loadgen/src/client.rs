@@ -128,7 +128,12 @@ pub async fn execute(
     mut cancel: watch::Receiver<bool>,
 ) -> RequestRecord {
     let since = |t: Instant| t.duration_since(t0).as_secs_f64();
-    let body = ep.body(job);
+    // Prompt synthesis and JSON encoding happen before the clock starts: TTFT is the
+    // server's (and the network's) time only.
+    let mut post = http.post(ep.url()).json(&ep.body(job));
+    if let Some(t) = arrival_unix_s {
+        post = post.header("x-arrival-time", format!("{t:.6}"));
+    }
     let start = Instant::now();
     let deadline = tokio::time::Instant::from_std(start + ep.request_timeout);
     let mut rec = RequestRecord {
@@ -149,10 +154,6 @@ pub async fn execute(
         usage_output_tokens: None,
         error: None,
     };
-    let mut post = http.post(ep.url()).json(&body);
-    if let Some(t) = arrival_unix_s {
-        post = post.header("x-arrival-time", format!("{t:.6}"));
-    }
     let result = stream_into(post, start, &mut rec, &mut cancel, deadline).await;
     rec.end_s = since(Instant::now());
     if let Err(e) = result {
@@ -167,6 +168,18 @@ fn fail(kind: ErrorKind, message: impl Into<String>) -> RequestError {
         status: None,
         message: message.into(),
     }
+}
+
+/// reqwest's own message is terse ("error sending request"); the cause says why.
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        out.push_str(": ");
+        out.push_str(&c.to_string());
+        cause = c.source();
+    }
+    out
 }
 
 fn interrupted(i: Interrupt) -> RequestError {
@@ -195,7 +208,7 @@ async fn stream_into(
             } else {
                 ErrorKind::Connect
             };
-            fail(kind, e.to_string())
+            fail(kind, with_causes(&e))
         })?;
     rec.ack_s = Some(rel(Instant::now()));
     let status = resp.status();
@@ -219,7 +232,7 @@ async fn stream_into(
             .map_err(interrupted)?;
         let events = match piece {
             Some(Ok(bytes)) => decoder.push(&bytes),
-            Some(Err(e)) => return Err(fail(ErrorKind::DroppedStream, e.to_string())),
+            Some(Err(e)) => return Err(fail(ErrorKind::DroppedStream, with_causes(&e))),
             None => {
                 let tail = decoder.finish();
                 let done = tail.contains(&SseEvent::Done);
