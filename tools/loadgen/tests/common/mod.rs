@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
-use axum::extract::State;
+use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -124,6 +124,8 @@ pub async fn start_on(
         .route("/v1/completions", post(completions))
         .route("/v1/chat/completions", post(chat))
         .route("/metrics", get(metrics_route))
+        // Weka prompts reach several MB of text; axum's 2 MB default would answer 413.
+        .layer(DefaultBodyLimit::disable())
         .with_state(mock);
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let addr = listener.local_addr()?;
