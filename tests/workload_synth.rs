@@ -1,5 +1,7 @@
-//! The synthetic agentic generator reproduces the Weka corpus' shape (the quantiles quoted
-//! are the corpus', from shared/notes/workloads.md §2 and the fit in `workload::synth`).
+//! The synthetic agentic generator reproduces the Weka corpus' shape. The quantiles quoted
+//! are the corpus' (`requests.csv`, `traces.csv`); tolerances are looser for input tokens,
+//! which the model derives rather than draws (3000 sessions, seed 7, measured: input p50
+//! 93k, p90 261k).
 
 use genslot::workload::{Session, SynthParams, SyntheticAgentic};
 
@@ -20,8 +22,10 @@ fn within(got: f64, want: f64, tol: f64, what: &str) {
     );
 }
 
-fn sample() -> Vec<Session> {
-    SyntheticAgentic::new(SynthParams::default()).generate(3000, 7)
+/// Generated once for all tests of this file.
+fn sample() -> &'static [Session] {
+    static SAMPLE: std::sync::OnceLock<Vec<Session>> = std::sync::OnceLock::new();
+    SAMPLE.get_or_init(|| SyntheticAgentic::new(SynthParams::default()).generate(3000, 7))
 }
 
 #[test]
@@ -29,7 +33,7 @@ fn synthetic_sessions_match_the_corpus_medians_and_p90() {
     let sessions = sample();
     let mut turns: Vec<f64> = sessions.iter().map(|s| s.requests.len() as f64).collect();
     within(quantile(&mut turns, 0.5), 45.0, 0.15, "turns p50");
-    within(quantile(&mut turns, 0.9), 155.1, 0.15, "turns p90");
+    within(quantile(&mut turns, 0.9), 155.1, 0.10, "turns p90");
 
     let reqs: Vec<_> = sessions.iter().flat_map(|s| s.all_requests()).collect();
     let mut input: Vec<f64> = reqs
@@ -37,7 +41,7 @@ fn synthetic_sessions_match_the_corpus_medians_and_p90() {
         .map(|(_, r)| f64::from(r.input_tokens))
         .collect();
     within(quantile(&mut input, 0.5), 103_659.0, 0.15, "input p50");
-    within(quantile(&mut input, 0.9), 233_633.0, 0.25, "input p90");
+    within(quantile(&mut input, 0.9), 233_633.0, 0.20, "input p90");
 
     let main: Vec<_> = reqs.iter().filter(|(d, _)| *d == 0).collect();
     let mut out: Vec<f64> = main
@@ -51,13 +55,10 @@ fn synthetic_sessions_match_the_corpus_medians_and_p90() {
     within(quantile(&mut api, 0.5), 6.08, 0.10, "api time p50");
 
     let mut gaps = Vec::new();
-    for s in &sessions {
-        for w in s.requests.windows(2) {
-            if !s
-                .subagents
-                .iter()
-                .any(|sub| sub.after_request == s.requests.len())
-            {
+    for s in sessions {
+        for (k, w) in s.requests.windows(2).enumerate() {
+            // Skip turns that waited for sub-agents: their gap runs from the join.
+            if !s.subagents.iter().any(|sub| sub.after_request == k + 1) {
                 gaps.push((w[1].t - w[0].recorded_end()).max(0.0));
             }
         }

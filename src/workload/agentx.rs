@@ -8,7 +8,8 @@
 //! - A lane's first session starts at a random point `t* = t_0 + f (t_last - t_0)` of its
 //!   root chain, `f` uniform in `start_fraction`; replay begins at the first root request
 //!   with `t >= t*`, and with `warmup` the request before it is sent first, flagged as
-//!   warm-up. Sub-agents launched before the replayed part are skipped.
+//!   warm-up. Sub-agents launched before the replayed part are skipped; those launched by
+//!   the warm-up turn itself are replayed and not flagged.
 //! - A request is sent after everything it depends on completes (see `plan`), after the
 //!   recorded end-to-start gap `max(0, t_k - t_{k-1} - api_time_{k-1})` capped at
 //!   `idle_cap_s`. `max_tokens` is the recorded output length (at least 1).
@@ -269,6 +270,7 @@ impl AgentxReplay {
 }
 
 impl Replay for AgentxReplay {
+    /// Call once: draws every lane's first session and schedules its first turn(s).
     fn start(&mut self, now: f64) {
         self.lanes = (0..self.rules.concurrency)
             .map(|_| Lane::default())
