@@ -7,7 +7,7 @@
 //! `(salt, hash id, position)`, so two requests that share leading hash ids share a
 //! byte-identical prefix and prefix caching behaves as in the recorded traffic. Blocks beyond
 //! the recorded hash ids get words unique to the request. The salt busts the cache between
-//! independent replays of the same trace (notes/workloads.md §1).
+//! independent replays of the same trace, as AgentX replays do.
 
 /// Short words that common BPE vocabularies keep as one token each.
 const WORDS: [&str; 64] = [
