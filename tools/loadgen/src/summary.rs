@@ -231,3 +231,88 @@ impl Summary {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{ErrorKind, RequestError};
+
+    fn rec(
+        id: u64,
+        warmup: bool,
+        start_s: f64,
+        end_s: f64,
+        ttft_ms: f64,
+        tokens: u32,
+    ) -> RequestRecord {
+        RequestRecord {
+            id,
+            lane: Some(0),
+            session: Some(0),
+            conversation: Some(0),
+            warmup,
+            input_tokens: 100,
+            max_tokens: tokens,
+            scheduled_s: start_s,
+            start_s,
+            ack_s: Some(start_s),
+            end_s,
+            ttft_ms: Some(ttft_ms),
+            chunk_gaps_ms: vec![],
+            content_chunks: tokens,
+            usage_output_tokens: Some(tokens),
+            error: None,
+        }
+    }
+
+    fn info() -> RunInfo {
+        RunInfo {
+            url: "u".into(),
+            endpoint: "completions".into(),
+            model: "m".into(),
+            source: "s".into(),
+            concurrency: Some(1),
+            rate_scale: 1.0,
+            seed: 0,
+            duration_limit_s: 10.0,
+            max_requests: None,
+        }
+    }
+
+    #[test]
+    fn warmups_and_failures_stay_out_of_latency_and_throughput() {
+        let mut failed = rec(3, false, 2.0, 6.0, 0.0, 0);
+        failed.error = Some(RequestError {
+            kind: ErrorKind::Http,
+            status: Some(503),
+            message: String::new(),
+        });
+        failed.ttft_ms = None;
+        let records = vec![
+            // A warm-up with an absurd TTFT that must not show anywhere.
+            rec(0, true, 0.0, 1.0, 9_999.0, 50),
+            // 1 s E2E, 100 ms TTFT, 10 tokens: ITL (1000 - 100) / 9 = 100 ms.
+            rec(1, false, 1.0, 2.0, 100.0, 10),
+            // 2 s E2E, 200 ms TTFT, 19 tokens: ITL 1800 / 18 = 100 ms.
+            rec(2, false, 3.0, 5.0, 200.0, 19),
+            failed,
+        ];
+        let s = Summary::from_records(&records, StopReason::MaxRequests, 6.0, None, info());
+        assert_eq!(s.warmup_excluded, 1);
+        assert_eq!(s.request_count.avg, 3.0);
+        assert_eq!(s.good_request_count.avg, 2.0);
+        assert_eq!(
+            s.errors_by_kind,
+            BTreeMap::from([("http_503".to_owned(), 1)])
+        );
+        let ttft = s.time_to_first_token.unwrap();
+        assert_eq!((ttft.min, ttft.max), (100.0, 200.0));
+        let itl = s.inter_token_latency.unwrap();
+        assert!((itl.avg - 100.0).abs() < 1e-9 && itl.std < 1e-9);
+        // Profiling window: first measured send (1 s) to last measured end (6 s) = 5 s.
+        assert_eq!(s.benchmark_duration.avg, 5.0);
+        assert!((s.output_token_throughput.avg - 29.0 / 5.0).abs() < 1e-12);
+        assert!((s.request_throughput.avg - 2.0 / 5.0).abs() < 1e-12);
+        assert!(!s.was_cancelled);
+    }
+}
