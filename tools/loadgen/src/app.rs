@@ -1,0 +1,123 @@
+//! The binary's two commands, from parsed arguments to files and a printed table.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::Path;
+
+use anyhow::{bail, Context};
+
+use crate::cli::{CompareArgs, RunArgs};
+use crate::client::{Endpoint, EndpointKind};
+use crate::compare::{compare_files, render};
+use crate::record::RequestRecord;
+use crate::runner::{run, RunConfig};
+use crate::source::Source;
+use crate::summary::{RunInfo, Summary};
+
+/// Builds the request source named on the command line; returns it with a description.
+pub fn build_source(args: &RunArgs) -> anyhow::Result<(Box<dyn Source>, String)> {
+    let s = &args.source;
+    let closed_loop = s.weka.is_some() || s.synthetic;
+    if closed_loop && args.concurrency.is_none_or(|c| c == 0) {
+        bail!("--concurrency (at least 1) is required for closed-loop lanes (--weka, --synthetic)");
+    }
+    if !closed_loop && args.concurrency.is_some() {
+        eprintln!(
+            "note: --concurrency is ignored in open loop; arrivals follow the trace's timestamps"
+        );
+    }
+    if !(args.rate_scale.is_finite() && args.rate_scale > 0.0) {
+        bail!(
+            "--rate-scale must be a positive number, got {}",
+            args.rate_scale
+        );
+    }
+    crate::replay::build(args)
+}
+
+/// `loadgen run`: drives the server, writes the requested files, prints the table.
+pub async fn run_command(args: &RunArgs) -> anyhow::Result<Summary> {
+    if args.token_ids && args.endpoint == EndpointKind::Chat {
+        bail!("--token-ids needs --endpoint completions (chat messages are text)");
+    }
+    let (mut source, description) = build_source(args)?;
+    let cfg = RunConfig {
+        endpoint: Endpoint {
+            base_url: args.url.clone(),
+            kind: args.endpoint,
+            model: args.model.clone(),
+            token_ids: args.token_ids,
+            request_timeout: args.request_timeout,
+        },
+        duration: args.duration,
+        max_requests: args.max_requests,
+        grace: args.grace,
+        progress: !args.no_progress,
+        scrape_metrics: !args.no_scrape,
+        send_arrival_time: args.send_arrival_time,
+    };
+    let out = run(source.as_mut(), &cfg).await?;
+    if out.abandoned > 0 {
+        eprintln!(
+            "warning: {} requests ignored cancellation and were aborted without a record",
+            out.abandoned
+        );
+    }
+    let info = RunInfo {
+        url: args.url.clone(),
+        endpoint: format!("{:?}", args.endpoint).to_lowercase(),
+        model: args.model.clone(),
+        source: description,
+        concurrency: args.concurrency.filter(|_| !source.open_loop()),
+        rate_scale: args.rate_scale,
+        seed: args.seed,
+        duration_limit_s: args.duration.as_secs_f64(),
+        max_requests: args.max_requests,
+    };
+    let summary = Summary::from_records(
+        &out.records,
+        out.stop_reason,
+        out.wall_time_s,
+        out.server_metrics,
+        info,
+    );
+    if let Some(path) = &args.records {
+        write_records(path, &out.records, out.epoch_ns)?;
+    }
+    if let Some(path) = &args.json {
+        let text = serde_json::to_string_pretty(&summary)?;
+        std::fs::write(path, text + "\n")
+            .with_context(|| format!("writing summary {}", path.display()))?;
+    }
+    print!("{}", summary.render_table());
+    Ok(summary)
+}
+
+/// Writes one AIPerf-shaped JSON object per request.
+pub fn write_records(path: &Path, records: &[RequestRecord], epoch_ns: u128) -> anyhow::Result<()> {
+    let ctx = || format!("writing records {}", path.display());
+    let mut w = BufWriter::new(File::create(path).with_context(ctx)?);
+    for r in records {
+        serde_json::to_writer(&mut w, &r.to_export_json(epoch_ns)).with_context(ctx)?;
+        w.write_all(b"\n").with_context(ctx)?;
+    }
+    w.flush().with_context(ctx)
+}
+
+/// `loadgen compare`: prints the delta table (and writes JSON rows when asked).
+pub fn compare_command(args: &CompareArgs) -> anyhow::Result<()> {
+    let rows = compare_files(&args.a, &args.b)?;
+    print!(
+        "{}",
+        render(
+            &rows,
+            &args.a.display().to_string(),
+            &args.b.display().to_string()
+        )
+    );
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&rows)? + "\n")
+            .with_context(|| format!("writing comparison {}", path.display()))?;
+    }
+    Ok(())
+}

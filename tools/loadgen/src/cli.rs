@@ -1,0 +1,249 @@
+//! Command-line arguments of `loadgen`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::client::EndpointKind;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "loadgen",
+    version,
+    about = "Replays agentic traces against any OpenAI-compatible server",
+    long_about = "Replays agentic traces against any OpenAI-compatible server: closed-loop \
+        AgentX lanes on Weka traces (or synthetic sessions), open-loop timestamps on Mooncake \
+        and Azure traces. `run` is the default subcommand."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Drive a server and report TTFT, ITL, E2E and throughput.
+    Run(Box<RunArgs>),
+    /// Compare two summary JSON files (B against A).
+    Compare(CompareArgs),
+}
+
+/// Exactly one request source.
+#[derive(Debug, Args)]
+#[group(required = true, multiple = false)]
+pub struct SourceArgs {
+    /// Weka-format agentic trace (JSON or JSONL, plain or gzip): closed-loop AgentX lanes.
+    #[arg(long, value_name = "FILE")]
+    pub weka: Option<PathBuf>,
+    /// Mooncake FAST'25 JSONL trace: open loop by timestamp.
+    #[arg(long, value_name = "FILE")]
+    pub mooncake: Option<PathBuf>,
+    /// Azure LLM inference CSV trace: open loop by timestamp.
+    #[arg(long, value_name = "FILE")]
+    pub azure: Option<PathBuf>,
+    /// Synthetic agentic sessions fitted to the Weka traces: closed-loop AgentX lanes.
+    #[arg(long)]
+    pub synthetic: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Server base URL, e.g. http://127.0.0.1:8000.
+    #[arg(long)]
+    pub url: String,
+    #[command(flatten)]
+    pub source: SourceArgs,
+    /// Closed-loop lanes (required for --weka and --synthetic).
+    #[arg(long, short = 'c')]
+    pub concurrency: Option<usize>,
+    /// Open loop: arrival-rate multiplier (2.0 sends the trace twice as fast).
+    #[arg(long, default_value_t = 1.0)]
+    pub rate_scale: f64,
+    /// Stop sending after this long (e.g. 120s, 5m, 1h30m, 500ms).
+    #[arg(long, default_value = "120s", value_parser = parse_duration)]
+    pub duration: Duration,
+    /// Stop sending after this many measured (non-warm-up) requests.
+    #[arg(long)]
+    pub max_requests: Option<u64>,
+    /// In-flight requests may run this long past --duration before they are cancelled.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub grace: Duration,
+    /// A request running longer than this counts as a timeout.
+    #[arg(long, default_value = "600s", value_parser = parse_duration)]
+    pub request_timeout: Duration,
+    #[arg(long, value_enum, default_value_t = EndpointKind::Completions)]
+    pub endpoint: EndpointKind,
+    /// Model name sent with every request.
+    #[arg(long, default_value = "genslot")]
+    pub model: String,
+    /// Send prompts as token ids instead of text (completions endpoint).
+    #[arg(long)]
+    pub token_ids: bool,
+    /// Seeds session draws, start points and synthetic sessions.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Cap on a closed-loop lane's idle gap between turns.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub idle_cap: Duration,
+    /// Range of each lane's random start point within its first session, as fractions
+    /// `LO,HI` (AgentX MVP: 0,1; AIPerf's agentx preset: 0.25,0.75).
+    #[arg(long, default_value = "0,1", value_parser = parse_fraction_range)]
+    pub start_fraction: (f64, f64),
+    /// Do not send the warm-up turn before each lane's start point.
+    #[arg(long)]
+    pub no_warmup: bool,
+    /// Number of synthetic sessions to generate (--synthetic).
+    #[arg(long, default_value_t = 512)]
+    pub synthetic_sessions: usize,
+    /// Write the summary JSON here.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Write per-request records (JSONL) here.
+    #[arg(long, value_name = "FILE")]
+    pub records: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long)]
+    pub no_progress: bool,
+    /// Send each request's scheduled send time as the `x-arrival-time` header (unix
+    /// seconds), so a genslot server measures TTFT from there.
+    #[arg(long)]
+    pub send_arrival_time: bool,
+    /// Do not scrape GET /metrics for genslot counters.
+    #[arg(long)]
+    pub no_scrape: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct CompareArgs {
+    /// Baseline summary (A).
+    pub a: PathBuf,
+    /// Summary compared against the baseline (B).
+    pub b: PathBuf,
+    /// Also write the comparison rows as JSON here.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+}
+
+/// Parses `120s`, `5m`, `1h30m`, `250ms`, `1.5s`, or a bare number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    if let Ok(secs) = s.parse::<f64>() {
+        return Duration::try_from_secs_f64(secs).map_err(|e| format!("bad duration '{s}': {e}"));
+    }
+    let mut total = 0.0f64;
+    let mut rest = s;
+    while !rest.is_empty() {
+        let num_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let unit_len = rest[num_len..]
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len() - num_len);
+        let (num, unit) = (&rest[..num_len], &rest[num_len..num_len + unit_len]);
+        let value: f64 = num
+            .parse()
+            .map_err(|_| format!("bad duration '{s}': expected a number"))?;
+        let scale = match unit {
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => {
+                return Err(format!(
+                    "bad duration '{s}': unit '{unit}' is not ms, s, m or h"
+                ))
+            }
+        };
+        total += value * scale;
+        rest = &rest[num_len + unit_len..];
+    }
+    if s.is_empty() {
+        return Err("empty duration".into());
+    }
+    Duration::try_from_secs_f64(total).map_err(|e| format!("bad duration '{s}': {e}"))
+}
+
+/// Parses `LO,HI` with `0 <= LO <= HI <= 1`.
+pub fn parse_fraction_range(s: &str) -> Result<(f64, f64), String> {
+    let bad = || format!("bad fraction range '{s}': expected LO,HI with 0 <= LO <= HI <= 1");
+    let (lo, hi) = s.split_once(',').ok_or_else(bad)?;
+    let lo: f64 = lo.trim().parse().map_err(|_| bad())?;
+    let hi: f64 = hi.trim().parse().map_err(|_| bad())?;
+    if (0.0..=1.0).contains(&lo) && (0.0..=1.0).contains(&hi) && lo <= hi {
+        Ok((lo, hi))
+    } else {
+        Err(bad())
+    }
+}
+
+/// Makes `run` the default subcommand: `loadgen --url … --synthetic` means `loadgen run …`.
+pub fn with_default_subcommand(args: Vec<String>) -> Vec<String> {
+    let first = args.get(1).map(String::as_str);
+    let explicit = matches!(
+        first,
+        Some("run" | "compare" | "help" | "-h" | "--help" | "-V" | "--version") | None
+    );
+    if explicit {
+        return args;
+    }
+    let mut out = args;
+    out.insert(1, "run".to_owned());
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_accept_units_compounds_and_bare_seconds() {
+        assert_eq!(parse_duration("120s"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
+        assert!(parse_duration("10 parsecs").is_err());
+        assert!(parse_duration("").is_err());
+        assert!(parse_duration("-3").is_err());
+    }
+
+    #[test]
+    fn start_fraction_ranges_must_lie_in_the_unit_interval() {
+        assert_eq!(parse_fraction_range("0.25, 0.75"), Ok((0.25, 0.75)));
+        assert!(parse_fraction_range("0.8,0.2").is_err());
+        assert!(parse_fraction_range("0,1.5").is_err());
+        assert!(parse_fraction_range("0.5").is_err());
+    }
+
+    #[test]
+    fn run_is_the_default_subcommand() {
+        let argv = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let args =
+            with_default_subcommand(argv(&["loadgen", "--url", "u", "--synthetic", "-c", "2"]));
+        let cli = Cli::try_parse_from(args).unwrap();
+        assert!(
+            matches!(cli.command, Command::Run(r) if r.source.synthetic && r.concurrency == Some(2))
+        );
+        let cli = Cli::try_parse_from(with_default_subcommand(argv(&[
+            "loadgen", "compare", "a", "b",
+        ])))
+        .unwrap();
+        assert!(matches!(cli.command, Command::Compare(_)));
+    }
+
+    #[test]
+    fn exactly_one_source_is_required() {
+        let argv = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert!(Cli::try_parse_from(argv(&["loadgen", "run", "--url", "u"])).is_err());
+        assert!(Cli::try_parse_from(argv(&[
+            "loadgen",
+            "run",
+            "--url",
+            "u",
+            "--synthetic",
+            "--weka",
+            "f"
+        ]))
+        .is_err());
+    }
+}

@@ -1,0 +1,139 @@
+//! `loadgen compare A.json B.json`: the main metrics of two runs side by side with their
+//! absolute and relative change (B − A).
+//!
+//! Summaries are read as plain JSON by field path, so AIPerf's `profile_export_aiperf.json`
+//! compares too wherever its field names overlap with ours.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use serde_json::Value;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CompareError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path} is not a JSON summary: {source}")]
+    Parse {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+}
+
+/// The compared metrics: (label, JSON path).
+const METRICS: &[(&str, &[&str])] = &[
+    ("TTFT avg (ms)", &["time_to_first_token", "avg"]),
+    ("TTFT p50 (ms)", &["time_to_first_token", "p50"]),
+    ("TTFT p90 (ms)", &["time_to_first_token", "p90"]),
+    ("TTFT p99 (ms)", &["time_to_first_token", "p99"]),
+    ("ITL avg (ms)", &["inter_token_latency", "avg"]),
+    ("ITL p50 (ms)", &["inter_token_latency", "p50"]),
+    ("ITL p90 (ms)", &["inter_token_latency", "p90"]),
+    ("ITL p99 (ms)", &["inter_token_latency", "p99"]),
+    ("E2E avg (ms)", &["request_latency", "avg"]),
+    ("E2E p50 (ms)", &["request_latency", "p50"]),
+    ("E2E p90 (ms)", &["request_latency", "p90"]),
+    ("E2E p99 (ms)", &["request_latency", "p99"]),
+    ("output tokens/s", &["output_token_throughput", "avg"]),
+    ("requests/s", &["request_throughput", "avg"]),
+    ("requests", &["request_count", "avg"]),
+    ("errors", &["error_request_count", "avg"]),
+    ("server pauses", &["server_metrics", "pauses"]),
+    (
+        "server resumes (normal)",
+        &["server_metrics", "resumes_normal"],
+    ),
+    (
+        "server resumes (forced)",
+        &["server_metrics", "resumes_forced"],
+    ),
+];
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CompareRow {
+    pub metric: String,
+    pub a: Option<f64>,
+    pub b: Option<f64>,
+    /// b − a, when both exist.
+    pub delta: Option<f64>,
+    /// 100 × (b − a) / |a|, when both exist and a ≠ 0.
+    pub delta_pct: Option<f64>,
+}
+
+fn lookup(v: &Value, path: &[&str]) -> Option<f64> {
+    path.iter().try_fold(v, |v, k| v.get(k))?.as_f64()
+}
+
+/// Rows for every metric present in at least one of the summaries.
+pub fn compare_values(a: &Value, b: &Value) -> Vec<CompareRow> {
+    METRICS
+        .iter()
+        .filter_map(|(label, path)| {
+            let (x, y) = (lookup(a, path), lookup(b, path));
+            if x.is_none() && y.is_none() {
+                return None;
+            }
+            let delta = x.zip(y).map(|(x, y)| y - x);
+            let delta_pct = x
+                .zip(y)
+                .filter(|(x, _)| *x != 0.0)
+                .map(|(x, y)| 100.0 * (y - x) / x.abs());
+            Some(CompareRow {
+                metric: (*label).to_owned(),
+                a: x,
+                b: y,
+                delta,
+                delta_pct,
+            })
+        })
+        .collect()
+}
+
+fn read(path: &Path) -> Result<Value, CompareError> {
+    let text = std::fs::read_to_string(path).map_err(|source| CompareError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    serde_json::from_str(&text).map_err(|source| CompareError::Parse {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+pub fn compare_files(a: &Path, b: &Path) -> Result<Vec<CompareRow>, CompareError> {
+    Ok(compare_values(&read(a)?, &read(b)?))
+}
+
+/// The table printed by `loadgen compare`.
+pub fn render(rows: &[CompareRow], a_name: &str, b_name: &str) -> String {
+    let cell = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.2}"));
+    let mut out = String::new();
+    let _ = writeln!(out, "A = {a_name}\nB = {b_name}");
+    let _ = writeln!(
+        out,
+        "{:<26} {:>12} {:>12} {:>12} {:>9}",
+        "metric", "A", "B", "B-A", "B-A %"
+    );
+    for r in rows {
+        let pct = r
+            .delta_pct
+            .map_or_else(|| "-".to_owned(), |p| format!("{p:+.1}%"));
+        let delta = r
+            .delta
+            .map_or_else(|| "-".to_owned(), |d| format!("{d:+.2}"));
+        let _ = writeln!(
+            out,
+            "{:<26} {:>12} {:>12} {:>12} {:>9}",
+            r.metric,
+            cell(r.a),
+            cell(r.b),
+            delta,
+            pct
+        );
+    }
+    out
+}

@@ -1,0 +1,206 @@
+//! The run loop: sends what the [`Source`] says is due, feeds completions back, and stops by
+//! itself.
+//!
+//! Stopping: no new request is sent after `duration` or once `max_requests` measured requests
+//! have gone out (warm-up turns do not count). Requests still in flight may finish until
+//! `duration + grace`; then they are cancelled and recorded as `cancelled`. An open-loop
+//! source that runs out of rows ends the run when its last request completes.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use indicatif::{ProgressBar, ProgressStyle};
+use tokio::sync::{mpsc, watch};
+
+use crate::client::{execute, Endpoint};
+use crate::record::RequestRecord;
+use crate::scrape::{scrape, ServerDelta};
+use crate::source::Source;
+use crate::summary::StopReason;
+
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    pub endpoint: Endpoint,
+    pub duration: Duration,
+    pub max_requests: Option<u64>,
+    /// How long in-flight requests may run past `duration`.
+    pub grace: Duration,
+    pub progress: bool,
+    /// Scrape `GET /metrics` before and after for genslot counters.
+    pub scrape_metrics: bool,
+    /// Send each request's scheduled time as its `x-arrival-time` (unix seconds).
+    pub send_arrival_time: bool,
+}
+
+/// Everything a run produced.
+#[derive(Debug, Clone)]
+pub struct RunOutput {
+    /// In completion order.
+    pub records: Vec<RequestRecord>,
+    pub stop_reason: StopReason,
+    pub wall_time_s: f64,
+    /// Unix time of the run's start in nanoseconds (anchors the JSONL timestamps).
+    pub epoch_ns: u128,
+    pub server_metrics: Option<ServerDelta>,
+    /// Requests that did not even report their cancellation (aborted; no record).
+    pub abandoned: usize,
+}
+
+/// How long the loop sleeps at most, so the progress bar and the stop checks stay live.
+const TICK: Duration = Duration::from_millis(250);
+/// After cancelling, how long to wait for tasks to report before giving up on them.
+const CANCEL_DRAIN: Duration = Duration::from_secs(5);
+
+fn progress_bar(cfg: &RunConfig) -> ProgressBar {
+    if !cfg.progress {
+        return ProgressBar::hidden();
+    }
+    let (len, template) = match cfg.max_requests {
+        Some(n) => (n, "{elapsed_precise} [{bar:40}] {pos}/{len} requests {msg}"),
+        None => (
+            cfg.duration.as_secs().max(1),
+            "{elapsed_precise} [{bar:40}] {pos}/{len} s {msg}",
+        ),
+    };
+    let bar = ProgressBar::new(len);
+    if let Ok(style) = ProgressStyle::with_template(template) {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar
+}
+
+/// Runs `source` against `cfg.endpoint` until a stop condition holds.
+pub async fn run(source: &mut dyn Source, cfg: &RunConfig) -> anyhow::Result<RunOutput> {
+    let http = reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(10))
+        .tcp_nodelay(true)
+        .pool_idle_timeout(Duration::from_secs(90))
+        .build()?;
+    let endpoint = Arc::new(cfg.endpoint.clone());
+    let metrics_url = endpoint.metrics_url();
+    let before = if cfg.scrape_metrics {
+        scrape(&http, &metrics_url).await
+    } else {
+        None
+    };
+
+    let bar = progress_bar(cfg);
+    let epoch_ns = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let t0 = Instant::now();
+    let secs = |t: Instant| t.duration_since(t0).as_secs_f64();
+    let stop_issuing_at = t0 + cfg.duration;
+    let cancel_at = stop_issuing_at + cfg.grace;
+    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<RequestRecord>();
+    let (cancel_tx, cancel_rx) = watch::channel(false);
+    let mut tasks = tokio::task::JoinSet::new();
+
+    let mut records = Vec::new();
+    let mut outstanding = 0usize;
+    let mut measured_sent = 0u64;
+    let mut errors = 0u64;
+    let mut stop: Option<StopReason> = None;
+    let mut cancelled_at: Option<Instant> = None;
+    let mut abandoned = 0usize;
+
+    source.start(0.0);
+    loop {
+        let now = Instant::now();
+        if stop.is_none() && now >= stop_issuing_at {
+            stop = Some(StopReason::Duration);
+        }
+        if stop.is_none() {
+            for job in source.pop_due(secs(now)) {
+                if cfg.max_requests.is_some_and(|max| measured_sent >= max) {
+                    stop = Some(StopReason::MaxRequests);
+                    break;
+                }
+                measured_sent += u64::from(!job.warmup);
+                outstanding += 1;
+                let (http, ep, tx, cancel) = (
+                    http.clone(),
+                    endpoint.clone(),
+                    done_tx.clone(),
+                    cancel_rx.clone(),
+                );
+                let arrival = cfg
+                    .send_arrival_time
+                    .then(|| epoch_ns as f64 / 1e9 + job.send_at);
+                tasks.spawn(async move {
+                    let rec = execute(&http, &ep, &job, t0, arrival, cancel).await;
+                    let _ = tx.send(rec);
+                });
+            }
+            if cfg.max_requests.is_some_and(|max| measured_sent >= max) {
+                stop = Some(StopReason::MaxRequests);
+            } else if outstanding == 0 && source.next_due().is_none() {
+                stop = Some(StopReason::SourceExhausted);
+            }
+        }
+        if stop.is_some() && outstanding == 0 {
+            break;
+        }
+        if cancelled_at.is_none() && now >= cancel_at {
+            let _ = cancel_tx.send(true);
+            cancelled_at = Some(now);
+        }
+        if cancelled_at.is_some_and(|c| now >= c + CANCEL_DRAIN) {
+            // Every await in a request is cancellable, so this is a last resort.
+            tasks.abort_all();
+            abandoned = outstanding;
+            break;
+        }
+
+        let mut wake = now + TICK;
+        if stop.is_none() {
+            if let Some(due) = source.next_due() {
+                wake = wake.min(t0 + Duration::from_secs_f64(due.max(0.0)));
+            }
+            wake = wake.min(stop_issuing_at);
+        } else if cancelled_at.is_none() {
+            wake = wake.min(cancel_at);
+        }
+        tokio::select! {
+            Some(rec) = done_rx.recv() => {
+                let mut next = Some(rec);
+                while let Some(rec) = next {
+                    outstanding -= 1;
+                    errors += u64::from(!rec.ok());
+                    // The lane's gap runs from the response's end, not from when we noticed it.
+                    source.on_complete(rec.id, rec.end_s);
+                    if cfg.max_requests.is_some() && !rec.warmup {
+                        bar.inc(1);
+                    }
+                    records.push(rec);
+                    next = done_rx.try_recv().ok();
+                }
+            }
+            _ = tokio::time::sleep_until(tokio::time::Instant::from_std(wake)) => {}
+        }
+        while tasks.try_join_next().is_some() {}
+        if cfg.max_requests.is_none() {
+            bar.set_position(t0.elapsed().as_secs().min(cfg.duration.as_secs()));
+        }
+        bar.set_message(format!(
+            "in flight {outstanding}, done {}, errors {errors}",
+            records.len()
+        ));
+    }
+    bar.finish_and_clear();
+    let wall_time_s = t0.elapsed().as_secs_f64();
+    let after = match before {
+        Some(_) => scrape(&http, &metrics_url).await,
+        None => None,
+    };
+    let server_metrics = before.zip(after).map(|(b, a)| ServerDelta::between(&b, &a));
+    Ok(RunOutput {
+        records,
+        stop_reason: stop.unwrap_or(StopReason::Duration),
+        wall_time_s,
+        epoch_ns,
+        server_metrics,
+        abandoned,
+    })
+}

@@ -1,0 +1,318 @@
+//! The run summary: AIPerf-named statistics over the measured (non-warm-up) requests, error
+//! counts by kind, and the server's own counters when it exposes them.
+//!
+//! Latency statistics cover successful requests only (as in AIPerf); throughput is measured
+//! over the profiling window, from the first measured send to the last measured response.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::{Deserialize, Serialize};
+
+use crate::record::RequestRecord;
+use crate::scrape::ServerDelta;
+use crate::stats::{Scalar, Stat};
+
+/// Why the run stopped issuing requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    Duration,
+    MaxRequests,
+    SourceExhausted,
+}
+
+/// What was run, for the record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunInfo {
+    pub url: String,
+    pub endpoint: String,
+    pub model: String,
+    pub source: String,
+    pub concurrency: Option<usize>,
+    pub rate_scale: f64,
+    pub seed: u64,
+    pub duration_limit_s: f64,
+    pub max_requests: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub time_to_first_token: Option<Stat>,
+    /// Per request: (latency − TTFT) / (output tokens − 1), i.e. TPOT.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inter_token_latency: Option<Stat>,
+    /// Every gap between consecutive content chunks, pooled over requests.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inter_chunk_latency: Option<Stat>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_latency: Option<Stat>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output_sequence_length: Option<Stat>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub input_sequence_length: Option<Stat>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output_token_throughput_per_user: Option<Stat>,
+    pub output_token_throughput: Scalar,
+    pub request_throughput: Scalar,
+    pub benchmark_duration: Scalar,
+    pub request_count: Scalar,
+    pub good_request_count: Scalar,
+    pub error_request_count: Scalar,
+    pub total_isl: Scalar,
+    pub total_osl: Scalar,
+    /// Failed measured requests by kind (`http_500`, `connect`, `dropped_stream`, `timeout`,
+    /// `stream_error`, `cancelled`).
+    pub errors_by_kind: BTreeMap<String, u64>,
+    /// Warm-up requests sent but left out of every statistic above.
+    pub warmup_excluded: u64,
+    pub warmup_errors: u64,
+    /// True when requests were still in flight at the end and were cancelled.
+    pub was_cancelled: bool,
+    pub stop_reason: StopReason,
+    /// Wall time from start to the last response or cancellation.
+    pub wall_time_s: f64,
+    /// genslot counters over the run, when the server exposes them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_metrics: Option<ServerDelta>,
+    pub run: RunInfo,
+}
+
+impl Summary {
+    pub fn from_records(
+        records: &[RequestRecord],
+        stop_reason: StopReason,
+        wall_time_s: f64,
+        server_metrics: Option<ServerDelta>,
+        run: RunInfo,
+    ) -> Self {
+        let measured: Vec<&RequestRecord> = records.iter().filter(|r| !r.warmup).collect();
+        let good: Vec<&RequestRecord> = measured.iter().copied().filter(|r| r.ok()).collect();
+        let mut errors_by_kind = BTreeMap::new();
+        for r in &measured {
+            if let Some(e) = &r.error {
+                *errors_by_kind.entry(e.key()).or_insert(0u64) += 1;
+            }
+        }
+        let window_start = measured.iter().map(|r| r.start_s).reduce(f64::min);
+        let window_end = measured.iter().map(|r| r.end_s).reduce(f64::max);
+        let duration = match (window_start, window_end) {
+            (Some(a), Some(b)) if b > a => b - a,
+            _ => 0.0,
+        };
+        let total_osl: u64 = good.iter().map(|r| u64::from(r.output_tokens())).sum();
+        let total_isl: u64 = measured.iter().map(|r| u64::from(r.input_tokens)).sum();
+        let per_s = |x: f64| if duration > 0.0 { x / duration } else { 0.0 };
+        let itl: Vec<f64> = good
+            .iter()
+            .filter_map(|r| r.inter_token_latency_ms())
+            .collect();
+        Self {
+            time_to_first_token: Stat::of("ms", good.iter().filter_map(|r| r.ttft_ms)),
+            inter_token_latency: Stat::of("ms", itl.iter().copied()),
+            inter_chunk_latency: Stat::of(
+                "ms",
+                good.iter().flat_map(|r| r.chunk_gaps_ms.iter().copied()),
+            ),
+            request_latency: Stat::of("ms", good.iter().map(|r| r.latency_ms())),
+            output_sequence_length: Stat::of(
+                "tokens",
+                good.iter().map(|r| f64::from(r.output_tokens())),
+            ),
+            input_sequence_length: Stat::of(
+                "tokens",
+                measured.iter().map(|r| f64::from(r.input_tokens)),
+            ),
+            output_token_throughput_per_user: Stat::of(
+                "tokens/sec/user",
+                itl.iter().filter(|v| **v > 0.0).map(|v| 1e3 / v),
+            ),
+            output_token_throughput: Scalar::new("tokens/sec", per_s(total_osl as f64)),
+            request_throughput: Scalar::new("requests/sec", per_s(good.len() as f64)),
+            benchmark_duration: Scalar::new("sec", duration),
+            request_count: Scalar::new("requests", measured.len() as f64),
+            good_request_count: Scalar::new("requests", good.len() as f64),
+            error_request_count: Scalar::new("requests", (measured.len() - good.len()) as f64),
+            total_isl: Scalar::new("tokens", total_isl as f64),
+            total_osl: Scalar::new("tokens", total_osl as f64),
+            errors_by_kind,
+            warmup_excluded: (records.len() - measured.len()) as u64,
+            warmup_errors: records.iter().filter(|r| r.warmup && !r.ok()).count() as u64,
+            was_cancelled: records.iter().any(
+                |r| matches!(&r.error, Some(e) if e.kind == crate::record::ErrorKind::Cancelled),
+            ),
+            stop_reason,
+            wall_time_s,
+            server_metrics,
+            run,
+        }
+    }
+
+    /// A readable table for the terminal.
+    pub fn render_table(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "{:<34} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
+            "metric", "avg", "p50", "p90", "p99", "min", "max", "std"
+        );
+        let rows: [(&str, &Option<Stat>); 6] = [
+            ("time_to_first_token", &self.time_to_first_token),
+            ("inter_token_latency", &self.inter_token_latency),
+            ("inter_chunk_latency", &self.inter_chunk_latency),
+            ("request_latency", &self.request_latency),
+            ("output_sequence_length", &self.output_sequence_length),
+            ("input_sequence_length", &self.input_sequence_length),
+        ];
+        for (name, stat) in rows {
+            if let Some(s) = stat {
+                let _ = writeln!(
+                    out,
+                    "{:<34} {:>10.2} {:>10.2} {:>10.2} {:>10.2} {:>10.2} {:>10.2} {:>10.2}",
+                    format!("{name} ({})", s.unit),
+                    s.avg,
+                    s.p50,
+                    s.p90,
+                    s.p99,
+                    s.min,
+                    s.max,
+                    s.std
+                );
+            }
+        }
+        let scalars = [
+            ("output_token_throughput", &self.output_token_throughput),
+            ("request_throughput", &self.request_throughput),
+            ("benchmark_duration", &self.benchmark_duration),
+            ("request_count", &self.request_count),
+            ("error_request_count", &self.error_request_count),
+        ];
+        for (name, s) in scalars {
+            let _ = writeln!(
+                out,
+                "{:<34} {:>10.2}",
+                format!("{name} ({})", s.unit),
+                s.avg
+            );
+        }
+        let _ = writeln!(
+            out,
+            "{:<34} {:>10}",
+            "warmup_excluded", self.warmup_excluded
+        );
+        for (kind, n) in &self.errors_by_kind {
+            let _ = writeln!(out, "{:<34} {:>10}", format!("errors: {kind}"), n);
+        }
+        if let Some(m) = &self.server_metrics {
+            let _ = writeln!(out, "{:<34} {:>10}", "server pauses", m.pauses);
+            let _ = writeln!(
+                out,
+                "{:<34} {:>10}",
+                "server resumes (normal)", m.resumes_normal
+            );
+            let _ = writeln!(
+                out,
+                "{:<34} {:>10}",
+                "server resumes (forced)", m.resumes_forced
+            );
+        }
+        let _ = writeln!(
+            out,
+            "stopped by {:?} after {:.1} s{}",
+            self.stop_reason,
+            self.wall_time_s,
+            if self.was_cancelled {
+                "; in-flight requests were cancelled"
+            } else {
+                ""
+            }
+        );
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{ErrorKind, RequestError};
+
+    fn rec(
+        id: u64,
+        warmup: bool,
+        start_s: f64,
+        end_s: f64,
+        ttft_ms: f64,
+        tokens: u32,
+    ) -> RequestRecord {
+        RequestRecord {
+            id,
+            lane: Some(0),
+            session: Some(0),
+            conversation: Some(0),
+            warmup,
+            input_tokens: 100,
+            max_tokens: tokens,
+            scheduled_s: start_s,
+            start_s,
+            ack_s: Some(start_s),
+            end_s,
+            ttft_ms: Some(ttft_ms),
+            chunk_gaps_ms: vec![],
+            content_chunks: tokens,
+            usage_output_tokens: Some(tokens),
+            error: None,
+        }
+    }
+
+    fn info() -> RunInfo {
+        RunInfo {
+            url: "u".into(),
+            endpoint: "completions".into(),
+            model: "m".into(),
+            source: "s".into(),
+            concurrency: Some(1),
+            rate_scale: 1.0,
+            seed: 0,
+            duration_limit_s: 10.0,
+            max_requests: None,
+        }
+    }
+
+    #[test]
+    fn warmups_and_failures_stay_out_of_latency_and_throughput() {
+        let mut failed = rec(3, false, 2.0, 6.0, 0.0, 0);
+        failed.error = Some(RequestError {
+            kind: ErrorKind::Http,
+            status: Some(503),
+            message: String::new(),
+        });
+        failed.ttft_ms = None;
+        let records = vec![
+            // A warm-up with an absurd TTFT that must not show anywhere.
+            rec(0, true, 0.0, 1.0, 9_999.0, 50),
+            // 1 s E2E, 100 ms TTFT, 10 tokens: ITL (1000 - 100) / 9 = 100 ms.
+            rec(1, false, 1.0, 2.0, 100.0, 10),
+            // 2 s E2E, 200 ms TTFT, 19 tokens: ITL 1800 / 18 = 100 ms.
+            rec(2, false, 3.0, 5.0, 200.0, 19),
+            failed,
+        ];
+        let s = Summary::from_records(&records, StopReason::MaxRequests, 6.0, None, info());
+        assert_eq!(s.warmup_excluded, 1);
+        assert_eq!(s.request_count.avg, 3.0);
+        assert_eq!(s.good_request_count.avg, 2.0);
+        assert_eq!(
+            s.errors_by_kind,
+            BTreeMap::from([("http_503".to_owned(), 1)])
+        );
+        let ttft = s.time_to_first_token.unwrap();
+        assert_eq!((ttft.min, ttft.max), (100.0, 200.0));
+        let itl = s.inter_token_latency.unwrap();
+        assert!((itl.avg - 100.0).abs() < 1e-9 && itl.std < 1e-9);
+        // Profiling window: first measured send (1 s) to last measured end (6 s) = 5 s.
+        assert_eq!(s.benchmark_duration.avg, 5.0);
+        assert!((s.output_token_throughput.avg - 29.0 / 5.0).abs() < 1e-12);
+        assert!((s.request_throughput.avg - 2.0 / 5.0).abs() < 1e-12);
+        assert!(!s.was_cancelled);
+    }
+}
