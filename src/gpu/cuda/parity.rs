@@ -1,0 +1,187 @@
+//! Parity against a reference run (PyTorch on the H200 machine, or the CPU reference): the
+//! same requests share the paged cache with interleaved pages, prefill then teacher-forced
+//! greedy decode steps; reports the logits' relative error and greedy-token agreement.
+//!
+//! Reference directory: `meta.json` = {"prompts": [[ids]], "steps": N, "vocab": V,
+//! "tokens": [[t_0 .. t_N]]} (t_0 from the prefill, t_s from decode step s) and
+//! `logits.f32` = little-endian f32 [prompts][N + 1][V].
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use super::backend::{CudaBackend, Launch};
+use crate::gpu::{BackendError, StepRow};
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct RefMeta {
+    pub prompts: Vec<Vec<u32>>,
+    pub steps: usize,
+    pub vocab: usize,
+    pub tokens: Vec<Vec<u32>>,
+}
+
+/// A reference run loaded from disk.
+pub struct Reference {
+    pub meta: RefMeta,
+    /// [prompt][position (0 = prefill)][vocab]
+    pub logits: Vec<f32>,
+}
+
+impl Reference {
+    pub fn load(dir: &Path) -> Result<Self, BackendError> {
+        let bad = |m: String| BackendError::Failed(format!("{}: {m}", dir.display()));
+        let text = std::fs::read_to_string(dir.join("meta.json")).map_err(|e| bad(format!("meta.json: {e}")))?;
+        let meta: RefMeta = serde_json::from_str(&text)
+            .map_err(|e| bad(format!("meta.json line {} column {}: {e}", e.line(), e.column())))?;
+        let raw = std::fs::read(dir.join("logits.f32")).map_err(|e| bad(format!("logits.f32: {e}")))?;
+        let n = meta.prompts.len() * (meta.steps + 1) * meta.vocab;
+        if raw.len() != n * 4 || meta.tokens.len() != meta.prompts.len()
+            || meta.tokens.iter().any(|t| t.len() != meta.steps + 1)
+        {
+            return Err(bad(format!(
+                "logits.f32 has {} bytes, meta.json implies {} (and steps + 1 tokens per prompt)",
+                raw.len(),
+                n * 4
+            )));
+        }
+        let logits = raw.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+        Ok(Reference { meta, logits })
+    }
+
+    fn row(&self, prompt: usize, pos: usize) -> &[f32] {
+        let v = self.meta.vocab;
+        let o = (prompt * (self.meta.steps + 1) + pos) * v;
+        &self.logits[o..o + v]
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ParityReport {
+    pub prompts: usize,
+    pub steps: usize,
+    /// max over positions of max|gpu - ref| / max|ref|.
+    pub max_rel_err: f64,
+    /// mean over positions of ||gpu - ref||_2 / ||ref||_2.
+    pub mean_rel_l2: f64,
+    /// Positions where the GPU's greedy token equals the reference's.
+    pub greedy_agree: usize,
+    pub positions: usize,
+}
+
+/// max|a-b|/max|b| and ||a-b||/||b||.
+pub fn rel_errors(a: &[f32], b: &[f32]) -> (f64, f64) {
+    let (mut dmax, mut bmax, mut d2, mut b2) = (0f64, 0f64, 0f64, 0f64);
+    for (&x, &y) in a.iter().zip(b) {
+        let d = (x as f64 - y as f64).abs();
+        dmax = dmax.max(d);
+        bmax = bmax.max((y as f64).abs());
+        d2 += d * d;
+        b2 += (y as f64) * (y as f64);
+    }
+    (dmax / bmax.max(f64::MIN_POSITIVE), (d2 / b2.max(f64::MIN_POSITIVE)).sqrt())
+}
+
+/// Runs the reference's requests on `b`; pages interleave across requests (request i's
+/// j-th page is j * n + i).
+pub fn run(b: &mut CudaBackend, r: &Reference, launch: Launch) -> Result<ParityReport, BackendError> {
+    let n = r.meta.prompts.len();
+    let p = b.capacity_page_size();
+    let steps = r.meta.steps;
+    if r.meta.vocab != b.shape().vocab {
+        return Err(BackendError::Failed(format!(
+            "reference vocab {} != model vocab {}",
+            r.meta.vocab,
+            b.shape().vocab
+        )));
+    }
+    let pages: Vec<Vec<u32>> = (0..n)
+        .map(|i| {
+            let per = (r.meta.prompts[i].len() + steps + 1).div_ceil(p);
+            (0..per).map(|j| (j * n + i) as u32).collect()
+        })
+        .collect();
+    let (mut max_rel, mut sum_l2, mut agree, mut count) = (0f64, 0f64, 0usize, 0usize);
+    let mut score = |got: &[f32], want: &[f32], ref_tok: u32| {
+        let (m, l2) = rel_errors(got, want);
+        max_rel = max_rel.max(m);
+        sum_l2 += l2;
+        agree += (super::cpu_ref::argmax(got) == ref_tok) as usize;
+        count += 1;
+    };
+    for i in 0..n {
+        let (_, logits) = b.prefill(i as u64, &r.meta.prompts[i], &pages[i])?;
+        score(&logits, r.row(i, 0), r.meta.tokens[i][0]);
+    }
+    for s in 0..steps {
+        let rows: Vec<StepRow> = (0..n)
+            .map(|i| StepRow {
+                id: i as u64,
+                slot: i as u32,
+                context_len: (r.meta.prompts[i].len() + s) as u32,
+                last_token: r.meta.tokens[i][s],
+                pages: pages[i].clone(),
+            })
+            .collect();
+        let (_, logits) = b.decode(&rows, launch, true)?;
+        for i in 0..n {
+            score(&logits[i], r.row(i, s + 1), r.meta.tokens[i][s + 1]);
+        }
+    }
+    Ok(ParityReport {
+        prompts: n,
+        steps,
+        max_rel_err: max_rel,
+        mean_rel_l2: sum_l2 / count.max(1) as f64,
+        greedy_agree: agree,
+        positions: count,
+    })
+}
+
+/// A reference run computed by the f32 CPU model: greedy tokens, teacher-forced like `run`.
+pub fn cpu_reference(m: &super::cpu_ref::CpuModel, prompts: &[Vec<u32>], steps: usize) -> Reference {
+    let vocab = m.shape.vocab;
+    let mut logits = Vec::with_capacity(prompts.len() * (steps + 1) * vocab);
+    let mut tokens = Vec::new();
+    for p in prompts {
+        let mut cache = m.new_cache();
+        let mut last = m.forward(&mut cache, p).pop().unwrap_or_default();
+        let mut toks = Vec::new();
+        for _ in 0..=steps {
+            let t = super::cpu_ref::argmax(&last);
+            toks.push(t);
+            logits.extend_from_slice(&last);
+            if toks.len() <= steps {
+                last = m.forward(&mut cache, &[t]).pop().unwrap_or_default();
+            }
+        }
+        tokens.push(toks);
+    }
+    Reference { meta: RefMeta { prompts: prompts.to_vec(), steps, vocab, tokens }, logits }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::cuda::cpu_ref::CpuModel;
+    use crate::gpu::cuda::shape::ModelShape;
+
+    #[test]
+    fn relative_errors_scale_with_the_reference() {
+        let (m, l2) = rel_errors(&[1.0, 2.0, 4.1], &[1.0, 2.0, 4.0]);
+        assert!((m - 0.025).abs() < 1e-6 && l2 > 0.0 && l2 < m);
+        assert_eq!(rel_errors(&[3.0, -1.0], &[3.0, -1.0]), (0.0, 0.0));
+    }
+
+    #[test]
+    fn cpu_reference_feeds_its_own_greedy_tokens() {
+        let m = CpuModel::seeded(&ModelShape::named("tiny").unwrap(), 3);
+        let r = cpu_reference(&m, &[vec![1, 2, 3], vec![7]], 2);
+        assert_eq!(r.logits.len(), 2 * 3 * 1024);
+        for (i, toks) in r.meta.tokens.iter().enumerate() {
+            for (s, &t) in toks.iter().enumerate() {
+                assert_eq!(super::super::cpu_ref::argmax(r.row(i, s)), t);
+            }
+        }
+    }
+}
