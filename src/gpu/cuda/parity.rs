@@ -4,7 +4,8 @@
 //!
 //! Reference directory: `meta.json` = {"prompts": [[ids]], "steps": N, "vocab": V,
 //! "tokens": [[t_0 .. t_N]]} (t_0 from the prefill, t_s from decode step s) and
-//! `logits.f32` = little-endian f32 [prompts][N + 1][V].
+//! `logits.f32` = little-endian f32 [prompts][N + 1][V]; optionally `logits32.f32`, the
+//! same positions computed in float32, which separates bf16 rounding from disagreement.
 
 use std::path::Path;
 
@@ -26,6 +27,22 @@ pub struct Reference {
     pub meta: RefMeta,
     /// [prompt][position (0 = prefill)][vocab]
     pub logits: Vec<f32>,
+    /// The float32 run, same layout, when present.
+    pub logits32: Option<Vec<f32>>,
+}
+
+fn read_f32(path: &Path, n: usize) -> Result<Vec<f32>, BackendError> {
+    let raw = std::fs::read(path)
+        .map_err(|e| BackendError::Failed(format!("{}: {e}", path.display())))?;
+    if raw.len() != n * 4 {
+        return Err(BackendError::Failed(format!(
+            "{}: {} bytes, meta.json implies {}",
+            path.display(),
+            raw.len(),
+            n * 4
+        )));
+    }
+    Ok(raw.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
 }
 
 impl Reference {
@@ -34,25 +51,26 @@ impl Reference {
         let text = std::fs::read_to_string(dir.join("meta.json")).map_err(|e| bad(format!("meta.json: {e}")))?;
         let meta: RefMeta = serde_json::from_str(&text)
             .map_err(|e| bad(format!("meta.json line {} column {}: {e}", e.line(), e.column())))?;
-        let raw = std::fs::read(dir.join("logits.f32")).map_err(|e| bad(format!("logits.f32: {e}")))?;
         let n = meta.prompts.len() * (meta.steps + 1) * meta.vocab;
-        if raw.len() != n * 4 || meta.tokens.len() != meta.prompts.len()
+        if meta.tokens.len() != meta.prompts.len()
             || meta.tokens.iter().any(|t| t.len() != meta.steps + 1)
         {
-            return Err(bad(format!(
-                "logits.f32 has {} bytes, meta.json implies {} (and steps + 1 tokens per prompt)",
-                raw.len(),
-                n * 4
-            )));
+            return Err(bad("meta.json needs steps + 1 tokens per prompt".into()));
         }
-        let logits = raw.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
-        Ok(Reference { meta, logits })
+        let logits = read_f32(&dir.join("logits.f32"), n)?;
+        let p32 = dir.join("logits32.f32");
+        let logits32 = if p32.exists() { Some(read_f32(&p32, n)?) } else { None };
+        Ok(Reference { meta, logits, logits32 })
     }
 
     fn row(&self, prompt: usize, pos: usize) -> &[f32] {
+        &self.logits[self.span(prompt, pos)]
+    }
+
+    fn span(&self, prompt: usize, pos: usize) -> std::ops::Range<usize> {
         let v = self.meta.vocab;
         let o = (prompt * (self.meta.steps + 1) + pos) * v;
-        &self.logits[o..o + v]
+        o..o + v
     }
 }
 
@@ -67,6 +85,36 @@ pub struct ParityReport {
     /// Positions where the GPU's greedy token equals the reference's.
     pub greedy_agree: usize,
     pub positions: usize,
+    /// Against the float32 run, when the reference has one.
+    pub vs_f32: Option<F32Compare>,
+}
+
+/// Errors of our logits and of the reference's bf16 logits, both against float32.
+#[derive(Debug, Clone, Serialize)]
+pub struct F32Compare {
+    pub ours_max_rel_err: f64,
+    pub ours_mean_rel_l2: f64,
+    pub reference_bf16_max_rel_err: f64,
+    pub reference_bf16_mean_rel_l2: f64,
+}
+
+#[derive(Default)]
+struct Acc {
+    max_rel: f64,
+    sum_l2: f64,
+    n: usize,
+}
+
+impl Acc {
+    fn add(&mut self, a: &[f32], b: &[f32]) {
+        let (m, l2) = rel_errors(a, b);
+        self.max_rel = self.max_rel.max(m);
+        self.sum_l2 += l2;
+        self.n += 1;
+    }
+    fn mean_l2(&self) -> f64 {
+        self.sum_l2 / self.n.max(1) as f64
+    }
 }
 
 /// max|a-b|/max|b| and ||a-b||/||b||.
@@ -101,17 +149,18 @@ pub fn run(b: &mut CudaBackend, r: &Reference, launch: Launch) -> Result<ParityR
             (0..per).map(|j| (j * n + i) as u32).collect()
         })
         .collect();
-    let (mut max_rel, mut sum_l2, mut agree, mut count) = (0f64, 0f64, 0usize, 0usize);
-    let mut score = |got: &[f32], want: &[f32], ref_tok: u32| {
-        let (m, l2) = rel_errors(got, want);
-        max_rel = max_rel.max(m);
-        sum_l2 += l2;
-        agree += (super::cpu_ref::argmax(got) == ref_tok) as usize;
-        count += 1;
+    let (mut vs_ref, mut ours32, mut ref32, mut agree) = (Acc::default(), Acc::default(), Acc::default(), 0);
+    let mut score = |got: &[f32], i: usize, pos: usize| {
+        vs_ref.add(got, r.row(i, pos));
+        if let Some(l32) = &r.logits32 {
+            ours32.add(got, &l32[r.span(i, pos)]);
+            ref32.add(r.row(i, pos), &l32[r.span(i, pos)]);
+        }
+        agree += (super::cpu_ref::argmax(got) == r.meta.tokens[i][pos]) as usize;
     };
     for i in 0..n {
         let (_, logits) = b.prefill(i as u64, &r.meta.prompts[i], &pages[i])?;
-        score(&logits, r.row(i, 0), r.meta.tokens[i][0]);
+        score(&logits, i, 0);
     }
     for s in 0..steps {
         let rows: Vec<StepRow> = (0..n)
@@ -125,16 +174,22 @@ pub fn run(b: &mut CudaBackend, r: &Reference, launch: Launch) -> Result<ParityR
             .collect();
         let (_, logits) = b.decode(&rows, launch, true)?;
         for i in 0..n {
-            score(&logits[i], r.row(i, s + 1), r.meta.tokens[i][s + 1]);
+            score(&logits[i], i, s + 1);
         }
     }
     Ok(ParityReport {
         prompts: n,
         steps,
-        max_rel_err: max_rel,
-        mean_rel_l2: sum_l2 / count.max(1) as f64,
+        max_rel_err: vs_ref.max_rel,
+        mean_rel_l2: vs_ref.mean_l2(),
         greedy_agree: agree,
-        positions: count,
+        positions: vs_ref.n,
+        vs_f32: r.logits32.as_ref().map(|_| F32Compare {
+            ours_max_rel_err: ours32.max_rel,
+            ours_mean_rel_l2: ours32.mean_l2(),
+            reference_bf16_max_rel_err: ref32.max_rel,
+            reference_bf16_mean_rel_l2: ref32.mean_l2(),
+        }),
     })
 }
 
@@ -157,7 +212,7 @@ pub fn cpu_reference(m: &super::cpu_ref::CpuModel, prompts: &[Vec<u32>], steps: 
         }
         tokens.push(toks);
     }
-    Reference { meta: RefMeta { prompts: prompts.to_vec(), steps, vocab, tokens }, logits }
+    Reference { meta: RefMeta { prompts: prompts.to_vec(), steps, vocab, tokens }, logits, logits32: None }
 }
 
 #[cfg(test)]

@@ -44,8 +44,8 @@ impl ModelShape {
                 vocab: 1024,
                 hidden: 256,
                 layers: 2,
-                heads: 4,
-                kv_heads: 1,
+                heads: 8,
+                kv_heads: 2,
                 head_dim: 64,
                 ffn: 512,
                 rope_theta: 10000.0,
@@ -221,7 +221,7 @@ mod tests {
         std::fs::write(
             &p,
             r#"{"hidden_size":256,"intermediate_size":512,"num_hidden_layers":2,
-               "num_attention_heads":4,"num_key_value_heads":1,"vocab_size":1024,
+               "num_attention_heads":8,"num_key_value_heads":2,"head_dim":64,"vocab_size":1024,
                "rms_norm_eps":1e-6,"tie_word_embeddings":true,
                "rope_parameters":{"rope_theta":500000.0,"rope_type":"default"}}"#,
         )

@@ -5,6 +5,7 @@
 // per prompt token (lens = position + 1) and a shared page table (table_stride 0).
 #define ATTN_TILE 32
 #define ATTN_THREADS 128
+#define ATTN_MIN_CHUNK 256
 
 template <int D, int G>
 __device__ __forceinline__ void attn_partial(const bf16_t* __restrict__ q, int q_stride,
@@ -27,7 +28,7 @@ __device__ __forceinline__ void attn_partial(const bf16_t* __restrict__ q, int q
     const int H = KV * G;
     const int tid = threadIdx.x;
     const int len = lens[r];
-    const int per = (len + S - 1) / S;
+    const int per = max((len + S - 1) / S, ATTN_MIN_CHUNK);
     const int chunk = (per + ATTN_TILE - 1) / ATTN_TILE * ATTN_TILE;
     const int start = s * chunk;
     const int end = min(len, start + chunk);
@@ -50,21 +51,38 @@ __device__ __forceinline__ void attn_partial(const bf16_t* __restrict__ q, int q
     for (int k = 0; k < OPT; ++k) acc[k] = 0.0f;
     __syncthreads();
 
-    for (int t0 = start; t0 < end; t0 += ATTN_TILE) {
+    // Each thread holds LD 16-byte pieces of the next K and V tiles in registers, so the
+    // global loads of tile i+1 are in flight while tile i is computed.
+    constexpr int LD = ATTN_TILE * CH / ATTN_THREADS;
+    uint4 kr[LD], vr[LD];
+    auto fetch = [&](int t0) {
         const int n = min(ATTN_TILE, end - t0);
-        for (int c = tid; c < ATTN_TILE * CH; c += ATTN_THREADS) {
+#pragma unroll
+        for (int k = 0; k < LD; ++k) {
+            int c = tid + k * ATTN_THREADS;
             int t = c / CH, part = c % CH;
-            uint4 kv = make_uint4(0, 0, 0, 0), vv = make_uint4(0, 0, 0, 0);
+            kr[k] = make_uint4(0, 0, 0, 0);
+            vr[k] = make_uint4(0, 0, 0, 0);
             if (t < n) {
                 int j = t0 + t;
                 u64 base = (((u64)table[j / P] * KV + kvh) * P + (j % P)) * D + part * 8;
-                kv = *(const uint4*)(kc + base);
-                vv = *(const uint4*)(vc + base);
+                kr[k] = *(const uint4*)(kc + base);
+                vr[k] = *(const uint4*)(vc + base);
             }
-            *(uint4*)&ks[t][part * 8] = kv;
-            *(uint4*)&vs[t][part * 8] = vv;
+        }
+    };
+    fetch(start);
+    for (int t0 = start; t0 < end; t0 += ATTN_TILE) {
+        const int n = min(ATTN_TILE, end - t0);
+#pragma unroll
+        for (int k = 0; k < LD; ++k) {
+            int c = tid + k * ATTN_THREADS;
+            int t = c / CH, part = c % CH;
+            *(uint4*)&ks[t][part * 8] = kr[k];
+            *(uint4*)&vs[t][part * 8] = vr[k];
         }
         __syncthreads();
+        if (t0 + ATTN_TILE < end) fetch(t0 + ATTN_TILE);
         for (int i = tid; i < G * ATTN_TILE; i += ATTN_THREADS) {
             int g = i / ATTN_TILE, t = i % ATTN_TILE;
             float sc = NEG_INF;
