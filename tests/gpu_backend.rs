@@ -17,7 +17,10 @@ fn gpu() -> bool {
 }
 
 fn tiny(graphs: bool) -> CudaBackend {
-    let mut cfg = CudaConfig::new(ModelSource::Seeded { shape: "tiny".into(), seed: SEED });
+    let mut cfg = CudaConfig::new(ModelSource::Seeded {
+        shape: "tiny".into(),
+        seed: SEED,
+    });
     cfg.max_batch_size = 8;
     cfg.kv_pages = Some(96);
     cfg.tokens_per_block = 16;
@@ -31,7 +34,9 @@ fn tiny(graphs: bool) -> CudaBackend {
 }
 
 fn prompt(n: usize, salt: usize) -> Vec<u32> {
-    (0..n).map(|j| ((j * 313 + salt * 29 + 1) % 1024) as u32).collect()
+    (0..n)
+        .map(|j| ((j * 313 + salt * 29 + 1) % 1024) as u32)
+        .collect()
 }
 
 #[test]
@@ -40,7 +45,13 @@ fn tiny_model_matches_the_cpu_reference_with_interleaved_pages() {
         return;
     }
     let cpu = CpuModel::seeded(&ModelShape::named("tiny").unwrap(), SEED);
-    let prompts = vec![prompt(3, 0), prompt(40, 1), prompt(77, 2), prompt(1, 3), prompt(16, 4)];
+    let prompts = vec![
+        prompt(3, 0),
+        prompt(40, 1),
+        prompt(77, 2),
+        prompt(1, 3),
+        prompt(16, 4),
+    ];
     let r = cpu_reference(&cpu, &prompts, 12);
     for graphs in [true, false] {
         let mut b = tiny(graphs);
@@ -53,13 +64,22 @@ fn tiny_model_matches_the_cpu_reference_with_interleaved_pages() {
 }
 
 fn row(id: u64, ctx: usize, tok: u32, pages: &[u32]) -> StepRow {
-    StepRow { id, slot: id as u32, context_len: ctx as u32, last_token: tok, pages: pages.to_vec() }
+    StepRow {
+        id,
+        slot: id as u32,
+        context_len: ctx as u32,
+        last_token: tok,
+        pages: pages.to_vec(),
+    }
 }
 
 /// Greedy decode of `steps` tokens for requests with the given active pattern per step.
 fn decode_pattern(b: &mut CudaBackend, active: &[&[bool]]) -> Vec<Vec<u32>> {
     let prompts = [prompt(20, 7), prompt(9, 8)];
-    let pages: [Vec<u32>; 2] = [(0..8).map(|j| 2 * j).collect(), (0..8).map(|j| 2 * j + 1).collect()];
+    let pages: [Vec<u32>; 2] = [
+        (0..8).map(|j| 2 * j).collect(),
+        (0..8).map(|j| 2 * j + 1).collect(),
+    ];
     let mut last = [0u32; 2];
     let mut ctx = [0usize; 2];
     let mut out = vec![Vec::new(), Vec::new()];
@@ -70,7 +90,10 @@ fn decode_pattern(b: &mut CudaBackend, active: &[&[bool]]) -> Vec<Vec<u32>> {
     }
     for step in active {
         let ids: Vec<usize> = (0..2).filter(|&i| step[i]).collect();
-        let rows: Vec<StepRow> = ids.iter().map(|&i| row(i as u64, ctx[i], last[i], &pages[i])).collect();
+        let rows: Vec<StepRow> = ids
+            .iter()
+            .map(|&i| row(i as u64, ctx[i], last[i], &pages[i]))
+            .collect();
         let (toks, _) = b.decode(&rows, Launch::Graph, false).unwrap();
         for (&i, t) in ids.iter().zip(toks) {
             last[i] = t;
@@ -90,9 +113,20 @@ fn a_request_paused_in_place_resumes_with_the_same_tokens() {
     let a_only: &[bool] = &[true, false];
     let base = decode_pattern(&mut tiny(true), &[both; 6]);
     // Request 1 sits out two steps (absent from the batch, pages untouched), then resumes.
-    let paused = decode_pattern(&mut tiny(true), &[both, both, a_only, a_only, both, both, both, both]);
-    assert_eq!(paused[1][..7], base[1][..7], "paused request diverged after resume");
-    assert_eq!(paused[0][..7], base[0][..7], "the request that kept running diverged");
+    let paused = decode_pattern(
+        &mut tiny(true),
+        &[both, both, a_only, a_only, both, both, both, both],
+    );
+    assert_eq!(
+        paused[1][..7],
+        base[1][..7],
+        "paused request diverged after resume"
+    );
+    assert_eq!(
+        paused[0][..7],
+        base[0][..7],
+        "the request that kept running diverged"
+    );
 }
 
 #[test]
@@ -104,15 +138,25 @@ fn step_backend_emits_the_prefill_token_then_decodes() {
     let p = prompt(30, 9);
     let pages: Vec<u32> = (10..14).collect();
     let (want_first, _) = b.prefill(99, &p, &pages).unwrap();
-    b.context_arrival(&ContextArrival { id: 1, prompt: p.clone(), pages: pages.clone() }).unwrap();
+    b.context_arrival(&ContextArrival {
+        id: 1,
+        prompt: p.clone(),
+        pages: pages.clone(),
+    })
+    .unwrap();
     let out = b.step(&[row(1, p.len(), 0, &pages)]).unwrap();
     assert_eq!(out.tokens, vec![vec![want_first]]);
     let out2 = b.step(&[row(1, p.len(), want_first, &pages)]).unwrap();
-    let (want_second, _) = b.decode(&[row(1, p.len(), want_first, &pages)], Launch::Eager, false).unwrap();
+    let (want_second, _) = b
+        .decode(&[row(1, p.len(), want_first, &pages)], Launch::Eager, false)
+        .unwrap();
     assert_eq!(out2.tokens, vec![want_second]);
     assert!(out2.step_s > 0.0);
     b.release(1);
-    assert!(matches!(b.step(&[row(1, p.len() + 1, 0, &pages)]), Err(BackendError::UnknownRequest(1))));
+    assert!(matches!(
+        b.step(&[row(1, p.len() + 1, 0, &pages)]),
+        Err(BackendError::UnknownRequest(1))
+    ));
 }
 
 #[test]
@@ -121,11 +165,23 @@ fn bad_pages_and_tokens_are_errors_not_panics() {
         return;
     }
     let mut b = tiny(true);
-    let outside = b.context_arrival(&ContextArrival { id: 1, prompt: vec![1, 2, 3], pages: vec![500] });
+    let outside = b.context_arrival(&ContextArrival {
+        id: 1,
+        prompt: vec![1, 2, 3],
+        pages: vec![500],
+    });
     assert!(matches!(outside, Err(BackendError::Failed(m)) if m.contains("outside the KV cache")));
-    let short = b.context_arrival(&ContextArrival { id: 2, prompt: prompt(40, 0), pages: vec![0] });
+    let short = b.context_arrival(&ContextArrival {
+        id: 2,
+        prompt: prompt(40, 0),
+        pages: vec![0],
+    });
     assert!(matches!(short, Err(BackendError::Failed(m)) if m.contains("cannot hold")));
-    let vocab = b.context_arrival(&ContextArrival { id: 3, prompt: vec![5000], pages: vec![0] });
+    let vocab = b.context_arrival(&ContextArrival {
+        id: 3,
+        prompt: vec![5000],
+        pages: vec![0],
+    });
     assert!(matches!(vocab, Err(BackendError::Failed(m)) if m.contains("vocabulary")));
     let too_many: Vec<StepRow> = (0..9).map(|i| row(i, 1, 1, &[i as u32])).collect();
     assert!(b.decode(&too_many, Launch::Graph, false).is_err());

@@ -8,7 +8,9 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
-use genslot::gpu::cuda::{bench, parity, CudaBackend, CudaConfig, Launch, LibraryProbe, ModelSource};
+use genslot::gpu::cuda::{
+    bench, parity, CudaBackend, CudaConfig, Launch, LibraryProbe, ModelSource,
+};
 
 #[derive(Parser)]
 #[command(about = "Check and benchmark the genslot CUDA backend")]
@@ -74,11 +76,18 @@ fn main() -> Result<()> {
             let prompts: Vec<Vec<u32>> = [5usize, 33, 70, 1]
                 .iter()
                 .enumerate()
-                .map(|(i, &n)| (0..n).map(|j| ((j * 131 + i * 17 + 3) % 1024) as u32).collect())
+                .map(|(i, &n)| {
+                    (0..n)
+                        .map(|j| ((j * 131 + i * 17 + 3) % 1024) as u32)
+                        .collect()
+                })
                 .collect();
             let r = parity::cpu_reference(&cpu, &prompts, steps);
             for launch in [Launch::Graph, Launch::Eager] {
-                let mut cfg = CudaConfig::new(ModelSource::Seeded { shape: "tiny".into(), seed: 11 });
+                let mut cfg = CudaConfig::new(ModelSource::Seeded {
+                    shape: "tiny".into(),
+                    seed: 11,
+                });
                 cfg.max_batch_size = 8;
                 cfg.kv_pages = Some(64);
                 cfg.tokens_per_block = 16;
@@ -87,23 +96,37 @@ fn main() -> Result<()> {
                 cfg.cuda_graphs = launch == Launch::Graph;
                 let mut b = CudaBackend::new(cfg)?;
                 let rep = parity::run(&mut b, &r, launch)?;
-                println!("check-tiny {launch:?} on {}: {}", b.device_name(), serde_json::to_string(&rep)?);
+                println!(
+                    "check-tiny {launch:?} on {}: {}",
+                    b.device_name(),
+                    serde_json::to_string(&rep)?
+                );
                 if !(rep.max_rel_err <= tol) {
                     bail!("max relative error {} above {tol}", rep.max_rel_err);
                 }
             }
         }
-        Cmd::Parity { weights, reference, json, tol } => {
+        Cmd::Parity {
+            weights,
+            reference,
+            json,
+            tol,
+        } => {
             let r = parity::Reference::load(&reference)?;
             let mut cfg = CudaConfig::new(ModelSource::Checkpoint(weights.clone()));
             cfg.max_batch_size = r.meta.prompts.len().max(1);
             cfg.max_context = 4096;
             cfg.kv_pages = Some(1024);
             cfg.tokens_per_block = 16;
-            let mut b = CudaBackend::new(cfg).with_context(|| format!("loading {}", weights.display()))?;
+            let mut b =
+                CudaBackend::new(cfg).with_context(|| format!("loading {}", weights.display()))?;
             let rep = parity::run(&mut b, &r, Launch::Graph)?;
             let line = serde_json::to_string_pretty(&rep)?;
-            println!("parity {} on {}: {line}", weights.display(), b.device_name());
+            println!(
+                "parity {} on {}: {line}",
+                weights.display(),
+                b.device_name()
+            );
             if let Some(p) = json {
                 std::fs::write(&p, line).with_context(|| format!("writing {}", p.display()))?;
             }
@@ -111,14 +134,25 @@ fn main() -> Result<()> {
                 bail!("max relative error {} above {tol}", rep.max_rel_err);
             }
         }
-        Cmd::Bench { shape, json, iters, batches, contexts } => {
+        Cmd::Bench {
+            shape,
+            json,
+            iters,
+            batches,
+            contexts,
+        } => {
             let mut cfg = CudaConfig::new(ModelSource::Seeded { shape, seed: 1 });
             cfg.max_batch_size = batches.iter().copied().max().unwrap_or(1).max(112);
             cfg.max_context = contexts.iter().copied().max().unwrap_or(4096) + 64;
             cfg.kv_memory_fraction = 0.85;
             let mut b = CudaBackend::new(cfg)?;
             b.fill_kv_random(7)?;
-            let opts = bench::BenchOptions { batches, contexts, iters, ..Default::default() };
+            let opts = bench::BenchOptions {
+                batches,
+                contexts,
+                iters,
+                ..Default::default()
+            };
             let rep = bench::run(&mut b, &opts)?;
             print!("{}", bench::table(&rep));
             if let Some(p) = json {

@@ -12,9 +12,7 @@ use super::forward::{enqueue, splits_for, KvCache, Pass, Scratch};
 use super::safetensors::Checkpoint;
 use super::shape::ModelShape;
 use super::weights::{ModelSource, Weights};
-use crate::gpu::{
-    BackendCapacity, BackendError, ContextArrival, StepBackend, StepOutput, StepRow,
-};
+use crate::gpu::{BackendCapacity, BackendError, ContextArrival, StepBackend, StepOutput, StepRow};
 use crate::policy::RequestId;
 
 /// Settings of the CUDA backend.
@@ -110,7 +108,9 @@ impl CudaBackend {
             ModelSource::Checkpoint(dir) => ModelShape::from_hf_config(&dir.join("config.json")),
         };
         let shape = shape.map_err(|e| BackendError::Failed(e.to_string()))?;
-        shape.validate().map_err(|e| BackendError::Failed(e.to_string()))?;
+        shape
+            .validate()
+            .map_err(|e| BackendError::Failed(e.to_string()))?;
         let gpu = Gpu::new(cfg.device)?;
         let weights = Weights::alloc(&gpu, &shape)?;
         match &cfg.model {
@@ -121,19 +121,28 @@ impl CudaBackend {
             }
         }
         let table_width = cfg.max_context.div_ceil(cfg.tokens_per_block);
-        let bks = buckets(cfg.max_batch_size);
         let kvh = shape.kv_heads;
-        let dec_parts = bks.iter().map(|&b| b * splits_for(b, kvh, gpu.sm_count)).max().unwrap_or(1);
         let mb = cfg.max_batch_size;
+        // Eager steps run the exact row count, graphs the bucket: size for both.
+        let dec_parts = (1..=mb)
+            .map(|b| b * splits_for(b, kvh, gpu.sm_count))
+            .max()
+            .unwrap_or(1);
         let dec = Scratch::new(&gpu, &shape, Which::Decode, mb, table_width, dec_parts, mb)?;
         let pc = cfg.prefill_chunk;
-        let pre_parts = (1..=pc).map(|r| r * splits_for(r, kvh, gpu.sm_count)).max().unwrap_or(1);
+        let pre_parts = (1..=pc)
+            .map(|r| r * splits_for(r, kvh, gpu.sm_count))
+            .max()
+            .unwrap_or(1);
         let pre = Scratch::new(&gpu, &shape, Which::Prefill, pc, table_width, pre_parts, 1)?;
         let page_bytes = shape.kv_bytes_per_token() as usize * cfg.tokens_per_block;
         let num_pages = match cfg.kv_pages {
             Some(n) => n,
             None => {
-                let (free, _) = gpu.ctx.mem_get_info().map_err(super::device::drv("memory info"))?;
+                let (free, _) = gpu
+                    .ctx
+                    .mem_get_info()
+                    .map_err(super::device::drv("memory info"))?;
                 ((free as f64 * cfg.kv_memory_fraction) as usize / page_bytes).max(1)
             }
         };
@@ -184,7 +193,10 @@ impl CudaBackend {
     }
 
     fn bucket_for(&self, rows: usize) -> usize {
-        buckets(self.cfg.max_batch_size).into_iter().find(|&b| b >= rows).unwrap_or(rows)
+        buckets(self.cfg.max_batch_size)
+            .into_iter()
+            .find(|&b| b >= rows)
+            .unwrap_or(rows)
     }
 
     fn decode_pass(&self, rows: usize) -> Pass {
@@ -199,22 +211,43 @@ impl CudaBackend {
 
     /// Captures one decode graph per bucket (after an eager warm-up on padding rows).
     fn capture_graphs(&mut self) -> Result<(), BackendError> {
-        self.gpu.ctx.bind_to_thread().map_err(super::device::drv("bind context"))?;
+        self.gpu
+            .ctx
+            .bind_to_thread()
+            .map_err(super::device::drv("bind context"))?;
         let mb = self.cfg.max_batch_size;
-        self.gpu.htod(Which::Decode, self.dec.lens.ptr, &vec![0i32; mb])?;
+        self.gpu
+            .htod(Which::Decode, self.dec.lens.ptr, &vec![0i32; mb])?;
         let mut graphs = Vec::new();
         for b in buckets(mb) {
             let pass = self.decode_pass(b);
-            enqueue(&self.gpu, Which::Decode, &self.shape, &self.weights, &self.kv, &self.dec, pass)?;
+            enqueue(
+                &self.gpu,
+                Which::Decode,
+                &self.shape,
+                &self.weights,
+                &self.kv,
+                &self.dec,
+                pass,
+            )?;
             self.gpu.sync(Which::Decode)?;
             let s = &self.gpu.decode;
             s.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
                 .map_err(super::device::drv("begin capture"))?;
-            let r = enqueue(&self.gpu, Which::Decode, &self.shape, &self.weights, &self.kv, &self.dec, pass);
+            let r = enqueue(
+                &self.gpu,
+                Which::Decode,
+                &self.shape,
+                &self.weights,
+                &self.kv,
+                &self.dec,
+                pass,
+            );
             let g = s.end_capture(sys::CUgraphInstantiate_flags(0));
             r?;
             let g = g.map_err(super::device::drv("end capture"))?;
-            let g = g.ok_or_else(|| BackendError::Failed("graph capture produced no graph".into()))?;
+            let g =
+                g.ok_or_else(|| BackendError::Failed("graph capture produced no graph".into()))?;
             graphs.push((b, g));
         }
         self.graphs = graphs;
@@ -235,7 +268,10 @@ impl CudaBackend {
                 pages.len()
             )));
         }
-        if let Some(p) = pages[..need].iter().find(|&&p| p as usize >= self.kv.num_pages) {
+        if let Some(p) = pages[..need]
+            .iter()
+            .find(|&&p| p as usize >= self.kv.num_pages)
+        {
             return Err(BackendError::Failed(format!(
                 "request {id}: page {p} is outside the KV cache ({} pages)",
                 self.kv.num_pages
@@ -269,7 +305,10 @@ impl CudaBackend {
         for &t in prompt {
             self.check_token(id, t)?;
         }
-        self.gpu.ctx.bind_to_thread().map_err(super::device::drv("bind context"))?;
+        self.gpu
+            .ctx
+            .bind_to_thread()
+            .map_err(super::device::drv("bind context"))?;
         let w = Which::Prefill;
         let mut table = vec![0i32; self.table_width];
         let need = prompt.len().div_ceil(self.kv.page_size);
@@ -296,7 +335,15 @@ impl CudaBackend {
                 logits_row0: n - 1,
                 logits_rows: last as usize,
             };
-            enqueue(&self.gpu, w, &self.shape, &self.weights, &self.kv, &self.pre, pass)?;
+            enqueue(
+                &self.gpu,
+                w,
+                &self.shape,
+                &self.weights,
+                &self.kv,
+                &self.pre,
+                pass,
+            )?;
             // The host input vectors are reused next chunk; pageable copies are staged.
             c0 = c1;
         }
@@ -329,11 +376,17 @@ impl CudaBackend {
             self.check_pages(r.id, &r.pages, r.context_len as usize + 1)?;
             self.check_token(r.id, r.last_token)?;
         }
-        self.gpu.ctx.bind_to_thread().map_err(super::device::drv("bind context"))?;
+        self.gpu
+            .ctx
+            .bind_to_thread()
+            .map_err(super::device::drv("bind context"))?;
         let graph = match launch {
             Launch::Graph => {
                 let bk = self.bucket_for(b);
-                self.graphs.iter().position(|(x, _)| *x == bk).map(|i| (bk, i))
+                self.graphs
+                    .iter()
+                    .position(|(x, _)| *x == bk)
+                    .map(|i| (bk, i))
             }
             Launch::Eager => None,
         };
@@ -358,10 +411,21 @@ impl CudaBackend {
         self.gpu.htod(w, self.dec.lens.ptr, &lens)?;
         self.gpu.htod(w, self.dec.table.ptr, &table)?;
         match graph {
-            Some((_, i)) => self.graphs[i].1.launch().map_err(super::device::drv("graph launch"))?,
+            Some((_, i)) => self.graphs[i]
+                .1
+                .launch()
+                .map_err(super::device::drv("graph launch"))?,
             None => {
                 let pass = self.decode_pass(n);
-                enqueue(&self.gpu, w, &self.shape, &self.weights, &self.kv, &self.dec, pass)?
+                enqueue(
+                    &self.gpu,
+                    w,
+                    &self.shape,
+                    &self.weights,
+                    &self.kv,
+                    &self.dec,
+                    pass,
+                )?
             }
         }
         let mut out = vec![0i32; n];
@@ -378,7 +442,10 @@ impl CudaBackend {
 
     /// Fills the whole KV cache with seeded values (for benchmarks that skip prefill).
     pub fn fill_kv_random(&mut self, seed: u32) -> Result<(), BackendError> {
-        self.gpu.ctx.bind_to_thread().map_err(super::device::drv("bind context"))?;
+        self.gpu
+            .ctx
+            .bind_to_thread()
+            .map_err(super::device::drv("bind context"))?;
         self.kv.fill_random(&self.gpu, seed)
     }
 
@@ -398,7 +465,12 @@ impl StepBackend for CudaBackend {
         }
         let t0 = Instant::now();
         let (tok, _) = self.prefill(req.id, &req.prompt, &req.pages)?;
-        self.reqs.insert(req.id, ReqState { first_token: Some(tok) });
+        self.reqs.insert(
+            req.id,
+            ReqState {
+                first_token: Some(tok),
+            },
+        );
         Ok(t0.elapsed().as_secs_f64())
     }
 
@@ -408,7 +480,10 @@ impl StepBackend for CudaBackend {
         let mut run: Vec<StepRow> = Vec::with_capacity(rows.len());
         let mut run_idx = Vec::with_capacity(rows.len());
         for (i, r) in rows.iter().enumerate() {
-            let st = self.reqs.get(&r.id).ok_or(BackendError::UnknownRequest(r.id))?;
+            let st = self
+                .reqs
+                .get(&r.id)
+                .ok_or(BackendError::UnknownRequest(r.id))?;
             match st.first_token {
                 Some(t) => tokens[i] = vec![t],
                 None => {
@@ -417,7 +492,11 @@ impl StepBackend for CudaBackend {
                 }
             }
         }
-        let launch = if self.cfg.cuda_graphs { Launch::Graph } else { Launch::Eager };
+        let launch = if self.cfg.cuda_graphs {
+            Launch::Graph
+        } else {
+            Launch::Eager
+        };
         let (out, _) = self.decode(&run, launch, false)?;
         for (&i, t) in run_idx.iter().zip(out) {
             tokens[i] = vec![t];
@@ -427,7 +506,10 @@ impl StepBackend for CudaBackend {
                 st.first_token = None;
             }
         }
-        Ok(StepOutput { tokens, step_s: t0.elapsed().as_secs_f64() })
+        Ok(StepOutput {
+            tokens,
+            step_s: t0.elapsed().as_secs_f64(),
+        })
     }
 
     fn release(&mut self, id: RequestId) {
@@ -449,7 +531,10 @@ mod tests {
 
     #[test]
     fn buckets_cover_every_batch_size_up_to_the_max() {
-        assert_eq!(buckets(128), vec![1, 2, 4, 8, 16, 32, 48, 64, 80, 96, 112, 128]);
+        assert_eq!(
+            buckets(128),
+            vec![1, 2, 4, 8, 16, 32, 48, 64, 80, 96, 112, 128]
+        );
         assert_eq!(buckets(1), vec![1]);
         assert_eq!(buckets(20), vec![1, 2, 4, 8, 16, 20]);
         for max in [1usize, 3, 50, 144] {
@@ -465,7 +550,10 @@ mod tests {
             eprintln!("skipping: CUDA present; the GPU tests cover construction");
             return;
         }
-        let cfg = CudaConfig::new(ModelSource::Seeded { shape: "tiny".into(), seed: 1 });
+        let cfg = CudaConfig::new(ModelSource::Seeded {
+            shape: "tiny".into(),
+            seed: 1,
+        });
         match CudaBackend::new(cfg) {
             Err(BackendError::Unavailable(m)) => assert!(m.contains("LD_LIBRARY_PATH"), "{m}"),
             Err(e) => panic!("expected Unavailable, got {e}"),

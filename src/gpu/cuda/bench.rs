@@ -88,7 +88,11 @@ pub fn copy_bandwidth(b: &CudaBackend, bytes: usize) -> Result<f64, BackendError
     gpu.ctx.bind_to_thread().map_err(drv("bind context"))?;
     let s = &gpu.decode;
     let (src, dst) = (kv.k(0), kv.k(0) + bytes as u64);
-    let ev = |_: ()| gpu.ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(drv("event"));
+    let ev = |_: ()| {
+        gpu.ctx
+            .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(drv("event"))
+    };
     let (e0, e1) = (ev(())?, ev(())?);
     let mut times = Vec::new();
     for i in 0..12 {
@@ -120,13 +124,20 @@ fn rows_for(b: &CudaBackend, active: &[usize], owners: usize, ctx: usize) -> (Ve
             slot: i as u32,
             context_len: ctx as u32,
             last_token: (i * 7919 % 1000) as u32,
-            pages: (0..per).map(|j| ((j * owners + i) % total) as u32).collect(),
+            pages: (0..per)
+                .map(|j| ((j * owners + i) % total) as u32)
+                .collect(),
         })
         .collect();
     (rows, aliased)
 }
 
-fn time_steps(b: &mut CudaBackend, rows: &[StepRow], launch: Launch, o: &BenchOptions) -> Result<f64, BackendError> {
+fn time_steps(
+    b: &mut CudaBackend,
+    rows: &[StepRow],
+    launch: Launch,
+    o: &BenchOptions,
+) -> Result<f64, BackendError> {
     for _ in 0..o.warmup {
         b.decode(rows, launch, false)?;
     }
@@ -185,7 +196,13 @@ pub fn run(b: &mut CudaBackend, o: &BenchOptions) -> Result<BenchReport, Backend
         tokens_per_block: b.capacity_page_size(),
         copy_bandwidth_gbs: bw,
         steps,
-        pause: PauseResult { batch: pb, context: pc, paused: pn, none_paused_ms, with_paused_ms },
+        pause: PauseResult {
+            batch: pb,
+            context: pc,
+            paused: pn,
+            none_paused_ms,
+            with_paused_ms,
+        },
     })
 }
 
@@ -194,12 +211,21 @@ pub fn table(r: &BenchReport) -> String {
     let mut s = format!(
         "{} {}  weights {:.2} GB  copy bandwidth {:.0} GB/s (read+write)\n\
          batch  context   graph_ms   eager_ms  roofline_ms  x_roofline  aliased\n",
-        r.device, r.shape, r.weight_bytes as f64 / 1e9, r.copy_bandwidth_gbs
+        r.device,
+        r.shape,
+        r.weight_bytes as f64 / 1e9,
+        r.copy_bandwidth_gbs
     );
     for x in &r.steps {
         s += &format!(
             "{:5}  {:7}  {:9.3}  {:9.3}  {:11.3}  {:10.2}  {}\n",
-            x.batch, x.context, x.graph_ms, x.eager_ms, x.roofline_ms, x.over_roofline, x.pages_aliased
+            x.batch,
+            x.context,
+            x.graph_ms,
+            x.eager_ms,
+            x.roofline_ms,
+            x.over_roofline,
+            x.pages_aliased
         );
     }
     let p = &r.pause;

@@ -58,7 +58,11 @@ impl CpuModel {
             })
             .collect();
         let embed = get(Tensor::Embed);
-        let lm_head = if shape.tied_embeddings { embed.clone() } else { get(Tensor::LmHead) };
+        let lm_head = if shape.tied_embeddings {
+            embed.clone()
+        } else {
+            get(Tensor::LmHead)
+        };
         CpuModel {
             shape: shape.clone(),
             embed,
@@ -113,15 +117,24 @@ impl CpuModel {
                 let hn = rmsnorm(xi, &l.ffn_norm, s.rms_eps);
                 let g = matvec(&l.gate, &hn, s.ffn);
                 let u = matvec(&l.up, &hn, s.ffn);
-                let a: Vec<f32> =
-                    g.iter().zip(&u).map(|(&g, &u)| g / (1.0 + (-g).exp()) * u).collect();
+                let a: Vec<f32> = g
+                    .iter()
+                    .zip(&u)
+                    .map(|(&g, &u)| g / (1.0 + (-g).exp()) * u)
+                    .collect();
                 let d = matvec(&l.down, &a, h);
                 add_into(xi, &d);
             }
         }
         cache.len += tokens.len();
         x.iter()
-            .map(|xi| matvec(&self.lm_head, &rmsnorm(xi, &self.final_norm, s.rms_eps), s.vocab))
+            .map(|xi| {
+                matvec(
+                    &self.lm_head,
+                    &rmsnorm(xi, &self.final_norm, s.rms_eps),
+                    s.vocab,
+                )
+            })
             .collect()
     }
 }
@@ -146,7 +159,15 @@ fn rmsnorm(x: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
 /// y = W x for W [out, in] row-major.
 fn matvec(w: &[f32], x: &[f32], out: usize) -> Vec<f32> {
     let n = x.len();
-    (0..out).map(|o| w[o * n..(o + 1) * n].iter().zip(x).map(|(a, b)| a * b).sum()).collect()
+    (0..out)
+        .map(|o| {
+            w[o * n..(o + 1) * n]
+                .iter()
+                .zip(x)
+                .map(|(a, b)| a * b)
+                .sum()
+        })
+        .collect()
 }
 
 fn add_into(x: &mut [f32], y: &[f32]) {
@@ -204,7 +225,10 @@ mod tests {
 
     fn max_rel(a: &[f32], b: &[f32]) -> f32 {
         let m = b.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-        a.iter().zip(b).fold(0.0f32, |e, (x, y)| e.max((x - y).abs())) / m
+        a.iter()
+            .zip(b)
+            .fold(0.0f32, |e, (x, y)| e.max((x - y).abs()))
+            / m
     }
 
     #[test]
@@ -228,7 +252,10 @@ mod tests {
         let mut b = m.new_cache();
         let la = m.forward(&mut a, &[1, 2, 3, 4]);
         let lb = m.forward(&mut b, &[9, 2, 3, 4]);
-        assert!(max_rel(&la[3], &lb[3]) > 1e-3, "attention must see earlier tokens");
+        assert!(
+            max_rel(&la[3], &lb[3]) > 1e-3,
+            "attention must see earlier tokens"
+        );
         assert!(la[3].iter().all(|v| v.is_finite()));
     }
 

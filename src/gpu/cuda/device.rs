@@ -118,8 +118,13 @@ impl Gpu {
             },
         )
         .map_err(|e| BackendError::Failed(format!("NVRTC compile of the kernels: {e:?}")))?;
-        let m = ctx.load_module(ptx).map_err(drv("loading the kernel module"))?;
-        let f = |n: &str| m.load_function(n).map_err(|e| BackendError::Failed(format!("kernel {n}: {e:?}")));
+        let m = ctx
+            .load_module(ptx)
+            .map_err(drv("loading the kernel module"))?;
+        let f = |n: &str| {
+            m.load_function(n)
+                .map_err(|e| BackendError::Failed(format!("kernel {n}: {e:?}")))
+        };
         let attn_row = |d: usize| -> Result<[CudaFunction; 4], BackendError> {
             Ok([
                 f(&format!("paged_attn_d{d}_g1"))?,
@@ -159,6 +164,12 @@ impl Gpu {
             unsafe { blas_sys::cublasSetWorkspace_v2(h, ws.ptr as *mut _, ws.bytes) }
                 .result()
                 .map_err(blas_err("cuBLAS workspace"))?;
+            // Keep split-K partial sums in f32 (no bf16 reduction between partials).
+            let mode = blas_sys::cublasMath_t::CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION;
+            // SAFETY: a live handle owned by `gpu`.
+            unsafe { blas_sys::cublasSetMathMode(h, mode) }
+                .result()
+                .map_err(blas_err("cuBLAS math mode"))?;
             gpu._workspaces.push(ws);
         }
         Ok(gpu)
@@ -188,7 +199,11 @@ impl Gpu {
             let (ptr, _sync) = slice.device_ptr(s);
             ptr
         };
-        Ok(DevBuf { _slice: slice, ptr, bytes })
+        Ok(DevBuf {
+            _slice: slice,
+            ptr,
+            bytes,
+        })
     }
 
     pub fn launch(
@@ -205,7 +220,11 @@ impl Gpu {
         for v in &vals {
             b.arg(v);
         }
-        let cfg = LaunchConfig { grid_dim: grid, block_dim: (block, 1, 1), shared_mem_bytes: 0 };
+        let cfg = LaunchConfig {
+            grid_dim: grid,
+            block_dim: (block, 1, 1),
+            shared_mem_bytes: 0,
+        };
         // SAFETY: argument lists match the kernels' signatures in kernels/*.cu, and every
         // pointer comes from a live DevBuf sized by the caller for the launch.
         unsafe { b.launch(cfg) }.map_err(drv("kernel launch"))?;
@@ -230,7 +249,11 @@ impl Gpu {
         let alpha = 1.0f32;
         let beta = if accumulate { 1.0f32 } else { 0.0 };
         let bf = blas_sys::cudaDataType::CUDA_R_16BF;
-        let yt = if y_f32 { blas_sys::cudaDataType::CUDA_R_32F } else { bf };
+        let yt = if y_f32 {
+            blas_sys::cudaDataType::CUDA_R_32F
+        } else {
+            bf
+        };
         // Column-major view: W^T is (inp x out) with ld inp; op T gives out x inp.
         // SAFETY: pointers are live device buffers of the sizes the shape implies.
         unsafe {
@@ -274,7 +297,9 @@ impl Gpu {
     }
 
     pub fn sync(&self, w: Which) -> Result<(), BackendError> {
-        self.stream(w).synchronize().map_err(drv("stream synchronize"))
+        self.stream(w)
+            .synchronize()
+            .map_err(drv("stream synchronize"))
     }
 
     /// Fills `n` bf16 values at `dst` with the seeded uniform init.
@@ -289,7 +314,14 @@ impl Gpu {
         offset: f32,
     ) -> Result<(), BackendError> {
         let blocks = n.div_ceil(256).clamp(1, (self.sm_count as u64) * 32) as u32;
-        let args = [A::P(dst), A::L(n), A::U(seed), A::U(tensor), A::F(scale), A::F(offset)];
+        let args = [
+            A::P(dst),
+            A::L(n),
+            A::U(seed),
+            A::U(tensor),
+            A::F(scale),
+            A::F(offset),
+        ];
         self.launch(w, &self.k.init, (blocks, 1, 1), 256, &args)
     }
 }

@@ -18,10 +18,20 @@ pub(crate) struct KvCache {
 }
 
 impl KvCache {
-    pub fn new(gpu: &Gpu, s: &ModelShape, num_pages: usize, page_size: usize) -> Result<Self, BackendError> {
+    pub fn new(
+        gpu: &Gpu,
+        s: &ModelShape,
+        num_pages: usize,
+        page_size: usize,
+    ) -> Result<Self, BackendError> {
         let page_elems = s.kv_heads * page_size * s.head_dim;
         let bytes = 2 * s.layers * num_pages * page_elems * 2;
-        Ok(KvCache { buf: gpu.alloc(bytes, Which::Decode)?, num_pages, page_size, page_elems })
+        Ok(KvCache {
+            buf: gpu.alloc(bytes, Which::Decode)?,
+            num_pages,
+            page_size,
+            page_elems,
+        })
     }
 
     fn region(&self, i: usize) -> u64 {
@@ -38,7 +48,15 @@ impl KvCache {
     }
     /// Fills every page with seeded values (benchmarks need non-zero KV).
     pub fn fill_random(&self, gpu: &Gpu, seed: u32) -> Result<(), BackendError> {
-        gpu.init_uniform(Which::Decode, self.buf.ptr, (self.buf.bytes / 2) as u64, seed, 4000, 1.0, 0.0)?;
+        gpu.init_uniform(
+            Which::Decode,
+            self.buf.ptr,
+            (self.buf.bytes / 2) as u64,
+            seed,
+            4000,
+            1.0,
+            0.0,
+        )?;
         gpu.sync(Which::Decode)
     }
 }
@@ -115,7 +133,9 @@ pub(crate) struct Pass {
 /// loads of some blocks overlap the arithmetic of others. The kernel gives each split at
 /// least 256 tokens, so short contexts leave the extra splits idle.
 pub(crate) fn splits_for(rows: usize, kv_heads: usize, sm_count: u32) -> usize {
-    (8 * sm_count as usize).div_ceil(kv_heads * rows.max(1)).clamp(1, 128)
+    (8 * sm_count as usize)
+        .div_ceil(kv_heads * rows.max(1))
+        .clamp(1, 128)
 }
 
 /// Enqueues the pass on `w`'s stream. Inputs (tokens, pos, lens, table) must already be in
@@ -139,53 +159,187 @@ pub(crate) fn enqueue(
     let (hid, hdim) = (s.hidden, s.heads * s.head_dim);
     let k = &gpu.k;
     let eps = s.rms_eps;
-    gpu.launch(w, &k.embed, (r, 1, 1), 128, &[
-        A::P(wt.embed), A::P(sc.tokens.ptr), A::P(sc.x.ptr), A::I(hid as i32), A::I(s.vocab as i32),
-    ])?;
+    gpu.launch(
+        w,
+        &k.embed,
+        (r, 1, 1),
+        128,
+        &[
+            A::P(wt.embed),
+            A::P(sc.tokens.ptr),
+            A::P(sc.x.ptr),
+            A::I(hid as i32),
+            A::I(s.vocab as i32),
+        ],
+    )?;
     let attn_fn = &k.attn[(s.head_dim == 128) as usize][s.group().trailing_zeros() as usize];
     let scale = 1.0 / (s.head_dim as f32).sqrt();
     for (l, lw) in wt.layers.iter().enumerate() {
-        gpu.launch(w, &k.rmsnorm, (r, 1, 1), 256, &[
-            A::P(sc.x.ptr), A::P(lw.attn_norm), A::P(sc.h.ptr), A::I(hid as i32), A::F(eps),
-        ])?;
-        gpu.gemm(w, s.qkv_dim(), p.rows, hid, lw.qkv, sc.h.ptr, sc.qkv.ptr, false, false)?;
-        gpu.launch(w, &k.rope_kv, (r, 1, 1), 256, &[
-            A::P(sc.qkv.ptr), A::P(sc.pos.ptr), A::P(sc.lens.ptr), A::P(sc.table.ptr),
-            A::I(p.table_stride as i32), A::P(kv.k(l)), A::P(kv.v(l)), A::I(s.heads as i32),
-            A::I(s.kv_heads as i32), A::I(s.head_dim as i32), A::I(kv.page_size as i32),
-            A::F(s.rope_theta),
-        ])?;
-        gpu.launch(w, attn_fn, (s.kv_heads as u32, r, p.splits as u32), 128, &[
-            A::P(sc.qkv.ptr), A::I(s.qkv_dim() as i32), A::P(kv.k(l)), A::P(kv.v(l)),
-            A::P(sc.lens.ptr), A::P(sc.table.ptr), A::I(p.table_stride as i32),
-            A::I(s.kv_heads as i32), A::I(kv.page_size as i32), A::I(p.splits as i32), A::F(scale),
-            A::P(sc.part_o.ptr), A::P(sc.part_ml.ptr),
-        ])?;
-        gpu.launch(w, &k.combine, (s.heads as u32, r, 1), s.head_dim as u32, &[
-            A::P(sc.part_o.ptr), A::P(sc.part_ml.ptr), A::P(sc.lens.ptr), A::P(sc.attn.ptr),
-            A::I(s.heads as i32), A::I(s.head_dim as i32), A::I(p.splits as i32),
-        ])?;
-        gpu.gemm(w, hid, p.rows, hdim, lw.o, sc.attn.ptr, sc.x.ptr, true, false)?;
-        gpu.launch(w, &k.rmsnorm, (r, 1, 1), 256, &[
-            A::P(sc.x.ptr), A::P(lw.ffn_norm), A::P(sc.h.ptr), A::I(hid as i32), A::F(eps),
-        ])?;
-        gpu.gemm(w, 2 * s.ffn, p.rows, hid, lw.gate_up, sc.h.ptr, sc.gu.ptr, false, false)?;
+        gpu.launch(
+            w,
+            &k.rmsnorm,
+            (r, 1, 1),
+            256,
+            &[
+                A::P(sc.x.ptr),
+                A::P(lw.attn_norm),
+                A::P(sc.h.ptr),
+                A::I(hid as i32),
+                A::F(eps),
+            ],
+        )?;
+        gpu.gemm(
+            w,
+            s.qkv_dim(),
+            p.rows,
+            hid,
+            lw.qkv,
+            sc.h.ptr,
+            sc.qkv.ptr,
+            false,
+            false,
+        )?;
+        gpu.launch(
+            w,
+            &k.rope_kv,
+            (r, 1, 1),
+            256,
+            &[
+                A::P(sc.qkv.ptr),
+                A::P(sc.pos.ptr),
+                A::P(sc.lens.ptr),
+                A::P(sc.table.ptr),
+                A::I(p.table_stride as i32),
+                A::P(kv.k(l)),
+                A::P(kv.v(l)),
+                A::I(s.heads as i32),
+                A::I(s.kv_heads as i32),
+                A::I(s.head_dim as i32),
+                A::I(kv.page_size as i32),
+                A::F(s.rope_theta),
+            ],
+        )?;
+        gpu.launch(
+            w,
+            attn_fn,
+            (s.kv_heads as u32, r, p.splits as u32),
+            128,
+            &[
+                A::P(sc.qkv.ptr),
+                A::I(s.qkv_dim() as i32),
+                A::P(kv.k(l)),
+                A::P(kv.v(l)),
+                A::P(sc.lens.ptr),
+                A::P(sc.table.ptr),
+                A::I(p.table_stride as i32),
+                A::I(s.kv_heads as i32),
+                A::I(kv.page_size as i32),
+                A::I(p.splits as i32),
+                A::F(scale),
+                A::P(sc.part_o.ptr),
+                A::P(sc.part_ml.ptr),
+            ],
+        )?;
+        gpu.launch(
+            w,
+            &k.combine,
+            (s.heads as u32, r, 1),
+            s.head_dim as u32,
+            &[
+                A::P(sc.part_o.ptr),
+                A::P(sc.part_ml.ptr),
+                A::P(sc.lens.ptr),
+                A::P(sc.attn.ptr),
+                A::I(s.heads as i32),
+                A::I(s.head_dim as i32),
+                A::I(p.splits as i32),
+            ],
+        )?;
+        gpu.gemm(
+            w,
+            hid,
+            p.rows,
+            hdim,
+            lw.o,
+            sc.attn.ptr,
+            sc.x.ptr,
+            true,
+            false,
+        )?;
+        gpu.launch(
+            w,
+            &k.rmsnorm,
+            (r, 1, 1),
+            256,
+            &[
+                A::P(sc.x.ptr),
+                A::P(lw.ffn_norm),
+                A::P(sc.h.ptr),
+                A::I(hid as i32),
+                A::F(eps),
+            ],
+        )?;
+        gpu.gemm(
+            w,
+            2 * s.ffn,
+            p.rows,
+            hid,
+            lw.gate_up,
+            sc.h.ptr,
+            sc.gu.ptr,
+            false,
+            false,
+        )?;
         let gx = s.ffn.div_ceil(256).min(64) as u32;
-        gpu.launch(w, &k.silu_mul, (gx, r, 1), 256, &[
-            A::P(sc.gu.ptr), A::P(sc.act.ptr), A::I(s.ffn as i32),
-        ])?;
-        gpu.gemm(w, hid, p.rows, s.ffn, lw.down, sc.act.ptr, sc.x.ptr, true, false)?;
+        gpu.launch(
+            w,
+            &k.silu_mul,
+            (gx, r, 1),
+            256,
+            &[A::P(sc.gu.ptr), A::P(sc.act.ptr), A::I(s.ffn as i32)],
+        )?;
+        gpu.gemm(
+            w, hid, p.rows, s.ffn, lw.down, sc.act.ptr, sc.x.ptr, true, false,
+        )?;
     }
     if p.logits_rows > 0 {
         let x0 = sc.x.at(p.logits_row0 * hid * 2);
         let h0 = sc.h.at(p.logits_row0 * hid * 2);
-        gpu.launch(w, &k.rmsnorm, (p.logits_rows as u32, 1, 1), 256, &[
-            A::P(x0), A::P(wt.final_norm), A::P(h0), A::I(hid as i32), A::F(eps),
-        ])?;
-        gpu.gemm(w, s.vocab, p.logits_rows, hid, wt.lm_head, h0, sc.logits.ptr, false, true)?;
-        gpu.launch(w, &k.argmax, (p.logits_rows as u32, 1, 1), 1024, &[
-            A::P(sc.logits.ptr), A::I(s.vocab as i32), A::P(sc.out_tok.ptr),
-        ])?;
+        gpu.launch(
+            w,
+            &k.rmsnorm,
+            (p.logits_rows as u32, 1, 1),
+            256,
+            &[
+                A::P(x0),
+                A::P(wt.final_norm),
+                A::P(h0),
+                A::I(hid as i32),
+                A::F(eps),
+            ],
+        )?;
+        gpu.gemm(
+            w,
+            s.vocab,
+            p.logits_rows,
+            hid,
+            wt.lm_head,
+            h0,
+            sc.logits.ptr,
+            false,
+            true,
+        )?;
+        gpu.launch(
+            w,
+            &k.argmax,
+            (p.logits_rows as u32, 1, 1),
+            1024,
+            &[
+                A::P(sc.logits.ptr),
+                A::I(s.vocab as i32),
+                A::P(sc.out_tok.ptr),
+            ],
+        )?;
     }
     Ok(())
 }

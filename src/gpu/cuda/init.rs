@@ -148,8 +148,9 @@ mod tests {
 
     #[test]
     fn uniform_init_stays_in_range_and_depends_on_seed_and_tensor() {
-        let vals: Vec<f32> =
-            (0..4096).map(|i| bf16_bits_to_f32(uniform_value(7, 3, i, 0.5, 1.0))).collect();
+        let vals: Vec<f32> = (0..4096)
+            .map(|i| bf16_bits_to_f32(uniform_value(7, 3, i, 0.5, 1.0)))
+            .collect();
         assert!(vals.iter().all(|v| (0.5..=1.5).contains(v)));
         let mean = vals.iter().sum::<f32>() / vals.len() as f32;
         assert!((mean - 1.0).abs() < 0.02, "mean {mean}");
@@ -158,13 +159,22 @@ mod tests {
         let c: Vec<u16> = (0..64).map(|i| uniform_value(7, 4, i, 1.0, 0.0)).collect();
         assert_ne!(a, b);
         assert_ne!(a, c);
-        assert_eq!(a, (0..64).map(|i| uniform_value(7, 3, i, 1.0, 0.0)).collect::<Vec<_>>());
+        assert_eq!(
+            a,
+            (0..64)
+                .map(|i| uniform_value(7, 3, i, 1.0, 0.0))
+                .collect::<Vec<_>>()
+        );
     }
 
     #[test]
     fn tensor_ids_are_distinct_within_a_model() {
         let s = ModelShape::named("tiny").unwrap();
-        let mut ids = vec![Tensor::Embed.id(2), Tensor::FinalNorm.id(2), Tensor::LmHead.id(2)];
+        let mut ids = vec![
+            Tensor::Embed.id(2),
+            Tensor::FinalNorm.id(2),
+            Tensor::LmHead.id(2),
+        ];
         for l in 0..2 {
             for t in [
                 Tensor::AttnNorm(l),

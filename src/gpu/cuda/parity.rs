@@ -42,15 +42,24 @@ fn read_f32(path: &Path, n: usize) -> Result<Vec<f32>, BackendError> {
             n * 4
         )));
     }
-    Ok(raw.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+    Ok(raw
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect())
 }
 
 impl Reference {
     pub fn load(dir: &Path) -> Result<Self, BackendError> {
         let bad = |m: String| BackendError::Failed(format!("{}: {m}", dir.display()));
-        let text = std::fs::read_to_string(dir.join("meta.json")).map_err(|e| bad(format!("meta.json: {e}")))?;
-        let meta: RefMeta = serde_json::from_str(&text)
-            .map_err(|e| bad(format!("meta.json line {} column {}: {e}", e.line(), e.column())))?;
+        let text = std::fs::read_to_string(dir.join("meta.json"))
+            .map_err(|e| bad(format!("meta.json: {e}")))?;
+        let meta: RefMeta = serde_json::from_str(&text).map_err(|e| {
+            bad(format!(
+                "meta.json line {} column {}: {e}",
+                e.line(),
+                e.column()
+            ))
+        })?;
         let n = meta.prompts.len() * (meta.steps + 1) * meta.vocab;
         if meta.tokens.len() != meta.prompts.len()
             || meta.tokens.iter().any(|t| t.len() != meta.steps + 1)
@@ -59,8 +68,16 @@ impl Reference {
         }
         let logits = read_f32(&dir.join("logits.f32"), n)?;
         let p32 = dir.join("logits32.f32");
-        let logits32 = if p32.exists() { Some(read_f32(&p32, n)?) } else { None };
-        Ok(Reference { meta, logits, logits32 })
+        let logits32 = if p32.exists() {
+            Some(read_f32(&p32, n)?)
+        } else {
+            None
+        };
+        Ok(Reference {
+            meta,
+            logits,
+            logits32,
+        })
     }
 
     fn row(&self, prompt: usize, pos: usize) -> &[f32] {
@@ -85,6 +102,8 @@ pub struct ParityReport {
     /// Positions where the GPU's greedy token equals the reference's.
     pub greedy_agree: usize,
     pub positions: usize,
+    /// (prompt, position, max rel err) of the worst position; position 0 is the prefill.
+    pub worst: (usize, usize, f64),
     /// Against the float32 run, when the reference has one.
     pub vs_f32: Option<F32Compare>,
 }
@@ -127,12 +146,19 @@ pub fn rel_errors(a: &[f32], b: &[f32]) -> (f64, f64) {
         d2 += d * d;
         b2 += (y as f64) * (y as f64);
     }
-    (dmax / bmax.max(f64::MIN_POSITIVE), (d2 / b2.max(f64::MIN_POSITIVE)).sqrt())
+    (
+        dmax / bmax.max(f64::MIN_POSITIVE),
+        (d2 / b2.max(f64::MIN_POSITIVE)).sqrt(),
+    )
 }
 
 /// Runs the reference's requests on `b`; pages interleave across requests (request i's
 /// j-th page is j * n + i).
-pub fn run(b: &mut CudaBackend, r: &Reference, launch: Launch) -> Result<ParityReport, BackendError> {
+pub fn run(
+    b: &mut CudaBackend,
+    r: &Reference,
+    launch: Launch,
+) -> Result<ParityReport, BackendError> {
     let n = r.meta.prompts.len();
     let p = b.capacity_page_size();
     let steps = r.meta.steps;
@@ -149,9 +175,15 @@ pub fn run(b: &mut CudaBackend, r: &Reference, launch: Launch) -> Result<ParityR
             (0..per).map(|j| (j * n + i) as u32).collect()
         })
         .collect();
-    let (mut vs_ref, mut ours32, mut ref32, mut agree) = (Acc::default(), Acc::default(), Acc::default(), 0);
+    let (mut vs_ref, mut ours32, mut ref32, mut agree) =
+        (Acc::default(), Acc::default(), Acc::default(), 0);
+    let mut worst = (0, 0, 0f64);
     let mut score = |got: &[f32], i: usize, pos: usize| {
+        let before = vs_ref.max_rel;
         vs_ref.add(got, r.row(i, pos));
+        if vs_ref.max_rel > before {
+            worst = (i, pos, vs_ref.max_rel);
+        }
         if let Some(l32) = &r.logits32 {
             ours32.add(got, &l32[r.span(i, pos)]);
             ref32.add(r.row(i, pos), &l32[r.span(i, pos)]);
@@ -184,6 +216,7 @@ pub fn run(b: &mut CudaBackend, r: &Reference, launch: Launch) -> Result<ParityR
         mean_rel_l2: vs_ref.mean_l2(),
         greedy_agree: agree,
         positions: vs_ref.n,
+        worst,
         vs_f32: r.logits32.as_ref().map(|_| F32Compare {
             ours_max_rel_err: ours32.max_rel,
             ours_mean_rel_l2: ours32.mean_l2(),
@@ -194,7 +227,11 @@ pub fn run(b: &mut CudaBackend, r: &Reference, launch: Launch) -> Result<ParityR
 }
 
 /// A reference run computed by the f32 CPU model: greedy tokens, teacher-forced like `run`.
-pub fn cpu_reference(m: &super::cpu_ref::CpuModel, prompts: &[Vec<u32>], steps: usize) -> Reference {
+pub fn cpu_reference(
+    m: &super::cpu_ref::CpuModel,
+    prompts: &[Vec<u32>],
+    steps: usize,
+) -> Reference {
     let vocab = m.shape.vocab;
     let mut logits = Vec::with_capacity(prompts.len() * (steps + 1) * vocab);
     let mut tokens = Vec::new();
@@ -212,7 +249,16 @@ pub fn cpu_reference(m: &super::cpu_ref::CpuModel, prompts: &[Vec<u32>], steps: 
         }
         tokens.push(toks);
     }
-    Reference { meta: RefMeta { prompts: prompts.to_vec(), steps, vocab, tokens }, logits, logits32: None }
+    Reference {
+        meta: RefMeta {
+            prompts: prompts.to_vec(),
+            steps,
+            vocab,
+            tokens,
+        },
+        logits,
+        logits32: None,
+    }
 }
 
 #[cfg(test)]

@@ -63,12 +63,22 @@ mod tests {
 
     #[test]
     fn missing_libraries_are_named_with_the_library_path_hint() {
-        let p = LibraryProbe { driver: true, nvrtc: false, cublas: true, cublaslt: false };
+        let p = LibraryProbe {
+            driver: true,
+            nvrtc: false,
+            cublas: true,
+            cublaslt: false,
+        };
         let e = p.require().unwrap_err().to_string();
         assert!(e.contains("libnvrtc") && e.contains("libcublasLt"), "{e}");
         assert!(!e.contains("libcuda (driver)"), "{e}");
         assert!(e.contains("LD_LIBRARY_PATH=/usr/local/cuda/lib64"), "{e}");
-        let all = LibraryProbe { driver: true, nvrtc: true, cublas: true, cublaslt: true };
+        let all = LibraryProbe {
+            driver: true,
+            nvrtc: true,
+            cublas: true,
+            cublaslt: true,
+        };
         assert!(all.require().is_ok());
     }
 }

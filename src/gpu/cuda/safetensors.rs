@@ -52,7 +52,10 @@ pub struct Checkpoint {
 impl Checkpoint {
     /// Opens a directory (all its `*.safetensors` files, sorted by name) or a single file.
     pub fn open(path: &Path) -> Result<Self, SafetensorsError> {
-        let bad = |p: &Path, msg: String| SafetensorsError::Bad { path: p.display().to_string(), msg };
+        let bad = |p: &Path, msg: String| SafetensorsError::Bad {
+            path: p.display().to_string(),
+            msg,
+        };
         let paths: Vec<PathBuf> = if path.is_dir() {
             let mut v: Vec<PathBuf> = std::fs::read_dir(path)
                 .map_err(|e| bad(path, format!("cannot list: {e}")))?
@@ -76,7 +79,11 @@ impl Checkpoint {
             }
             files.push(data);
         }
-        Ok(Checkpoint { dir: path.display().to_string(), files, tensors })
+        Ok(Checkpoint {
+            dir: path.display().to_string(),
+            files,
+            tensors,
+        })
     }
 
     pub fn info(&self, name: &str) -> Option<&TensorInfo> {
@@ -84,10 +91,13 @@ impl Checkpoint {
     }
 
     fn raw(&self, name: &str) -> Result<(&TensorInfo, &[u8]), SafetensorsError> {
-        let info = self.tensors.get(name).ok_or_else(|| SafetensorsError::Missing {
-            name: name.to_string(),
-            dir: self.dir.clone(),
-        })?;
+        let info = self
+            .tensors
+            .get(name)
+            .ok_or_else(|| SafetensorsError::Missing {
+                name: name.to_string(),
+                dir: self.dir.clone(),
+            })?;
         Ok((info, &self.files[info.file][info.start..info.end]))
     }
 
@@ -95,7 +105,10 @@ impl Checkpoint {
     pub fn bf16_bits(&self, name: &str) -> Result<Vec<u16>, SafetensorsError> {
         let (info, b) = self.raw(name)?;
         Ok(match info.dtype {
-            DType::BF16 => b.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect(),
+            DType::BF16 => b
+                .chunks_exact(2)
+                .map(|c| u16::from_le_bytes([c[0], c[1]]))
+                .collect(),
             _ => self.f32(name)?.into_iter().map(f32_to_bf16_bits).collect(),
         })
     }
@@ -104,28 +117,43 @@ impl Checkpoint {
     pub fn f32(&self, name: &str) -> Result<Vec<f32>, SafetensorsError> {
         let (info, b) = self.raw(name)?;
         Ok(match info.dtype {
-            DType::BF16 => {
-                b.chunks_exact(2).map(|c| bf16_bits_to_f32(u16::from_le_bytes([c[0], c[1]]))).collect()
-            }
+            DType::BF16 => b
+                .chunks_exact(2)
+                .map(|c| bf16_bits_to_f32(u16::from_le_bytes([c[0], c[1]])))
+                .collect(),
             DType::F16 => b
                 .chunks_exact(2)
                 .map(|c| half::f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32())
                 .collect(),
-            DType::F32 => {
-                b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
-            }
+            DType::F32 => b
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect(),
         })
     }
 }
 
 fn parse_header(data: &[u8], file: usize) -> Result<Vec<(String, TensorInfo)>, String> {
     if data.len() < 8 {
-        return Err(format!("{} bytes: too short for a safetensors header", data.len()));
+        return Err(format!(
+            "{} bytes: too short for a safetensors header",
+            data.len()
+        ));
     }
-    let n = u64::from_le_bytes(data[..8].try_into().map_err(|_| "short header".to_string())?);
-    let body_start = 8usize.checked_add(n as usize).filter(|&e| e <= data.len()).ok_or_else(
-        || format!("header length {n} runs past the end of the file ({} bytes)", data.len()),
-    )?;
+    let n = u64::from_le_bytes(
+        data[..8]
+            .try_into()
+            .map_err(|_| "short header".to_string())?,
+    );
+    let body_start = 8usize
+        .checked_add(n as usize)
+        .filter(|&e| e <= data.len())
+        .ok_or_else(|| {
+            format!(
+                "header length {n} runs past the end of the file ({} bytes)",
+                data.len()
+            )
+        })?;
     let v: Value = serde_json::from_slice(&data[8..body_start])
         .map_err(|e| format!("header JSON line {} column {}: {e}", e.line(), e.column()))?;
     let obj = v.as_object().ok_or("header is not a JSON object")?;
@@ -135,7 +163,10 @@ fn parse_header(data: &[u8], file: usize) -> Result<Vec<(String, TensorInfo)>, S
         if name == "__metadata__" {
             continue;
         }
-        let field = |k: &str| t.get(k).ok_or_else(|| format!("tensor {name:?}: missing {k:?}"));
+        let field = |k: &str| {
+            t.get(k)
+                .ok_or_else(|| format!("tensor {name:?}: missing {k:?}"))
+        };
         let dtype = match field("dtype")?.as_str() {
             Some("BF16") => DType::BF16,
             Some("F16") => DType::F16,
@@ -155,14 +186,30 @@ fn parse_header(data: &[u8], file: usize) -> Result<Vec<(String, TensorInfo)>, S
         let off = nums("data_offsets")?;
         let (s, e) = match off[..] {
             [s, e] if s <= e && e <= body => (s, e),
-            _ => return Err(format!("tensor {name:?}: data_offsets {off:?} outside {body} data bytes")),
+            _ => {
+                return Err(format!(
+                    "tensor {name:?}: data_offsets {off:?} outside {body} data bytes"
+                ))
+            }
         };
         let elems: usize = shape.iter().product();
         if elems * dtype.size() != e - s {
-            return Err(format!("tensor {name:?}: shape {shape:?} needs {} bytes, offsets give {}",
-                elems * dtype.size(), e - s));
+            return Err(format!(
+                "tensor {name:?}: shape {shape:?} needs {} bytes, offsets give {}",
+                elems * dtype.size(),
+                e - s
+            ));
         }
-        out.push((name.clone(), TensorInfo { dtype, shape, file, start: body_start + s, end: body_start + e }));
+        out.push((
+            name.clone(),
+            TensorInfo {
+                dtype,
+                shape,
+                file,
+                start: body_start + s,
+                end: body_start + e,
+            },
+        ));
     }
     Ok(out)
 }
@@ -187,7 +234,8 @@ pub fn write_bf16(path: &Path, tensors: &[(String, Vec<usize>, Vec<u16>)]) -> st
     out.extend_from_slice(&(h.len() as u64).to_le_bytes());
     out.extend_from_slice(&h);
     for (_, _, data) in tensors {
-        data.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes()));
+        data.iter()
+            .for_each(|x| out.extend_from_slice(&x.to_le_bytes()));
     }
     std::fs::write(path, out)
 }
@@ -200,14 +248,25 @@ mod tests {
     fn written_bf16_tensors_read_back_identically() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("model.safetensors");
-        let a: Vec<u16> = (0..6).map(|i| f32_to_bf16_bits(i as f32 * 0.5 - 1.0)).collect();
-        write_bf16(&p, &[("a".into(), vec![2, 3], a.clone()), ("b".into(), vec![1], vec![0x3f80])])
-            .unwrap();
+        let a: Vec<u16> = (0..6)
+            .map(|i| f32_to_bf16_bits(i as f32 * 0.5 - 1.0))
+            .collect();
+        write_bf16(
+            &p,
+            &[
+                ("a".into(), vec![2, 3], a.clone()),
+                ("b".into(), vec![1], vec![0x3f80]),
+            ],
+        )
+        .unwrap();
         let c = Checkpoint::open(dir.path()).unwrap();
         assert_eq!(c.bf16_bits("a").unwrap(), a);
         assert_eq!(c.info("a").unwrap().shape, vec![2, 3]);
         assert_eq!(c.f32("b").unwrap(), vec![1.0]);
-        assert!(matches!(c.f32("zzz"), Err(SafetensorsError::Missing { .. })));
+        assert!(matches!(
+            c.f32("zzz"),
+            Err(SafetensorsError::Missing { .. })
+        ));
     }
 
     #[test]
@@ -216,16 +275,27 @@ mod tests {
         let p = dir.path().join("x.safetensors");
         std::fs::write(&p, [1u8, 2, 3]).unwrap();
         let e = Checkpoint::open(&p).err().unwrap().to_string();
-        assert!(e.contains("x.safetensors") && e.contains("too short"), "{e}");
+        assert!(
+            e.contains("x.safetensors") && e.contains("too short"),
+            "{e}"
+        );
         let mut bytes = 1000u64.to_le_bytes().to_vec();
         bytes.extend_from_slice(b"{}");
         std::fs::write(&p, &bytes).unwrap();
-        assert!(Checkpoint::open(&p).err().unwrap().to_string().contains("runs past"));
+        assert!(Checkpoint::open(&p)
+            .err()
+            .unwrap()
+            .to_string()
+            .contains("runs past"));
         let h = br#"{"t":{"dtype":"BF16","shape":[4],"data_offsets":[0,8]}}"#;
         let mut bytes = (h.len() as u64).to_le_bytes().to_vec();
         bytes.extend_from_slice(h);
         bytes.extend_from_slice(&[0u8; 4]);
         std::fs::write(&p, &bytes).unwrap();
-        assert!(Checkpoint::open(&p).err().unwrap().to_string().contains("outside 4 data bytes"));
+        assert!(Checkpoint::open(&p)
+            .err()
+            .unwrap()
+            .to_string()
+            .contains("outside 4 data bytes"));
     }
 }

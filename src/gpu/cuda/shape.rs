@@ -86,7 +86,10 @@ impl ModelShape {
     /// Reads a Hugging Face Llama `config.json` (transformers 4 or 5 layout).
     pub fn from_hf_config(path: &Path) -> Result<Self, ShapeError> {
         let p = path.display().to_string();
-        let err = |msg: String| ShapeError::Config { path: p.clone(), msg };
+        let err = |msg: String| ShapeError::Config {
+            path: p.clone(),
+            msg,
+        };
         let text = std::fs::read_to_string(path).map_err(|e| err(format!("cannot read: {e}")))?;
         let v: Value = serde_json::from_str(&text)
             .map_err(|e| err(format!("line {} column {}: {e}", e.line(), e.column())))?;
@@ -124,7 +127,9 @@ impl ModelShape {
             .and_then(Value::as_str)
             .unwrap_or("default");
         if rope_type != "default" {
-            return Err(err(format!("rope type {rope_type:?} is not supported (only default)")));
+            return Err(err(format!(
+                "rope type {rope_type:?} is not supported (only default)"
+            )));
         }
         let shape = ModelShape {
             name: path
@@ -140,7 +145,10 @@ impl ModelShape {
             head_dim,
             ffn: int("intermediate_size")?,
             rope_theta: theta as f32,
-            rms_eps: v.get("rms_norm_eps").and_then(Value::as_f64).unwrap_or(1e-5) as f32,
+            rms_eps: v
+                .get("rms_norm_eps")
+                .and_then(Value::as_f64)
+                .unwrap_or(1e-5) as f32,
             tied_embeddings: v
                 .get("tie_word_embeddings")
                 .and_then(Value::as_bool)
@@ -153,19 +161,32 @@ impl ModelShape {
     /// Checks the limits of the kernels: head_dim 64 or 128, 1..=8 query heads per kv head,
     /// rows that split into 16-byte vectors.
     pub fn validate(&self) -> Result<(), ShapeError> {
-        let bad = |msg: String| ShapeError::Unsupported { name: self.name.clone(), msg };
+        let bad = |msg: String| ShapeError::Unsupported {
+            name: self.name.clone(),
+            msg,
+        };
         if self.head_dim != 64 && self.head_dim != 128 {
-            return Err(bad(format!("head_dim {} (supported: 64, 128)", self.head_dim)));
+            return Err(bad(format!(
+                "head_dim {} (supported: 64, 128)",
+                self.head_dim
+            )));
         }
         if self.kv_heads == 0 || self.heads % self.kv_heads != 0 {
-            return Err(bad(format!("{} heads over {} kv heads", self.heads, self.kv_heads)));
+            return Err(bad(format!(
+                "{} heads over {} kv heads",
+                self.heads, self.kv_heads
+            )));
         }
         let g = self.heads / self.kv_heads;
         if !matches!(g, 1 | 2 | 4 | 8) {
-            return Err(bad(format!("{g} query heads per kv head (supported: 1, 2, 4, 8)")));
+            return Err(bad(format!(
+                "{g} query heads per kv head (supported: 1, 2, 4, 8)"
+            )));
         }
         if self.hidden % 8 != 0 || self.ffn % 8 != 0 || self.layers == 0 || self.vocab == 0 {
-            return Err(bad("hidden and ffn must be multiples of 8; layers, vocab > 0".into()));
+            return Err(bad(
+                "hidden and ffn must be multiples of 8; layers, vocab > 0".into(),
+            ));
         }
         Ok(())
     }
@@ -202,8 +223,14 @@ mod tests {
     #[test]
     fn llama_8b_and_1b_shapes_have_the_published_parameter_counts() {
         // Llama-3.1-8B: 8,030,261,248 parameters; Llama-3.2-1B (tied): 1,235,814,400.
-        assert_eq!(ModelShape::named("llama-8b").unwrap().param_count(), 8_030_261_248);
-        assert_eq!(ModelShape::named("llama-1b").unwrap().param_count(), 1_235_814_400);
+        assert_eq!(
+            ModelShape::named("llama-8b").unwrap().param_count(),
+            8_030_261_248
+        );
+        assert_eq!(
+            ModelShape::named("llama-1b").unwrap().param_count(),
+            1_235_814_400
+        );
     }
 
     #[test]
@@ -211,7 +238,10 @@ mod tests {
         for n in ["tiny", "llama-1b", "llama-8b"] {
             ModelShape::named(n).unwrap().validate().unwrap();
         }
-        assert!(matches!(ModelShape::named("gpt-5"), Err(ShapeError::UnknownName(_))));
+        assert!(matches!(
+            ModelShape::named("gpt-5"),
+            Err(ShapeError::UnknownName(_))
+        ));
     }
 
     #[test]
@@ -231,13 +261,20 @@ mod tests {
         assert!(s.tied_embeddings);
         std::fs::write(&p, r#"{"hidden_size":256}"#).unwrap();
         let e = ModelShape::from_hf_config(&p).unwrap_err().to_string();
-        assert!(e.contains("num_attention_heads") && e.contains("config.json"), "{e}");
+        assert!(
+            e.contains("num_attention_heads") && e.contains("config.json"),
+            "{e}"
+        );
     }
 
     #[test]
     fn unsupported_head_dim_is_an_error_not_a_panic() {
         let mut s = ModelShape::named("tiny").unwrap();
         s.head_dim = 96;
-        assert!(s.validate().unwrap_err().to_string().contains("head_dim 96"));
+        assert!(s
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("head_dim 96"));
     }
 }

@@ -71,7 +71,11 @@ impl Weights {
             layers.push((attn_norm, qkv, o, ffn_norm, gate_up, down));
         }
         let final_norm = place(Tensor::FinalNorm, &mut placement);
-        let lm_head = if s.tied_embeddings { embed } else { place(Tensor::LmHead, &mut placement) };
+        let lm_head = if s.tied_embeddings {
+            embed
+        } else {
+            place(Tensor::LmHead, &mut placement)
+        };
         let slab = gpu.alloc(off, Which::Decode)?;
         let p = |o: usize| slab.at(o);
         Ok(Weights {
@@ -100,13 +104,27 @@ impl Weights {
         for &(t, ptr) in &self.placement {
             let (r, c) = t.dims(s);
             let (scale, offset) = t.init_params(s);
-            gpu.init_uniform(Which::Decode, ptr, (r * c) as u64, seed, t.id(s.layers), scale, offset)?;
+            gpu.init_uniform(
+                Which::Decode,
+                ptr,
+                (r * c) as u64,
+                seed,
+                t.id(s.layers),
+                scale,
+                offset,
+            )?;
         }
         gpu.sync(Which::Decode)
     }
 
     /// Copies every tensor from a HF checkpoint, checking shapes.
-    pub fn fill_from(&self, gpu: &Gpu, s: &ModelShape, ck: &Checkpoint, dir: &Path) -> Result<(), BackendError> {
+    pub fn fill_from(
+        &self,
+        gpu: &Gpu,
+        s: &ModelShape,
+        ck: &Checkpoint,
+        dir: &Path,
+    ) -> Result<(), BackendError> {
         for &(t, ptr) in &self.placement {
             let name = t.hf_name();
             let (r, c) = t.dims(s);
@@ -121,7 +139,9 @@ impl Weights {
                     info.shape
                 )));
             }
-            let bits = ck.bf16_bits(&name).map_err(|e| BackendError::Failed(e.to_string()))?;
+            let bits = ck
+                .bf16_bits(&name)
+                .map_err(|e| BackendError::Failed(e.to_string()))?;
             gpu.htod(Which::Decode, ptr, &bits)?;
             // Each copy's host buffer is dropped at the end of this iteration.
             gpu.sync(Which::Decode)?;
