@@ -10,8 +10,13 @@ cargo build --release --bin genslot-gpu
 cp target/release/genslot-gpu "$DEST/"
 for t in tests/gpu_*.rs; do
   name=$(basename "$t" .rs)
-  exe=$(cargo test --no-run --test "$name" --message-format=json 2>/dev/null \
-        | grep -o '"executable":"[^"]*"' | tail -1 | cut -d'"' -f4)
+  # The test target's own executable (cargo also lists the crate's binaries).
+  exe=$(cargo test --no-run --test "$name" --message-format=json 2>/dev/null | python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
+        print(m["executable"])' | tail -1)
   cp "$exe" "$DEST/$name"
 done
 cp tools/gpu/run.sh tools/gpu/parity.py "$DEST/"

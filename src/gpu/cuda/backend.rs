@@ -448,11 +448,6 @@ impl CudaBackend {
             .map_err(super::device::drv("bind context"))?;
         self.kv.fill_random(&self.gpu, seed)
     }
-
-    /// Registers a request whose KV is already in its pages (benchmarks).
-    pub fn adopt(&mut self, id: RequestId) {
-        self.reqs.entry(id).or_default();
-    }
 }
 
 impl StepBackend for CudaBackend {

@@ -185,8 +185,7 @@ pub fn run(b: &mut CudaBackend, o: &BenchOptions) -> Result<BenchReport, Backend
     let (alone, _) = rows_for(b, &ids, pb, pc);
     let none_paused_ms = time_steps(b, &alone, Launch::Graph, o)?;
     // pb + pn residents own interleaved pages; the pn paused ones are left out of the batch.
-    let active: Vec<usize> = (0..pb + pn).filter(|i| i % (pb + pn) < pb).collect();
-    let (with, _) = rows_for(b, &active, pb + pn, pc);
+    let (with, _) = rows_for(b, &ids, pb + pn, pc);
     let with_paused_ms = time_steps(b, &with, Launch::Graph, o)?;
     Ok(BenchReport {
         device: b.device_name().to_string(),

@@ -303,6 +303,7 @@ impl Gpu {
     }
 
     /// Fills `n` bf16 values at `dst` with the seeded uniform init.
+    #[allow(clippy::too_many_arguments)]
     pub fn init_uniform(
         &self,
         w: Which,

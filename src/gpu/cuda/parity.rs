@@ -190,8 +190,8 @@ pub fn run(
         }
         agree += (super::cpu_ref::argmax(got) == r.meta.tokens[i][pos]) as usize;
     };
-    for i in 0..n {
-        let (_, logits) = b.prefill(i as u64, &r.meta.prompts[i], &pages[i])?;
+    for (i, (prompt, pg)) in r.meta.prompts.iter().zip(&pages).enumerate() {
+        let (_, logits) = b.prefill(i as u64, prompt, pg)?;
         score(&logits, i, 0);
     }
     for s in 0..steps {
@@ -205,8 +205,8 @@ pub fn run(
             })
             .collect();
         let (_, logits) = b.decode(&rows, launch, true)?;
-        for i in 0..n {
-            score(&logits[i], i, s + 1);
+        for (i, l) in logits.iter().enumerate() {
+            score(l, i, s + 1);
         }
     }
     Ok(ParityReport {
@@ -258,6 +258,36 @@ pub fn cpu_reference(
         },
         logits,
         logits32: None,
+    }
+}
+
+/// The CPU model's logits for the first `prompts` prompts of `meta`, fed the reference's
+/// tokens (so they line up with the reference's rows), positions 0..=`steps`.
+pub fn cpu_forced(
+    m: &super::cpu_ref::CpuModel,
+    meta: &RefMeta,
+    prompts: usize,
+    steps: usize,
+) -> Vec<Vec<f32>> {
+    let mut out = Vec::new();
+    for (p, toks) in meta.prompts.iter().zip(&meta.tokens).take(prompts) {
+        let mut cache = m.new_cache();
+        out.push(m.forward(&mut cache, p).pop().unwrap_or_default());
+        for &t in toks.iter().take(steps.min(meta.steps)) {
+            out.push(m.forward(&mut cache, &[t]).pop().unwrap_or_default());
+        }
+    }
+    out
+}
+
+impl Reference {
+    /// Row (prompt, position) of the bf16 logits and, when present, of the float32 logits.
+    pub fn rows(&self, prompt: usize, pos: usize) -> (&[f32], Option<&[f32]>) {
+        let sp = self.span(prompt, pos);
+        (
+            &self.logits[sp.clone()],
+            self.logits32.as_ref().map(|l| &l[sp]),
+        )
     }
 }
 

@@ -171,7 +171,7 @@ impl ModelShape {
                 self.head_dim
             )));
         }
-        if self.kv_heads == 0 || self.heads % self.kv_heads != 0 {
+        if self.kv_heads == 0 || !self.heads.is_multiple_of(self.kv_heads) {
             return Err(bad(format!(
                 "{} heads over {} kv heads",
                 self.heads, self.kv_heads
@@ -183,7 +183,11 @@ impl ModelShape {
                 "{g} query heads per kv head (supported: 1, 2, 4, 8)"
             )));
         }
-        if self.hidden % 8 != 0 || self.ffn % 8 != 0 || self.layers == 0 || self.vocab == 0 {
+        if !self.hidden.is_multiple_of(8)
+            || !self.ffn.is_multiple_of(8)
+            || self.layers == 0
+            || self.vocab == 0
+        {
             return Err(bad(
                 "hidden and ffn must be multiples of 8; layers, vocab > 0".into(),
             ));
