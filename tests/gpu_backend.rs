@@ -205,3 +205,25 @@ fn graph_replay_and_eager_launch_compute_the_same_step() {
         assert!(rel_errors(g, e).0 < 1e-2);
     }
 }
+
+#[test]
+fn kernels_compile_with_nvrtc_for_sm_90() {
+    if !LibraryProbe::run().nvrtc {
+        eprintln!("skipping: no CUDA (libnvrtc)");
+        return;
+    }
+    let opts = cudarc::nvrtc::CompileOptions {
+        arch: Some("sm_90"),
+        options: vec!["--std=c++17".into()],
+        ..Default::default()
+    };
+    let ptx = cudarc::nvrtc::compile_ptx_with_opts(genslot::gpu::cuda::kernel_source(), opts)
+        .unwrap_or_else(|e| panic!("NVRTC: {e:?}"));
+    let text = ptx.to_src();
+    for name in genslot::gpu::cuda::kernel_names() {
+        assert!(
+            text.contains(&format!(".entry {name}(")),
+            "{name} missing from the PTX"
+        );
+    }
+}

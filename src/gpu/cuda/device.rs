@@ -25,6 +25,28 @@ pub fn kernel_source() -> String {
     [COMMON, INIT, LAYERS, ATTENTION].join("\n")
 }
 
+/// Every kernel the backend loads from the compiled module.
+pub fn kernel_names() -> Vec<String> {
+    let mut v: Vec<String> = [
+        "init_uniform_bf16",
+        "embed_rows",
+        "rmsnorm",
+        "rope_kv_write",
+        "silu_mul",
+        "argmax_rows",
+        "attn_combine",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    for d in [64, 128] {
+        for g in [1, 2, 4, 8] {
+            v.push(format!("paged_attn_d{d}_g{g}"));
+        }
+    }
+    v
+}
+
 pub(crate) fn drv(what: &str) -> impl Fn(DriverError) -> BackendError + '_ {
     move |e| BackendError::Failed(format!("{what}: {e:?}"))
 }
@@ -331,4 +353,24 @@ impl Gpu {
 pub(crate) enum Which {
     Decode,
     Prefill,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_loaded_kernel_is_defined_in_the_source() {
+        let src = kernel_source();
+        for name in kernel_names() {
+            let plain = format!("void {name}(");
+            // Attention kernels come from ATTN_INSTANCE(D, G) expansions.
+            let inst = name
+                .strip_prefix("paged_attn_d")
+                .and_then(|r| r.split_once("_g"))
+                .map(|(d, g)| format!("ATTN_INSTANCE({d}, {g})"));
+            let found = src.contains(&plain) || inst.is_some_and(|i| src.contains(&i));
+            assert!(found, "kernel {name} is loaded but not defined");
+        }
+    }
 }

@@ -23,7 +23,7 @@ pub mod shape;
 mod weights;
 
 pub use backend::{buckets, CudaBackend, CudaConfig, Launch};
-pub use device::kernel_source;
+pub use device::{kernel_names, kernel_source};
 pub use probe::{probe_libraries, LibraryProbe};
 pub use shape::ModelShape;
 pub use weights::ModelSource;
