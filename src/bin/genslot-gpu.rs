@@ -197,17 +197,20 @@ fn cpu_check(
     }
     let cpu = parity::cpu_forced(&m, &r.meta, prompts, steps);
     let per = steps.min(r.meta.steps) + 1;
-    let (mut vs16, mut vs32) = (0f64, 0f64);
-    for (k, row) in cpu.iter().enumerate() {
-        let (b16, f32r) = r.rows(k / per, k % per);
-        vs16 = vs16.max(parity::rel_errors(row, b16).0);
-        if let Some(f) = f32r {
-            vs32 = vs32.max(parity::rel_errors(row, f).0);
+    for k in 0..prompts.min(r.meta.prompts.len()) {
+        let (mut vs16, mut vs32) = (0f64, 0f64);
+        for (pos, row) in cpu[k * per..(k + 1) * per].iter().enumerate() {
+            let (b16, f32r) = r.rows(k, pos);
+            vs16 = vs16.max(parity::rel_errors(row, b16).0);
+            if let Some(f) = f32r {
+                vs32 = vs32.max(parity::rel_errors(row, f).0);
+            }
         }
+        println!(
+            "cpu f32 model, prompt {k} ({} tokens), {per} positions: max rel err vs reference bf16 \
+             {vs16:.5}, vs reference float32 {vs32:.5}",
+            r.meta.prompts[k].len()
+        );
     }
-    println!(
-        "cpu f32 model over {} positions: max rel err vs reference bf16 {vs16:.5}, vs reference float32 {vs32:.5}",
-        cpu.len()
-    );
     Ok(())
 }

@@ -156,18 +156,34 @@ fn rmsnorm(x: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
     x.iter().zip(w).map(|(v, w)| v * inv * w).collect()
 }
 
-/// y = W x for W [out, in] row-major.
+/// y = W x for W [out, in] row-major. Large products split their rows over threads (a
+/// Llama-1B check on a many-core host); each row's sum is the same sequential loop.
 fn matvec(w: &[f32], x: &[f32], out: usize) -> Vec<f32> {
     let n = x.len();
-    (0..out)
-        .map(|o| {
-            w[o * n..(o + 1) * n]
-                .iter()
-                .zip(x)
-                .map(|(a, b)| a * b)
-                .sum()
-        })
-        .collect()
+    let row = |o: usize| -> f32 {
+        w[o * n..(o + 1) * n]
+            .iter()
+            .zip(x)
+            .map(|(a, b)| a * b)
+            .sum()
+    };
+    let threads = std::thread::available_parallelism().map_or(1, |t| t.get());
+    if out * n < (1 << 22) || threads == 1 {
+        return (0..out).map(row).collect();
+    }
+    let mut y = vec![0f32; out];
+    let per = out.div_ceil(threads);
+    std::thread::scope(|sc| {
+        for (c, chunk) in y.chunks_mut(per).enumerate() {
+            let row = &row;
+            sc.spawn(move || {
+                for (k, v) in chunk.iter_mut().enumerate() {
+                    *v = row(c * per + k);
+                }
+            });
+        }
+    });
+    y
 }
 
 fn add_into(x: &mut [f32], y: &[f32]) {
