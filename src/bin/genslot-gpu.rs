@@ -47,6 +47,9 @@ enum Cmd {
         cpu_prompts: usize,
         #[arg(long, default_value_t = 4)]
         cpu_steps: usize,
+        /// Only the CPU check (no GPU needed).
+        #[arg(long)]
+        cpu_only: bool,
     },
     /// Decode step time against the roofline.
     Bench {
@@ -72,6 +75,18 @@ fn main() -> Result<()> {
             std::process::exit(2);
         }
         return Ok(());
+    }
+    if let Cmd::Parity {
+        weights,
+        reference,
+        cpu_prompts,
+        cpu_steps,
+        cpu_only: true,
+        ..
+    } = &cli.cmd
+    {
+        let r = parity::Reference::load(reference)?;
+        return cpu_check(weights, &r, (*cpu_prompts).max(1), *cpu_steps);
     }
     probe.require()?;
     match cli.cmd {
@@ -119,6 +134,7 @@ fn main() -> Result<()> {
             tol,
             cpu_prompts,
             cpu_steps,
+            ..
         } => {
             let r = parity::Reference::load(&reference)?;
             if cpu_prompts > 0 {
