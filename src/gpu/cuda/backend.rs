@@ -98,9 +98,16 @@ impl CudaBackend {
     /// compiles the kernels, places the weights, allocates the KV cache and captures graphs.
     pub fn new(cfg: CudaConfig) -> Result<Self, BackendError> {
         super::probe::probe_libraries()?;
-        if cfg.max_batch_size == 0 || cfg.tokens_per_block == 0 || cfg.prefill_chunk == 0 {
+        if cfg.max_batch_size == 0
+            || cfg.tokens_per_block == 0
+            || cfg.prefill_chunk == 0
+            || cfg.max_context == 0
+            || cfg.kv_pages == Some(0)
+        {
             return Err(BackendError::Failed(
-                "max_batch_size, tokens_per_block and prefill_chunk must be > 0".into(),
+                "max_batch_size, tokens_per_block, prefill_chunk, max_context and kv_pages \
+                 must be > 0"
+                    .into(),
             ));
         }
         let shape = match &cfg.model {

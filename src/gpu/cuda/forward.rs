@@ -343,3 +343,26 @@ pub(crate) fn enqueue(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_fill_the_chip_for_small_batches_and_stay_bounded() {
+        // 132 multiprocessors, 8 kv heads: one row needs 132 splits for ~8 blocks per SM,
+        // capped at 128; 128 rows already give 1024 blocks with 2 splits.
+        assert_eq!(splits_for(1, 8, 132), 128);
+        assert_eq!(splits_for(32, 8, 132), 5);
+        assert_eq!(splits_for(128, 8, 132), 2);
+        assert_eq!(splits_for(4096, 8, 132), 1);
+        for rows in 1..300 {
+            let s = splits_for(rows, 8, 132);
+            assert!((1..=128).contains(&s));
+            assert!(
+                s == 128 || s == 1 || rows * 8 * s >= 8 * 132,
+                "rows {rows}: {s}"
+            );
+        }
+    }
+}
