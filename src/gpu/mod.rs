@@ -2,6 +2,8 @@
 //! implementations. `model` is the embedded default (a timing model, any CPU); `cuda` is
 //! real decode on an NVIDIA GPU through cudarc, probed at run time.
 
+pub mod cuda;
+
 use crate::policy::RequestId;
 
 /// Why a backend call failed. Backends never panic on a missing GPU.

@@ -1,0 +1,565 @@
+//! `CudaBackend`: the CUDA implementation of `StepBackend`. Real prefill on the prefill
+//! stream at context arrival, decode steps on the decode stream replayed from CUDA graphs
+//! per batch bucket, a paged KV cache whose pages are the KV pool's pages.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use cudarc::driver::{sys, CudaGraph};
+
+use super::device::{Gpu, Which};
+use super::forward::{enqueue, splits_for, KvCache, Pass, Scratch};
+use super::safetensors::Checkpoint;
+use super::shape::ModelShape;
+use super::weights::{ModelSource, Weights};
+use crate::gpu::{BackendCapacity, BackendError, ContextArrival, StepBackend, StepOutput, StepRow};
+use crate::policy::RequestId;
+
+/// Settings of the CUDA backend.
+#[derive(Debug, Clone)]
+pub struct CudaConfig {
+    pub model: ModelSource,
+    /// CUDA device ordinal.
+    pub device: usize,
+    /// Most rows in one decode step; CUDA graphs are captured up to it.
+    pub max_batch_size: usize,
+    pub tokens_per_block: usize,
+    /// KV pages to allocate; `None` takes `kv_memory_fraction` of the memory left free.
+    pub kv_pages: Option<usize>,
+    pub kv_memory_fraction: f64,
+    /// Longest sequence (prompt + output) a request may reach.
+    pub max_context: usize,
+    /// Prompt tokens per prefill pass.
+    pub prefill_chunk: usize,
+    /// Replay decode steps from CUDA graphs (else launch eagerly).
+    pub cuda_graphs: bool,
+    /// Resident requests (active + paused) the backend accepts.
+    pub max_resident: usize,
+}
+
+impl CudaConfig {
+    pub fn new(model: ModelSource) -> Self {
+        CudaConfig {
+            model,
+            device: 0,
+            max_batch_size: 128,
+            tokens_per_block: 32,
+            kv_pages: None,
+            kv_memory_fraction: 0.9,
+            max_context: 32 * 1024 + 1024,
+            prefill_chunk: 512,
+            cuda_graphs: true,
+            max_resident: 176,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct ReqState {
+    /// The greedy token of the prefill, emitted by the next step that includes the request.
+    first_token: Option<u32>,
+}
+
+/// How a decode step is launched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Launch {
+    Graph,
+    Eager,
+}
+
+pub struct CudaBackend {
+    cfg: CudaConfig,
+    shape: ModelShape,
+    // Field order is drop order: graphs and buffers before the streams and context in `gpu`.
+    graphs: Vec<(usize, CudaGraph)>,
+    dec: Scratch,
+    pre: Scratch,
+    kv: KvCache,
+    weights: Weights,
+    gpu: Gpu,
+    reqs: HashMap<RequestId, ReqState>,
+    table_width: usize,
+}
+
+// SAFETY: the backend owns its context, streams, cuBLAS handles and graphs, and is used by one
+// thread at a time (`&mut self`); every entry point binds the context to the calling thread.
+unsafe impl Send for CudaBackend {}
+
+/// Decode batch buckets up to `max`: 1, 2, 4, 8, then every multiple of 16, then `max`.
+pub fn buckets(max: usize) -> Vec<usize> {
+    let mut b: Vec<usize> = [1, 2, 4, 8].into_iter().filter(|&x| x < max).collect();
+    b.extend((16..max).step_by(16));
+    b.push(max.max(1));
+    b
+}
+
+impl CudaBackend {
+    /// Probes the libraries (a clear `Unavailable` when absent), creates the context,
+    /// compiles the kernels, places the weights, allocates the KV cache and captures graphs.
+    pub fn new(cfg: CudaConfig) -> Result<Self, BackendError> {
+        super::probe::probe_libraries()?;
+        if cfg.max_batch_size == 0
+            || cfg.tokens_per_block == 0
+            || cfg.prefill_chunk == 0
+            || cfg.max_context == 0
+            || cfg.kv_pages == Some(0)
+        {
+            return Err(BackendError::Failed(
+                "max_batch_size, tokens_per_block, prefill_chunk, max_context and kv_pages \
+                 must be > 0"
+                    .into(),
+            ));
+        }
+        let shape = match &cfg.model {
+            ModelSource::Seeded { shape, .. } => ModelShape::named(shape),
+            ModelSource::Checkpoint(dir) => ModelShape::from_hf_config(&dir.join("config.json")),
+        };
+        let shape = shape.map_err(|e| BackendError::Failed(e.to_string()))?;
+        shape
+            .validate()
+            .map_err(|e| BackendError::Failed(e.to_string()))?;
+        let gpu = Gpu::new(cfg.device)?;
+        let weights = Weights::alloc(&gpu, &shape)?;
+        match &cfg.model {
+            ModelSource::Seeded { seed, .. } => weights.fill_seeded(&gpu, &shape, *seed)?,
+            ModelSource::Checkpoint(dir) => {
+                let ck = Checkpoint::open(dir).map_err(|e| BackendError::Failed(e.to_string()))?;
+                weights.fill_from(&gpu, &shape, &ck, dir)?;
+            }
+        }
+        let table_width = cfg.max_context.div_ceil(cfg.tokens_per_block);
+        let kvh = shape.kv_heads;
+        let mb = cfg.max_batch_size;
+        // Eager steps run the exact row count, graphs the bucket: size for both.
+        let dec_parts = (1..=mb)
+            .map(|b| b * splits_for(b, kvh, gpu.sm_count))
+            .max()
+            .unwrap_or(1);
+        let dec = Scratch::new(&gpu, &shape, Which::Decode, mb, table_width, dec_parts, mb)?;
+        let pc = cfg.prefill_chunk;
+        let pre_parts = (1..=pc)
+            .map(|r| r * splits_for(r, kvh, gpu.sm_count))
+            .max()
+            .unwrap_or(1);
+        let pre = Scratch::new(&gpu, &shape, Which::Prefill, pc, table_width, pre_parts, 1)?;
+        let page_bytes = shape.kv_bytes_per_token() as usize * cfg.tokens_per_block;
+        let num_pages = match cfg.kv_pages {
+            Some(n) => n,
+            None => {
+                let (free, _) = gpu
+                    .ctx
+                    .mem_get_info()
+                    .map_err(super::device::drv("memory info"))?;
+                ((free as f64 * cfg.kv_memory_fraction) as usize / page_bytes).max(1)
+            }
+        };
+        let kv = KvCache::new(&gpu, &shape, num_pages, cfg.tokens_per_block)?;
+        gpu.sync(Which::Decode)?;
+        gpu.sync(Which::Prefill)?;
+        let mut b = CudaBackend {
+            cfg,
+            shape,
+            graphs: Vec::new(),
+            dec,
+            pre,
+            kv,
+            weights,
+            gpu,
+            reqs: HashMap::new(),
+            table_width,
+        };
+        if b.cfg.cuda_graphs {
+            b.capture_graphs()?;
+        }
+        Ok(b)
+    }
+
+    pub fn shape(&self) -> &ModelShape {
+        &self.shape
+    }
+    pub fn device_name(&self) -> &str {
+        &self.gpu.name
+    }
+    pub fn weight_bytes(&self) -> usize {
+        self.weights.bytes
+    }
+    pub fn kv_pages(&self) -> usize {
+        self.kv.num_pages
+    }
+    pub fn capacity_page_size(&self) -> usize {
+        self.kv.page_size
+    }
+    pub fn sm_count(&self) -> u32 {
+        self.gpu.sm_count
+    }
+    pub(crate) fn gpu(&self) -> &Gpu {
+        &self.gpu
+    }
+    pub(crate) fn kv_cache(&self) -> &KvCache {
+        &self.kv
+    }
+
+    fn bucket_for(&self, rows: usize) -> usize {
+        buckets(self.cfg.max_batch_size)
+            .into_iter()
+            .find(|&b| b >= rows)
+            .unwrap_or(rows)
+    }
+
+    fn decode_pass(&self, rows: usize) -> Pass {
+        Pass {
+            rows,
+            splits: splits_for(rows, self.shape.kv_heads, self.gpu.sm_count),
+            table_stride: self.table_width,
+            logits_row0: 0,
+            logits_rows: rows,
+        }
+    }
+
+    /// Captures one decode graph per bucket (after an eager warm-up on padding rows).
+    fn capture_graphs(&mut self) -> Result<(), BackendError> {
+        self.gpu
+            .ctx
+            .bind_to_thread()
+            .map_err(super::device::drv("bind context"))?;
+        let mb = self.cfg.max_batch_size;
+        self.gpu
+            .htod(Which::Decode, self.dec.lens.ptr, &vec![0i32; mb])?;
+        let mut graphs = Vec::new();
+        for b in buckets(mb) {
+            let pass = self.decode_pass(b);
+            enqueue(
+                &self.gpu,
+                Which::Decode,
+                &self.shape,
+                &self.weights,
+                &self.kv,
+                &self.dec,
+                pass,
+            )?;
+            self.gpu.sync(Which::Decode)?;
+            let s = &self.gpu.decode;
+            s.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+                .map_err(super::device::drv("begin capture"))?;
+            let r = enqueue(
+                &self.gpu,
+                Which::Decode,
+                &self.shape,
+                &self.weights,
+                &self.kv,
+                &self.dec,
+                pass,
+            );
+            let g = s.end_capture(sys::CUgraphInstantiate_flags(0));
+            r?;
+            let g = g.map_err(super::device::drv("end capture"))?;
+            let g =
+                g.ok_or_else(|| BackendError::Failed("graph capture produced no graph".into()))?;
+            graphs.push((b, g));
+        }
+        self.graphs = graphs;
+        Ok(())
+    }
+
+    fn check_pages(&self, id: RequestId, pages: &[u32], tokens: usize) -> Result<(), BackendError> {
+        if tokens > self.cfg.max_context {
+            return Err(BackendError::Failed(format!(
+                "request {id}: {tokens} tokens exceed max_context {}",
+                self.cfg.max_context
+            )));
+        }
+        let need = tokens.div_ceil(self.kv.page_size);
+        if pages.len() < need {
+            return Err(BackendError::Failed(format!(
+                "request {id}: {} pages cannot hold {tokens} tokens ({need} needed)",
+                pages.len()
+            )));
+        }
+        if let Some(p) = pages[..need]
+            .iter()
+            .find(|&&p| p as usize >= self.kv.num_pages)
+        {
+            return Err(BackendError::Failed(format!(
+                "request {id}: page {p} is outside the KV cache ({} pages)",
+                self.kv.num_pages
+            )));
+        }
+        Ok(())
+    }
+
+    fn check_token(&self, id: RequestId, t: u32) -> Result<(), BackendError> {
+        if t as usize >= self.shape.vocab {
+            return Err(BackendError::Failed(format!(
+                "request {id}: token {t} outside the vocabulary ({})",
+                self.shape.vocab
+            )));
+        }
+        Ok(())
+    }
+
+    /// Real prefill of `prompt` into `pages` on the prefill stream; returns the greedy first
+    /// token and the last position's logits.
+    pub fn prefill(
+        &mut self,
+        id: RequestId,
+        prompt: &[u32],
+        pages: &[u32],
+    ) -> Result<(u32, Vec<f32>), BackendError> {
+        if prompt.is_empty() {
+            return Err(BackendError::Failed(format!("request {id}: empty prompt")));
+        }
+        self.check_pages(id, pages, prompt.len())?;
+        for &t in prompt {
+            self.check_token(id, t)?;
+        }
+        self.gpu
+            .ctx
+            .bind_to_thread()
+            .map_err(super::device::drv("bind context"))?;
+        let w = Which::Prefill;
+        let mut table = vec![0i32; self.table_width];
+        let need = prompt.len().div_ceil(self.kv.page_size);
+        for (d, &p) in table.iter_mut().zip(&pages[..need]) {
+            *d = p as i32;
+        }
+        self.gpu.htod(w, self.pre.table.ptr, &table)?;
+        let chunk = self.cfg.prefill_chunk;
+        let mut c0 = 0;
+        while c0 < prompt.len() {
+            let c1 = (c0 + chunk).min(prompt.len());
+            let n = c1 - c0;
+            let toks: Vec<i32> = prompt[c0..c1].iter().map(|&t| t as i32).collect();
+            let pos: Vec<i32> = (c0..c1).map(|p| p as i32).collect();
+            let lens: Vec<i32> = (c0..c1).map(|p| p as i32 + 1).collect();
+            self.gpu.htod(w, self.pre.tokens.ptr, &toks)?;
+            self.gpu.htod(w, self.pre.pos.ptr, &pos)?;
+            self.gpu.htod(w, self.pre.lens.ptr, &lens)?;
+            let last = c1 == prompt.len();
+            let pass = Pass {
+                rows: n,
+                splits: splits_for(n, self.shape.kv_heads, self.gpu.sm_count),
+                table_stride: 0,
+                logits_row0: n - 1,
+                logits_rows: last as usize,
+            };
+            enqueue(
+                &self.gpu,
+                w,
+                &self.shape,
+                &self.weights,
+                &self.kv,
+                &self.pre,
+                pass,
+            )?;
+            // The host input vectors are reused next chunk; pageable copies are staged.
+            c0 = c1;
+        }
+        let mut logits = vec![0f32; self.shape.vocab];
+        self.gpu.dtoh(w, &mut logits, self.pre.logits.ptr)?;
+        let mut tok = [0i32; 1];
+        self.gpu.dtoh(w, &mut tok, self.pre.out_tok.ptr)?;
+        Ok((tok[0] as u32, logits))
+    }
+
+    /// One decode step over `rows` (each consumes its `last_token` at position
+    /// `context_len`); returns the greedy tokens and, when asked, each row's logits.
+    pub fn decode(
+        &mut self,
+        rows: &[StepRow],
+        launch: Launch,
+        want_logits: bool,
+    ) -> Result<(Vec<u32>, Vec<Vec<f32>>), BackendError> {
+        let b = rows.len();
+        if b == 0 {
+            return Ok((Vec::new(), Vec::new()));
+        }
+        if b > self.cfg.max_batch_size {
+            return Err(BackendError::Failed(format!(
+                "{b} rows exceed max_batch_size {}",
+                self.cfg.max_batch_size
+            )));
+        }
+        for r in rows {
+            self.check_pages(r.id, &r.pages, r.context_len as usize + 1)?;
+            self.check_token(r.id, r.last_token)?;
+        }
+        self.gpu
+            .ctx
+            .bind_to_thread()
+            .map_err(super::device::drv("bind context"))?;
+        let graph = match launch {
+            Launch::Graph => {
+                let bk = self.bucket_for(b);
+                self.graphs
+                    .iter()
+                    .position(|(x, _)| *x == bk)
+                    .map(|i| (bk, i))
+            }
+            Launch::Eager => None,
+        };
+        let n = graph.map(|(bk, _)| bk).unwrap_or(b);
+        let tw = self.table_width;
+        let mut toks = vec![0i32; n];
+        let mut pos = vec![0i32; n];
+        let mut lens = vec![0i32; n];
+        let mut table = vec![0i32; n * tw];
+        for (i, r) in rows.iter().enumerate() {
+            toks[i] = r.last_token as i32;
+            pos[i] = r.context_len as i32;
+            lens[i] = r.context_len as i32 + 1;
+            let need = (r.context_len as usize + 1).div_ceil(self.kv.page_size);
+            for (d, &p) in table[i * tw..].iter_mut().zip(&r.pages[..need]) {
+                *d = p as i32;
+            }
+        }
+        let w = Which::Decode;
+        self.gpu.htod(w, self.dec.tokens.ptr, &toks)?;
+        self.gpu.htod(w, self.dec.pos.ptr, &pos)?;
+        self.gpu.htod(w, self.dec.lens.ptr, &lens)?;
+        self.gpu.htod(w, self.dec.table.ptr, &table)?;
+        match graph {
+            Some((_, i)) => self.graphs[i]
+                .1
+                .launch()
+                .map_err(super::device::drv("graph launch"))?,
+            None => {
+                let pass = self.decode_pass(n);
+                enqueue(
+                    &self.gpu,
+                    w,
+                    &self.shape,
+                    &self.weights,
+                    &self.kv,
+                    &self.dec,
+                    pass,
+                )?
+            }
+        }
+        let mut out = vec![0i32; n];
+        self.gpu.dtoh(w, &mut out, self.dec.out_tok.ptr)?;
+        let mut logits = Vec::new();
+        if want_logits {
+            let v = self.shape.vocab;
+            let mut all = vec![0f32; b * v];
+            self.gpu.dtoh(w, &mut all, self.dec.logits.ptr)?;
+            logits = all.chunks(v).map(|c| c.to_vec()).collect();
+        }
+        Ok((out[..b].iter().map(|&t| t as u32).collect(), logits))
+    }
+
+    /// Fills the whole KV cache with seeded values (for benchmarks that skip prefill).
+    pub fn fill_kv_random(&mut self, seed: u32) -> Result<(), BackendError> {
+        self.gpu
+            .ctx
+            .bind_to_thread()
+            .map_err(super::device::drv("bind context"))?;
+        self.kv.fill_random(&self.gpu, seed)
+    }
+}
+
+impl StepBackend for CudaBackend {
+    fn context_arrival(&mut self, req: &ContextArrival) -> Result<f64, BackendError> {
+        if !self.reqs.contains_key(&req.id) && self.reqs.len() >= self.cfg.max_resident {
+            return Err(BackendError::Failed(format!(
+                "request {}: {} residents already (max_resident)",
+                req.id, self.cfg.max_resident
+            )));
+        }
+        let t0 = Instant::now();
+        let (tok, _) = self.prefill(req.id, &req.prompt, &req.pages)?;
+        self.reqs.insert(
+            req.id,
+            ReqState {
+                first_token: Some(tok),
+            },
+        );
+        Ok(t0.elapsed().as_secs_f64())
+    }
+
+    fn step(&mut self, rows: &[StepRow]) -> Result<StepOutput, BackendError> {
+        let t0 = Instant::now();
+        let mut tokens: Vec<Vec<u32>> = vec![Vec::new(); rows.len()];
+        let mut run: Vec<StepRow> = Vec::with_capacity(rows.len());
+        let mut run_idx = Vec::with_capacity(rows.len());
+        for (i, r) in rows.iter().enumerate() {
+            let st = self
+                .reqs
+                .get(&r.id)
+                .ok_or(BackendError::UnknownRequest(r.id))?;
+            match st.first_token {
+                Some(t) => tokens[i] = vec![t],
+                None => {
+                    run.push(r.clone());
+                    run_idx.push(i);
+                }
+            }
+        }
+        let launch = if self.cfg.cuda_graphs {
+            Launch::Graph
+        } else {
+            Launch::Eager
+        };
+        let (out, _) = self.decode(&run, launch, false)?;
+        for (&i, t) in run_idx.iter().zip(out) {
+            tokens[i] = vec![t];
+        }
+        for r in rows {
+            if let Some(st) = self.reqs.get_mut(&r.id) {
+                st.first_token = None;
+            }
+        }
+        Ok(StepOutput {
+            tokens,
+            step_s: t0.elapsed().as_secs_f64(),
+        })
+    }
+
+    fn release(&mut self, id: RequestId) {
+        self.reqs.remove(&id);
+    }
+
+    fn capacity(&self) -> BackendCapacity {
+        BackendCapacity {
+            kv_pages: self.kv.num_pages.min(u32::MAX as usize) as u32,
+            tokens_per_block: self.kv.page_size as u32,
+            seq_slots: self.cfg.max_resident as u32,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_cover_every_batch_size_up_to_the_max() {
+        assert_eq!(
+            buckets(128),
+            vec![1, 2, 4, 8, 16, 32, 48, 64, 80, 96, 112, 128]
+        );
+        assert_eq!(buckets(1), vec![1]);
+        assert_eq!(buckets(20), vec![1, 2, 4, 8, 16, 20]);
+        for max in [1usize, 3, 50, 144] {
+            let b = buckets(max);
+            assert_eq!(*b.last().unwrap(), max);
+            assert!(b.windows(2).all(|w| w[0] < w[1]));
+        }
+    }
+
+    #[test]
+    fn without_cuda_libraries_new_is_unavailable_not_a_panic() {
+        if super::super::probe::LibraryProbe::run().all_present() {
+            eprintln!("skipping: CUDA present; the GPU tests cover construction");
+            return;
+        }
+        let cfg = CudaConfig::new(ModelSource::Seeded {
+            shape: "tiny".into(),
+            seed: 1,
+        });
+        match CudaBackend::new(cfg) {
+            Err(BackendError::Unavailable(m)) => assert!(m.contains("LD_LIBRARY_PATH"), "{m}"),
+            Err(e) => panic!("expected Unavailable, got {e}"),
+            Ok(_) => panic!("expected Unavailable without CUDA"),
+        }
+    }
+}

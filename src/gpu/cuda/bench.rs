@@ -1,0 +1,236 @@
+//! The decode benchmark behind `genslot-gpu bench`: step time per (batch, context) with
+//! graph replay and eager launches, the copy bandwidth measured in the same run, the HBM
+//! roofline of each step, and the step with requests paused in place next to none paused.
+
+use std::time::Instant;
+
+use cudarc::driver::sys;
+use serde::Serialize;
+
+use super::backend::{CudaBackend, Launch};
+use super::device::{drv, Which};
+use crate::gpu::{BackendError, StepRow};
+
+#[derive(Debug, Clone)]
+pub struct BenchOptions {
+    pub batches: Vec<usize>,
+    pub contexts: Vec<usize>,
+    /// Timed steps per measurement (the median is reported).
+    pub iters: usize,
+    pub warmup: usize,
+    /// Bytes copied (and as many written) by the bandwidth probe.
+    pub copy_bytes: usize,
+    /// (batch, context, paused) of the pause comparison.
+    pub paused: (usize, usize, usize),
+}
+
+impl Default for BenchOptions {
+    fn default() -> Self {
+        BenchOptions {
+            batches: vec![1, 32, 64, 128],
+            contexts: vec![4096, 32768],
+            iters: 20,
+            warmup: 3,
+            copy_bytes: 4 << 30,
+            paused: (64, 4096, 48),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct StepRowResult {
+    pub batch: usize,
+    pub context: usize,
+    pub graph_ms: f64,
+    pub eager_ms: f64,
+    /// Weight bytes + KV bytes one step must read.
+    pub bytes_read: u64,
+    pub roofline_ms: f64,
+    /// graph_ms / roofline_ms.
+    pub over_roofline: f64,
+    /// Page tables wrap around the cache because B x context does not fit in memory (rows
+    /// then share physical pages; bytes read per step are unchanged).
+    pub pages_aliased: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PauseResult {
+    pub batch: usize,
+    pub context: usize,
+    pub paused: usize,
+    pub none_paused_ms: f64,
+    pub with_paused_ms: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchReport {
+    pub device: String,
+    pub shape: String,
+    pub weight_bytes: usize,
+    pub kv_pages: usize,
+    pub tokens_per_block: usize,
+    pub copy_bandwidth_gbs: f64,
+    pub steps: Vec<StepRowResult>,
+    pub pause: PauseResult,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// Device-to-device copy inside the KV cache, timed with events; GB/s of bytes read plus
+/// written (median of 10).
+pub fn copy_bandwidth(b: &CudaBackend, bytes: usize) -> Result<f64, BackendError> {
+    let kv = b.kv_cache();
+    let bytes = bytes.min(kv.bytes() / 2);
+    let gpu = b.gpu();
+    gpu.ctx.bind_to_thread().map_err(drv("bind context"))?;
+    let s = &gpu.decode;
+    let (src, dst) = (kv.k(0), kv.k(0) + bytes as u64);
+    let ev = |_: ()| {
+        gpu.ctx
+            .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(drv("event"))
+    };
+    let (e0, e1) = (ev(())?, ev(())?);
+    let mut times = Vec::new();
+    for i in 0..12 {
+        e0.record(s).map_err(drv("event record"))?;
+        // SAFETY: both ranges lie inside the KV allocation and do not overlap.
+        unsafe { cudarc::driver::result::memcpy_dtod_async(dst, src, bytes, s.cu_stream()) }
+            .map_err(drv("device copy"))?;
+        e1.record(s).map_err(drv("event record"))?;
+        gpu.sync(Which::Decode)?;
+        if i >= 2 {
+            times.push(e0.elapsed_ms(&e1).map_err(drv("event time"))? as f64);
+        }
+    }
+    Ok(2.0 * bytes as f64 / (median(times) * 1e-3) / 1e9)
+}
+
+/// Rows for `n` requests at context `ctx`, pages handed out round-robin over `owners`
+/// requests (so active requests' pages interleave with the others'), wrapping around the
+/// cache when it is too small.
+fn rows_for(b: &CudaBackend, active: &[usize], owners: usize, ctx: usize) -> (Vec<StepRow>, bool) {
+    let p = b.capacity_page_size();
+    let per = (ctx + 1).div_ceil(p);
+    let total = b.kv_pages();
+    let aliased = per * owners > total;
+    let rows = active
+        .iter()
+        .map(|&i| StepRow {
+            id: i as u64,
+            slot: i as u32,
+            context_len: ctx as u32,
+            last_token: (i * 7919 % 1000) as u32,
+            pages: (0..per)
+                .map(|j| ((j * owners + i) % total) as u32)
+                .collect(),
+        })
+        .collect();
+    (rows, aliased)
+}
+
+fn time_steps(
+    b: &mut CudaBackend,
+    rows: &[StepRow],
+    launch: Launch,
+    o: &BenchOptions,
+) -> Result<f64, BackendError> {
+    for _ in 0..o.warmup {
+        b.decode(rows, launch, false)?;
+    }
+    let mut t = Vec::with_capacity(o.iters);
+    for _ in 0..o.iters {
+        let t0 = Instant::now();
+        b.decode(rows, launch, false)?;
+        t.push(t0.elapsed().as_secs_f64() * 1e3);
+    }
+    Ok(median(t))
+}
+
+/// Runs the whole benchmark on a backend whose KV cache holds seeded values.
+pub fn run(b: &mut CudaBackend, o: &BenchOptions) -> Result<BenchReport, BackendError> {
+    let bw = copy_bandwidth(b, o.copy_bytes)?;
+    let s = b.shape().clone();
+    // Every weight is read once per step except the embedding table (B rows of it).
+    let embed = (s.vocab * s.hidden * 2) as u64;
+    let weights_read = b.weight_bytes() as u64 - if s.tied_embeddings { 0 } else { embed };
+    let mut steps = Vec::new();
+    for &ctx in &o.contexts {
+        for &batch in &o.batches {
+            let ids: Vec<usize> = (0..batch).collect();
+            let (rows, aliased) = rows_for(b, &ids, batch, ctx);
+            let graph_ms = time_steps(b, &rows, Launch::Graph, o)?;
+            let eager_ms = time_steps(b, &rows, Launch::Eager, o)?;
+            let bytes = weights_read
+                + (batch * s.hidden * 2) as u64
+                + batch as u64 * (ctx as u64 + 1) * s.kv_bytes_per_token();
+            let roofline_ms = bytes as f64 / (bw * 1e9) * 1e3;
+            steps.push(StepRowResult {
+                batch,
+                context: ctx,
+                graph_ms,
+                eager_ms,
+                bytes_read: bytes,
+                roofline_ms,
+                over_roofline: graph_ms / roofline_ms,
+                pages_aliased: aliased,
+            });
+        }
+    }
+    let (pb, pc, pn) = o.paused;
+    let ids: Vec<usize> = (0..pb).collect();
+    let (alone, _) = rows_for(b, &ids, pb, pc);
+    let none_paused_ms = time_steps(b, &alone, Launch::Graph, o)?;
+    // pb + pn residents own interleaved pages; the pn paused ones are left out of the batch.
+    let (with, _) = rows_for(b, &ids, pb + pn, pc);
+    let with_paused_ms = time_steps(b, &with, Launch::Graph, o)?;
+    Ok(BenchReport {
+        device: b.device_name().to_string(),
+        shape: s.name.clone(),
+        weight_bytes: b.weight_bytes(),
+        kv_pages: b.kv_pages(),
+        tokens_per_block: b.capacity_page_size(),
+        copy_bandwidth_gbs: bw,
+        steps,
+        pause: PauseResult {
+            batch: pb,
+            context: pc,
+            paused: pn,
+            none_paused_ms,
+            with_paused_ms,
+        },
+    })
+}
+
+/// A readable table of the report.
+pub fn table(r: &BenchReport) -> String {
+    let mut s = format!(
+        "{} {}  weights {:.2} GB  copy bandwidth {:.0} GB/s (read+write)\n\
+         batch  context   graph_ms   eager_ms  roofline_ms  x_roofline  aliased\n",
+        r.device,
+        r.shape,
+        r.weight_bytes as f64 / 1e9,
+        r.copy_bandwidth_gbs
+    );
+    for x in &r.steps {
+        s += &format!(
+            "{:5}  {:7}  {:9.3}  {:9.3}  {:11.3}  {:10.2}  {}\n",
+            x.batch,
+            x.context,
+            x.graph_ms,
+            x.eager_ms,
+            x.roofline_ms,
+            x.over_roofline,
+            x.pages_aliased
+        );
+    }
+    let p = &r.pause;
+    s += &format!(
+        "pause: batch {} context {}: none paused {:.3} ms, {} paused in place {:.3} ms\n",
+        p.batch, p.context, p.none_paused_ms, p.paused, p.with_paused_ms
+    );
+    s
+}

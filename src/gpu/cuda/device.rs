@@ -1,0 +1,376 @@
+//! The device side: context and streams, the NVRTC-compiled kernels, raw device buffers,
+//! kernel launches and cuBLAS GEMMs on raw pointers.
+//!
+//! Event tracking is off (graph capture needs it so), so buffers are raw pointers and every
+//! cross-stream dependency is synchronised by hand.
+
+use std::sync::Arc;
+
+use cudarc::cublas::{result as blas_result, sys as blas_sys, CudaBlas};
+use cudarc::driver::{
+    sys, CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DriverError, LaunchConfig,
+    PushKernelArg,
+};
+use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
+
+use crate::gpu::BackendError;
+
+const COMMON: &str = include_str!("kernels/common.cuh");
+const INIT: &str = include_str!("kernels/init.cu");
+const LAYERS: &str = include_str!("kernels/layers.cu");
+const ATTENTION: &str = include_str!("kernels/attention.cu");
+
+/// The kernel source NVRTC compiles: the shared helpers, then every kernel file.
+pub fn kernel_source() -> String {
+    [COMMON, INIT, LAYERS, ATTENTION].join("\n")
+}
+
+/// Every kernel the backend loads from the compiled module.
+pub fn kernel_names() -> Vec<String> {
+    let mut v: Vec<String> = [
+        "init_uniform_bf16",
+        "embed_rows",
+        "rmsnorm",
+        "rope_kv_write",
+        "silu_mul",
+        "argmax_rows",
+        "attn_combine",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    for d in [64, 128] {
+        for g in [1, 2, 4, 8] {
+            v.push(format!("paged_attn_d{d}_g{g}"));
+        }
+    }
+    v
+}
+
+pub(crate) fn drv(what: &str) -> impl Fn(DriverError) -> BackendError + '_ {
+    move |e| BackendError::Failed(format!("{what}: {e:?}"))
+}
+
+fn blas_err(what: &str) -> impl Fn(cudarc::cublas::result::CublasError) -> BackendError + '_ {
+    move |e| BackendError::Failed(format!("{what}: {e:?}"))
+}
+
+/// A device allocation addressed by raw pointer.
+pub(crate) struct DevBuf {
+    _slice: CudaSlice<u8>,
+    pub ptr: u64,
+    pub bytes: usize,
+}
+
+impl DevBuf {
+    pub fn at(&self, byte_offset: usize) -> u64 {
+        debug_assert!(byte_offset <= self.bytes);
+        self.ptr + byte_offset as u64
+    }
+}
+
+/// A kernel argument; all are passed as 8-byte slots (the driver copies the kernel's own
+/// parameter size from the front of each slot, which is the low half on little-endian).
+#[derive(Clone, Copy)]
+pub(crate) enum A {
+    P(u64),
+    I(i32),
+    F(f32),
+    U(u32),
+    L(u64),
+}
+
+impl A {
+    fn bits(self) -> u64 {
+        match self {
+            A::P(p) | A::L(p) => p,
+            A::I(i) => i as u32 as u64,
+            A::F(f) => f.to_bits() as u64,
+            A::U(u) => u as u64,
+        }
+    }
+}
+
+pub(crate) struct Kernels {
+    pub init: CudaFunction,
+    pub embed: CudaFunction,
+    pub rmsnorm: CudaFunction,
+    pub rope_kv: CudaFunction,
+    pub silu_mul: CudaFunction,
+    pub argmax: CudaFunction,
+    pub combine: CudaFunction,
+    /// paged_attn_d{64,128}_g{1,2,4,8}, indexed by [d == 128][log2 g].
+    pub attn: [[CudaFunction; 4]; 2],
+}
+
+pub(crate) struct Gpu {
+    pub ctx: Arc<CudaContext>,
+    pub decode: Arc<CudaStream>,
+    pub prefill: Arc<CudaStream>,
+    pub k: Kernels,
+    pub blas_decode: CudaBlas,
+    pub blas_prefill: CudaBlas,
+    _workspaces: Vec<DevBuf>,
+    pub sm_count: u32,
+    pub name: String,
+}
+
+const BLAS_WORKSPACE: usize = 32 << 20;
+
+impl Gpu {
+    /// Creates the context (event tracking off before any allocation), two non-default
+    /// streams, compiles the kernels for sm_90 and sets up one cuBLAS handle per stream.
+    pub fn new(ordinal: usize) -> Result<Self, BackendError> {
+        super::probe::probe_libraries()?;
+        let ctx = CudaContext::new(ordinal).map_err(drv("creating the CUDA context"))?;
+        // SAFETY: called before any allocation; we synchronise streams by hand from here on.
+        unsafe { ctx.disable_event_tracking() };
+        let name = ctx.name().map_err(drv("device name"))?;
+        let sm_count = ctx
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .map_err(drv("multiprocessor count"))? as u32;
+        let decode = ctx.new_stream().map_err(drv("decode stream"))?;
+        let prefill = ctx.new_stream().map_err(drv("prefill stream"))?;
+        let ptx = compile_ptx_with_opts(
+            kernel_source(),
+            CompileOptions {
+                arch: Some("sm_90"),
+                options: vec!["--std=c++17".into()],
+                ..Default::default()
+            },
+        )
+        .map_err(|e| BackendError::Failed(format!("NVRTC compile of the kernels: {e:?}")))?;
+        let m = ctx
+            .load_module(ptx)
+            .map_err(drv("loading the kernel module"))?;
+        let f = |n: &str| {
+            m.load_function(n)
+                .map_err(|e| BackendError::Failed(format!("kernel {n}: {e:?}")))
+        };
+        let attn_row = |d: usize| -> Result<[CudaFunction; 4], BackendError> {
+            Ok([
+                f(&format!("paged_attn_d{d}_g1"))?,
+                f(&format!("paged_attn_d{d}_g2"))?,
+                f(&format!("paged_attn_d{d}_g4"))?,
+                f(&format!("paged_attn_d{d}_g8"))?,
+            ])
+        };
+        let k = Kernels {
+            init: f("init_uniform_bf16")?,
+            embed: f("embed_rows")?,
+            rmsnorm: f("rmsnorm")?,
+            rope_kv: f("rope_kv_write")?,
+            silu_mul: f("silu_mul")?,
+            argmax: f("argmax_rows")?,
+            combine: f("attn_combine")?,
+            attn: [attn_row(64)?, attn_row(128)?],
+        };
+        let blas_decode = CudaBlas::new(decode.clone()).map_err(blas_err("cuBLAS handle"))?;
+        let blas_prefill = CudaBlas::new(prefill.clone()).map_err(blas_err("cuBLAS handle"))?;
+        let mut gpu = Gpu {
+            ctx,
+            decode,
+            prefill,
+            k,
+            blas_decode,
+            blas_prefill,
+            _workspaces: Vec::new(),
+            sm_count,
+            name,
+        };
+        // A fixed workspace per handle, so cuBLAS allocates nothing inside graph capture.
+        for which in [Which::Decode, Which::Prefill] {
+            let ws = gpu.alloc(BLAS_WORKSPACE, which)?;
+            let h = *gpu.blas(which).handle();
+            // SAFETY: the workspace outlives the handle (both owned by `gpu`).
+            unsafe { blas_sys::cublasSetWorkspace_v2(h, ws.ptr as *mut _, ws.bytes) }
+                .result()
+                .map_err(blas_err("cuBLAS workspace"))?;
+            // Keep split-K partial sums in f32 (no bf16 reduction between partials).
+            let mode = blas_sys::cublasMath_t::CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION;
+            // SAFETY: a live handle owned by `gpu`.
+            unsafe { blas_sys::cublasSetMathMode(h, mode) }
+                .result()
+                .map_err(blas_err("cuBLAS math mode"))?;
+            gpu._workspaces.push(ws);
+        }
+        Ok(gpu)
+    }
+
+    pub fn stream(&self, w: Which) -> &Arc<CudaStream> {
+        match w {
+            Which::Decode => &self.decode,
+            Which::Prefill => &self.prefill,
+        }
+    }
+
+    fn blas(&self, w: Which) -> &CudaBlas {
+        match w {
+            Which::Decode => &self.blas_decode,
+            Which::Prefill => &self.blas_prefill,
+        }
+    }
+
+    /// Zeroed device memory.
+    pub fn alloc(&self, bytes: usize, w: Which) -> Result<DevBuf, BackendError> {
+        let s = self.stream(w);
+        let slice = s
+            .alloc_zeros::<u8>(bytes.max(256))
+            .map_err(|e| BackendError::Failed(format!("allocating {bytes} device bytes: {e:?}")))?;
+        let ptr = {
+            let (ptr, _sync) = slice.device_ptr(s);
+            ptr
+        };
+        Ok(DevBuf {
+            _slice: slice,
+            ptr,
+            bytes,
+        })
+    }
+
+    pub fn launch(
+        &self,
+        w: Which,
+        f: &CudaFunction,
+        grid: (u32, u32, u32),
+        block: u32,
+        args: &[A],
+    ) -> Result<(), BackendError> {
+        let vals: Vec<u64> = args.iter().map(|a| a.bits()).collect();
+        let s = self.stream(w);
+        let mut b = s.launch_builder(f);
+        for v in &vals {
+            b.arg(v);
+        }
+        let cfg = LaunchConfig {
+            grid_dim: grid,
+            block_dim: (block, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: argument lists match the kernels' signatures in kernels/*.cu, and every
+        // pointer comes from a live DevBuf sized by the caller for the launch.
+        unsafe { b.launch(cfg) }.map_err(drv("kernel launch"))?;
+        Ok(())
+    }
+
+    /// y[rows, out] = x[rows, inp] @ W[out, inp]^T (+ y when `accumulate`), bf16 in, f32
+    /// compute; y is bf16, or f32 when `y_f32`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemm(
+        &self,
+        w: Which,
+        out: usize,
+        rows: usize,
+        inp: usize,
+        weight: u64,
+        x: u64,
+        y: u64,
+        accumulate: bool,
+        y_f32: bool,
+    ) -> Result<(), BackendError> {
+        let alpha = 1.0f32;
+        let beta = if accumulate { 1.0f32 } else { 0.0 };
+        let bf = blas_sys::cudaDataType::CUDA_R_16BF;
+        let yt = if y_f32 {
+            blas_sys::cudaDataType::CUDA_R_32F
+        } else {
+            bf
+        };
+        // Column-major view: W^T is (inp x out) with ld inp; op T gives out x inp.
+        // SAFETY: pointers are live device buffers of the sizes the shape implies.
+        unsafe {
+            blas_result::gemm_ex(
+                *self.blas(w).handle(),
+                blas_sys::cublasOperation_t::CUBLAS_OP_T,
+                blas_sys::cublasOperation_t::CUBLAS_OP_N,
+                out as i32,
+                rows as i32,
+                inp as i32,
+                &alpha as *const f32 as *const _,
+                weight as *const _,
+                bf,
+                inp as i32,
+                x as *const _,
+                bf,
+                inp as i32,
+                &beta as *const f32 as *const _,
+                y as *mut _,
+                yt,
+                out as i32,
+                blas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                blas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+        }
+        .map_err(blas_err("cuBLAS GEMM"))
+    }
+
+    pub fn htod<T>(&self, w: Which, dst: u64, src: &[T]) -> Result<(), BackendError> {
+        // SAFETY: the caller sized `dst` for `src`.
+        unsafe { cudarc::driver::result::memcpy_htod_async(dst, src, self.stream(w).cu_stream()) }
+            .map_err(drv("host-to-device copy"))
+    }
+
+    pub fn dtoh<T>(&self, w: Which, dst: &mut [T], src: u64) -> Result<(), BackendError> {
+        // SAFETY: the caller sized `src` for `dst`; the stream is synchronised below before
+        // `dst` is read.
+        unsafe { cudarc::driver::result::memcpy_dtoh_async(dst, src, self.stream(w).cu_stream()) }
+            .map_err(drv("device-to-host copy"))?;
+        self.sync(w)
+    }
+
+    pub fn sync(&self, w: Which) -> Result<(), BackendError> {
+        self.stream(w)
+            .synchronize()
+            .map_err(drv("stream synchronize"))
+    }
+
+    /// Fills `n` bf16 values at `dst` with the seeded uniform init.
+    #[allow(clippy::too_many_arguments)]
+    pub fn init_uniform(
+        &self,
+        w: Which,
+        dst: u64,
+        n: u64,
+        seed: u32,
+        tensor: u32,
+        scale: f32,
+        offset: f32,
+    ) -> Result<(), BackendError> {
+        let blocks = n.div_ceil(256).clamp(1, (self.sm_count as u64) * 32) as u32;
+        let args = [
+            A::P(dst),
+            A::L(n),
+            A::U(seed),
+            A::U(tensor),
+            A::F(scale),
+            A::F(offset),
+        ];
+        self.launch(w, &self.k.init, (blocks, 1, 1), 256, &args)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Which {
+    Decode,
+    Prefill,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_loaded_kernel_is_defined_in_the_source() {
+        let src = kernel_source();
+        for name in kernel_names() {
+            let plain = format!("void {name}(");
+            // Attention kernels come from ATTN_INSTANCE(D, G) expansions.
+            let inst = name
+                .strip_prefix("paged_attn_d")
+                .and_then(|r| r.split_once("_g"))
+                .map(|(d, g)| format!("ATTN_INSTANCE({d}, {g})"));
+            let found = src.contains(&plain) || inst.is_some_and(|i| src.contains(&i));
+            assert!(found, "kernel {name} is loaded but not defined");
+        }
+    }
+}

@@ -1,0 +1,368 @@
+//! One forward pass of the decoder over a set of rows, enqueued on one stream: the decode
+//! step (one token per request) and each prefill chunk (one row per prompt token, sharing a
+//! page table) run the same sequence of kernels and GEMMs. Buffers are fixed per scratch, so
+//! a decode pass can be captured into a CUDA graph.
+
+use super::device::{DevBuf, Gpu, Which, A};
+use super::shape::ModelShape;
+use super::weights::Weights;
+use crate::gpu::BackendError;
+
+/// The paged KV cache: per layer a K and a V region of `num_pages` pages, each page
+/// [kv_heads][tokens_per_block][head_dim] bf16.
+pub(crate) struct KvCache {
+    buf: DevBuf,
+    pub num_pages: usize,
+    pub page_size: usize,
+    page_elems: usize,
+}
+
+impl KvCache {
+    pub fn new(
+        gpu: &Gpu,
+        s: &ModelShape,
+        num_pages: usize,
+        page_size: usize,
+    ) -> Result<Self, BackendError> {
+        let page_elems = s.kv_heads * page_size * s.head_dim;
+        let bytes = 2 * s.layers * num_pages * page_elems * 2;
+        Ok(KvCache {
+            buf: gpu.alloc(bytes, Which::Decode)?,
+            num_pages,
+            page_size,
+            page_elems,
+        })
+    }
+
+    fn region(&self, i: usize) -> u64 {
+        self.buf.at(i * self.num_pages * self.page_elems * 2)
+    }
+    pub fn k(&self, layer: usize) -> u64 {
+        self.region(2 * layer)
+    }
+    pub fn v(&self, layer: usize) -> u64 {
+        self.region(2 * layer + 1)
+    }
+    pub fn bytes(&self) -> usize {
+        self.buf.bytes
+    }
+    /// Fills every page with seeded values (benchmarks need non-zero KV).
+    pub fn fill_random(&self, gpu: &Gpu, seed: u32) -> Result<(), BackendError> {
+        gpu.init_uniform(
+            Which::Decode,
+            self.buf.ptr,
+            (self.buf.bytes / 2) as u64,
+            seed,
+            4000,
+            1.0,
+            0.0,
+        )?;
+        gpu.sync(Which::Decode)
+    }
+}
+
+/// Fixed activation buffers for up to `rows` rows.
+pub(crate) struct Scratch {
+    pub rows: usize,
+    part_rows_splits: usize,
+    pub tokens: DevBuf,
+    pub pos: DevBuf,
+    pub lens: DevBuf,
+    pub table: DevBuf,
+    x: DevBuf,
+    h: DevBuf,
+    qkv: DevBuf,
+    attn: DevBuf,
+    gu: DevBuf,
+    act: DevBuf,
+    pub logits: DevBuf,
+    part_o: DevBuf,
+    part_ml: DevBuf,
+    pub out_tok: DevBuf,
+}
+
+impl Scratch {
+    /// `part_rows_splits` bounds rows x splits of any pass run on it; `logit_rows` bounds the
+    /// rows whose logits a pass computes.
+    pub fn new(
+        gpu: &Gpu,
+        s: &ModelShape,
+        w: Which,
+        rows: usize,
+        table_width: usize,
+        part_rows_splits: usize,
+        logit_rows: usize,
+    ) -> Result<Self, BackendError> {
+        let a = |n: usize| gpu.alloc(n, w);
+        let hd = s.heads * s.head_dim;
+        Ok(Scratch {
+            rows,
+            part_rows_splits,
+            tokens: a(rows * 4)?,
+            pos: a(rows * 4)?,
+            lens: a(rows * 4)?,
+            table: a(rows * table_width * 4)?,
+            x: a(rows * s.hidden * 2)?,
+            h: a(rows * s.hidden * 2)?,
+            qkv: a(rows * s.qkv_dim() * 2)?,
+            attn: a(rows * hd * 2)?,
+            gu: a(rows * 2 * s.ffn * 2)?,
+            act: a(rows * s.ffn * 2)?,
+            logits: a(logit_rows * s.vocab * 4)?,
+            part_o: a(part_rows_splits * hd * 4)?,
+            part_ml: a(part_rows_splits * s.heads * 2 * 4)?,
+            out_tok: a(logit_rows.max(1) * 4)?,
+        })
+    }
+}
+
+/// The shape of one pass.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Pass {
+    pub rows: usize,
+    /// Attention splits per (row, kv head).
+    pub splits: usize,
+    /// Page-table row stride in entries; 0 when all rows share row 0 (prefill).
+    pub table_stride: usize,
+    /// Rows [logits_row0, logits_row0 + logits_rows) get logits and a greedy token.
+    pub logits_row0: usize,
+    pub logits_rows: usize,
+}
+
+/// Attention splits for a pass of `rows` rows: about eight blocks per multiprocessor, so
+/// loads of some blocks overlap the arithmetic of others. The kernel gives each split at
+/// least 256 tokens, so short contexts leave the extra splits idle.
+pub(crate) fn splits_for(rows: usize, kv_heads: usize, sm_count: u32) -> usize {
+    (8 * sm_count as usize)
+        .div_ceil(kv_heads * rows.max(1))
+        .clamp(1, 128)
+}
+
+/// Enqueues the pass on `w`'s stream. Inputs (tokens, pos, lens, table) must already be in
+/// the scratch; outputs are `logits` and `out_tok` of the logit rows.
+pub(crate) fn enqueue(
+    gpu: &Gpu,
+    w: Which,
+    s: &ModelShape,
+    wt: &Weights,
+    kv: &KvCache,
+    sc: &Scratch,
+    p: Pass,
+) -> Result<(), BackendError> {
+    if p.rows == 0 || p.rows > sc.rows || p.rows * p.splits > sc.part_rows_splits {
+        return Err(BackendError::Failed(format!(
+            "pass of {} rows x {} splits exceeds scratch of {} rows",
+            p.rows, p.splits, sc.rows
+        )));
+    }
+    let r = p.rows as u32;
+    let (hid, hdim) = (s.hidden, s.heads * s.head_dim);
+    let k = &gpu.k;
+    let eps = s.rms_eps;
+    gpu.launch(
+        w,
+        &k.embed,
+        (r, 1, 1),
+        128,
+        &[
+            A::P(wt.embed),
+            A::P(sc.tokens.ptr),
+            A::P(sc.x.ptr),
+            A::I(hid as i32),
+            A::I(s.vocab as i32),
+        ],
+    )?;
+    let attn_fn = &k.attn[(s.head_dim == 128) as usize][s.group().trailing_zeros() as usize];
+    let scale = 1.0 / (s.head_dim as f32).sqrt();
+    for (l, lw) in wt.layers.iter().enumerate() {
+        gpu.launch(
+            w,
+            &k.rmsnorm,
+            (r, 1, 1),
+            256,
+            &[
+                A::P(sc.x.ptr),
+                A::P(lw.attn_norm),
+                A::P(sc.h.ptr),
+                A::I(hid as i32),
+                A::F(eps),
+            ],
+        )?;
+        gpu.gemm(
+            w,
+            s.qkv_dim(),
+            p.rows,
+            hid,
+            lw.qkv,
+            sc.h.ptr,
+            sc.qkv.ptr,
+            false,
+            false,
+        )?;
+        gpu.launch(
+            w,
+            &k.rope_kv,
+            (r, 1, 1),
+            256,
+            &[
+                A::P(sc.qkv.ptr),
+                A::P(sc.pos.ptr),
+                A::P(sc.lens.ptr),
+                A::P(sc.table.ptr),
+                A::I(p.table_stride as i32),
+                A::P(kv.k(l)),
+                A::P(kv.v(l)),
+                A::I(s.heads as i32),
+                A::I(s.kv_heads as i32),
+                A::I(s.head_dim as i32),
+                A::I(kv.page_size as i32),
+                A::F(s.rope_theta),
+            ],
+        )?;
+        gpu.launch(
+            w,
+            attn_fn,
+            (s.kv_heads as u32, r, p.splits as u32),
+            128,
+            &[
+                A::P(sc.qkv.ptr),
+                A::I(s.qkv_dim() as i32),
+                A::P(kv.k(l)),
+                A::P(kv.v(l)),
+                A::P(sc.lens.ptr),
+                A::P(sc.table.ptr),
+                A::I(p.table_stride as i32),
+                A::I(s.kv_heads as i32),
+                A::I(kv.page_size as i32),
+                A::I(p.splits as i32),
+                A::F(scale),
+                A::P(sc.part_o.ptr),
+                A::P(sc.part_ml.ptr),
+            ],
+        )?;
+        gpu.launch(
+            w,
+            &k.combine,
+            (s.heads as u32, r, 1),
+            s.head_dim as u32,
+            &[
+                A::P(sc.part_o.ptr),
+                A::P(sc.part_ml.ptr),
+                A::P(sc.lens.ptr),
+                A::P(sc.attn.ptr),
+                A::I(s.heads as i32),
+                A::I(s.head_dim as i32),
+                A::I(p.splits as i32),
+            ],
+        )?;
+        gpu.gemm(
+            w,
+            hid,
+            p.rows,
+            hdim,
+            lw.o,
+            sc.attn.ptr,
+            sc.x.ptr,
+            true,
+            false,
+        )?;
+        gpu.launch(
+            w,
+            &k.rmsnorm,
+            (r, 1, 1),
+            256,
+            &[
+                A::P(sc.x.ptr),
+                A::P(lw.ffn_norm),
+                A::P(sc.h.ptr),
+                A::I(hid as i32),
+                A::F(eps),
+            ],
+        )?;
+        gpu.gemm(
+            w,
+            2 * s.ffn,
+            p.rows,
+            hid,
+            lw.gate_up,
+            sc.h.ptr,
+            sc.gu.ptr,
+            false,
+            false,
+        )?;
+        let gx = s.ffn.div_ceil(256).min(64) as u32;
+        gpu.launch(
+            w,
+            &k.silu_mul,
+            (gx, r, 1),
+            256,
+            &[A::P(sc.gu.ptr), A::P(sc.act.ptr), A::I(s.ffn as i32)],
+        )?;
+        gpu.gemm(
+            w, hid, p.rows, s.ffn, lw.down, sc.act.ptr, sc.x.ptr, true, false,
+        )?;
+    }
+    if p.logits_rows > 0 {
+        let x0 = sc.x.at(p.logits_row0 * hid * 2);
+        let h0 = sc.h.at(p.logits_row0 * hid * 2);
+        gpu.launch(
+            w,
+            &k.rmsnorm,
+            (p.logits_rows as u32, 1, 1),
+            256,
+            &[
+                A::P(x0),
+                A::P(wt.final_norm),
+                A::P(h0),
+                A::I(hid as i32),
+                A::F(eps),
+            ],
+        )?;
+        gpu.gemm(
+            w,
+            s.vocab,
+            p.logits_rows,
+            hid,
+            wt.lm_head,
+            h0,
+            sc.logits.ptr,
+            false,
+            true,
+        )?;
+        gpu.launch(
+            w,
+            &k.argmax,
+            (p.logits_rows as u32, 1, 1),
+            1024,
+            &[
+                A::P(sc.logits.ptr),
+                A::I(s.vocab as i32),
+                A::P(sc.out_tok.ptr),
+            ],
+        )?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_fill_the_chip_for_small_batches_and_stay_bounded() {
+        // 132 multiprocessors, 8 kv heads: one row needs 132 splits for ~8 blocks per SM,
+        // capped at 128; 128 rows already give 1024 blocks with 2 splits.
+        assert_eq!(splits_for(1, 8, 132), 128);
+        assert_eq!(splits_for(32, 8, 132), 5);
+        assert_eq!(splits_for(128, 8, 132), 2);
+        assert_eq!(splits_for(4096, 8, 132), 1);
+        for rows in 1..300 {
+            let s = splits_for(rows, 8, 132);
+            assert!((1..=128).contains(&s));
+            assert!(
+                s == 128 || s == 1 || rows * 8 * s >= 8 * 132,
+                "rows {rows}: {s}"
+            );
+        }
+    }
+}

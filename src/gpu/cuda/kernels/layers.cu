@@ -1,0 +1,105 @@
+// Row-wise layers of the Llama decoder: embedding gather, RMSNorm, RoPE + paged KV write,
+// SwiGLU, greedy argmax. One block per row unless noted.
+
+extern "C" __global__ void embed_rows(const bf16_t* table, const int* tokens, bf16_t* out,
+                                      int hidden, int vocab) {
+    int r = blockIdx.x;
+    int tok = tokens[r];
+    if (tok < 0 || tok >= vocab) tok = 0;
+    const uint4* src = (const uint4*)(table + (u64)tok * hidden);
+    uint4* dst = (uint4*)(out + (u64)r * hidden);
+    for (int i = threadIdx.x; i < hidden / 8; i += blockDim.x) dst[i] = src[i];
+}
+
+// HF LlamaRMSNorm: normalise in f32, round to bf16, then scale by the weight.
+extern "C" __global__ void rmsnorm(const bf16_t* x, const bf16_t* w, bf16_t* out, int hidden,
+                                   float eps) {
+    const bf16_t* xr = x + (u64)blockIdx.x * hidden;
+    bf16_t* yr = out + (u64)blockIdx.x * hidden;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
+        float v = bf2f(xr[i]);
+        ss += v * v;
+    }
+    ss = block_sum(ss);
+    float inv = rsqrtf(ss / (float)hidden + eps);
+    for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
+        yr[i] = f2bf(bf2f(f2bf(bf2f(xr[i]) * inv)) * bf2f(w[i]));
+    }
+}
+
+// Rotates q and k of one token in place (HF rotate-half layout) and writes its k and v into
+// the paged cache. qkv row: [H*D q | KV*D k | KV*D v]. Cache layout per layer:
+// [page][kv_head][slot][D]. Rows with lens[r] <= 0 are padding and are skipped.
+// table_stride 0 lets all rows of one prefill share one page table.
+extern "C" __global__ void rope_kv_write(bf16_t* qkv, const int* pos, const int* lens,
+                                         const int* page_table, int table_stride, bf16_t* kc,
+                                         bf16_t* vc, int H, int KV, int D, int P, float theta) {
+    int r = blockIdx.x;
+    if (lens[r] <= 0) return;
+    int p = pos[r];
+    bf16_t* row = qkv + (u64)r * (H + 2 * KV) * D;
+    const int* table = page_table + (u64)r * table_stride;
+    u64 page = (u64)table[p / P];
+    int slot = p % P;
+    int half = D / 2;
+    for (int idx = threadIdx.x; idx < (H + KV) * half; idx += blockDim.x) {
+        int head = idx / half, i = idx % half;
+        float inv_freq = 1.0f / powf(theta, (float)(2 * i) / (float)D);
+        float s, c;
+        sincosf((float)p * inv_freq, &s, &c);
+        bf16_t* h = row + head * D;
+        float x0 = bf2f(h[i]), x1 = bf2f(h[i + half]);
+        bf16_t y0 = f2bf(x0 * c - x1 * s), y1 = f2bf(x1 * c + x0 * s);
+        h[i] = y0;
+        h[i + half] = y1;
+        if (head >= H) {
+            u64 base = ((page * KV + (head - H)) * P + slot) * D;
+            kc[base + i] = y0;
+            kc[base + i + half] = y1;
+        }
+    }
+    const bf16_t* v = row + (H + KV) * D;
+    for (int idx = threadIdx.x; idx < KV * D; idx += blockDim.x) {
+        int kh = idx / D, d = idx % D;
+        vc[((page * KV + kh) * P + slot) * D + d] = v[idx];
+    }
+}
+
+// SwiGLU: gu row is [gate | up]; silu(gate) is rounded to bf16 before the product, as in HF.
+extern "C" __global__ void silu_mul(const bf16_t* gu, bf16_t* out, int ffn) {
+    int r = blockIdx.y;
+    const bf16_t* g = gu + (u64)r * 2 * ffn;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < ffn; i += gridDim.x * blockDim.x) {
+        float x = bf2f(g[i]);
+        float sg = bf2f(f2bf(x / (1.0f + __expf(-x))));
+        out[(u64)r * ffn + i] = f2bf(sg * bf2f(g[ffn + i]));
+    }
+}
+
+// Greedy sampling: first index of the maximum (torch.argmax's tie rule); NaN never wins.
+extern "C" __global__ void argmax_rows(const float* logits, int vocab, int* out) {
+    __shared__ float bv[32];
+    __shared__ int bi[32];
+    const float* l = logits + (u64)blockIdx.x * vocab;
+    float best = NEG_INF;
+    int idx = 0x7fffffff;
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+        float v = l[i];
+        if (v > best) { best = v; idx = i; }
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, best, o);
+        int oi = __shfl_xor_sync(0xffffffffu, idx, o);
+        if (ov > best || (ov == best && oi < idx)) { best = ov; idx = oi; }
+    }
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) { bv[warp] = best; bi[warp] = idx; }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < (int)(blockDim.x >> 5); ++w) {
+            if (bv[w] > best || (bv[w] == best && bi[w] < idx)) { best = bv[w]; idx = bi[w]; }
+        }
+        out[blockIdx.x] = (idx == 0x7fffffff) ? 0 : idx;
+    }
+}

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# On the CPU machine: build the GPU binaries (host target, never musl) and copy them with the
+# scripts into DEST (default .gpu/), stripped, for the H200 machine. genslot-gpu is a release
+# build (it times steps); the test binaries use the test profile (they only check results).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+DEST=${1:-.gpu}
+mkdir -p "$DEST"
+cargo build --release --bin genslot-gpu
+cp target/release/genslot-gpu "$DEST/"
+for t in tests/gpu_*.rs; do
+  name=$(basename "$t" .rs)
+  # The test target's own executable (cargo also lists the crate's binaries).
+  exe=$(cargo test --no-run --test "$name" --message-format=json 2>/dev/null | python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
+        print(m["executable"])' | tail -1)
+  cp "$exe" "$DEST/$name"
+done
+cp tools/gpu/run.sh tools/gpu/parity.py "$DEST/"
+strip "$DEST/genslot-gpu" "$DEST"/gpu_* 2>/dev/null || true
+du -sh "$DEST"
