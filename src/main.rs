@@ -24,7 +24,7 @@ enum Command {
         file: PathBuf,
     },
     /// Simulate arms (control vs preemption settings) over agentic traffic in virtual time.
-    Sim(genslot::sim::cli::SimArgs),
+    Sim(Box<genslot::sim::cli::SimArgs>),
 }
 
 fn main() -> ExitCode {
@@ -40,7 +40,7 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::Sim(args) => report(genslot::sim::cli::run(args)),
+        Command::Sim(args) => report(genslot::sim::cli::run(*args)),
     }
 }
 

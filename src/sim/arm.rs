@@ -88,7 +88,7 @@ impl ArmSpec {
                         ModeSpec::TargetOutputTps(None)
                     } else {
                         let t = num(v)?;
-                        if !(t > 0.0) {
+                        if t.is_nan() || t <= 0.0 {
                             return Err(err("target_output_tps must be > 0".into()));
                         }
                         ModeSpec::TargetOutputTps(Some(t))

@@ -150,7 +150,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         plant.output_scale = x;
     }
     if let Some(x) = args.idle_cap {
-        if !(x >= 0.0) {
+        if x.is_nan() || x < 0.0 {
             bail!("--idle-cap must be >= 0");
         }
         plant.idle_cap_s = x;

@@ -273,7 +273,8 @@ pub fn run(spec: &RunSpec, arm: &ResolvedArm, keep_trace: bool) -> Result<RunRes
                     Req {
                         sent: is.send_at,
                         input: is.input_tokens,
-                        max_tokens: ((is.max_tokens as f64 * plant.output_scale).round() as u32).max(1),
+                        max_tokens: ((is.max_tokens as f64 * plant.output_scale).round() as u32)
+                            .max(1),
                         measured,
                         first: None,
                         acc: 0.0,
@@ -430,7 +431,11 @@ pub fn run(spec: &RunSpec, arm: &ResolvedArm, keep_trace: bool) -> Result<RunRes
         }
     }
     out.unfinished = measured_open;
-    out.mean_paused = if window_passes > 0 { paused_sum / window_passes as f64 } else { 0.0 };
+    out.mean_paused = if window_passes > 0 {
+        paused_sum / window_passes as f64
+    } else {
+        0.0
+    };
     out.final_g = worker.preemption().g();
     out.final_x_s = worker.queue().target();
     out.final_d_s = worker.preemption().d();

@@ -105,22 +105,25 @@ pub struct PassOutput {
 }
 
 impl PassOutput {
-    /// The decisions alone (pauses, resumes, admissions, batch), for comparing runs.
-    pub fn decisions(
-        &self,
-    ) -> (
-        Vec<RequestId>,
-        Vec<RequestId>,
-        Vec<RequestId>,
-        Vec<RequestId>,
-        Vec<RequestId>,
-    ) {
-        (
-            self.pauses.clone(),
-            self.resumes.clone(),
-            self.forced_resumes.clone(),
-            self.admitted.iter().map(|a| a.id).collect(),
-            self.batch.iter().map(|b| b.id).collect(),
-        )
+    /// The decisions alone (pauses, resumes, forced resumes, admissions, batch), for
+    /// comparing runs.
+    pub fn decisions(&self) -> Decisions {
+        Decisions {
+            pauses: self.pauses.clone(),
+            resumes: self.resumes.clone(),
+            forced_resumes: self.forced_resumes.clone(),
+            admitted: self.admitted.iter().map(|a| a.id).collect(),
+            batch: self.batch.iter().map(|b| b.id).collect(),
+        }
     }
+}
+
+/// The decisions of one pass, without timings, for comparing two runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Decisions {
+    pub pauses: Vec<RequestId>,
+    pub resumes: Vec<RequestId>,
+    pub forced_resumes: Vec<RequestId>,
+    pub admitted: Vec<RequestId>,
+    pub batch: Vec<RequestId>,
 }

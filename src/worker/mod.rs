@@ -10,7 +10,7 @@ pub mod sizing;
 mod snapshot;
 
 pub use inputs::{
-    Admitted, Arrival, BatchRow, FirstToken, KvReady, PassInputs, PassOutput, Stepped,
+    Admitted, Arrival, BatchRow, Decisions, FirstToken, KvReady, PassInputs, PassOutput, Stepped,
 };
 pub use snapshot::{ResidentView, WorkerSnapshot};
 

@@ -17,6 +17,7 @@ pub struct Thresholds {
 }
 
 type Set = BTreeSet<(OrdF64, u64)>;
+type Range = (Bound<(OrdF64, u64)>, Bound<(OrdF64, u64)>);
 
 #[derive(Debug, Clone, Default)]
 pub struct TierIndex {
@@ -29,15 +30,15 @@ pub struct TierIndex {
     applied: Option<Thresholds>,
 }
 
-fn below(x: f64) -> (Bound<(OrdF64, u64)>, Bound<(OrdF64, u64)>) {
+fn below(x: f64) -> Range {
     (Bound::Unbounded, Bound::Excluded((OrdF64(x), 0)))
 }
 
-fn from(x: f64) -> (Bound<(OrdF64, u64)>, Bound<(OrdF64, u64)>) {
+fn from(x: f64) -> Range {
     (Bound::Included((OrdF64(x), 0)), Bound::Unbounded)
 }
 
-fn between(lo: f64, hi: f64) -> (Bound<(OrdF64, u64)>, Bound<(OrdF64, u64)>) {
+fn between(lo: f64, hi: f64) -> Range {
     (
         Bound::Included((OrdF64(lo), 0)),
         Bound::Excluded((OrdF64(hi), 0)),

@@ -403,7 +403,7 @@ impl GenPreemption {
         }
     }
 
-    fn lookup<'a>(residents: &'a [Resident], id: RequestId) -> Option<&'a Resident> {
+    fn lookup(residents: &[Resident], id: RequestId) -> Option<&Resident> {
         residents
             .binary_search_by_key(&id, |r| r.id)
             .ok()
