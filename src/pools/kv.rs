@@ -60,8 +60,10 @@ struct Lease {
 #[derive(Debug, Clone)]
 pub struct KvPool {
     cfg: KvConfig,
-    /// Free pages as a stack; the lowest page is handed out first.
-    free_pages: Vec<u32>,
+    /// Released pages, reused last-in first-out.
+    released: Vec<u32>,
+    /// Pages at or above this were never handed out, so memory stays O(pages in use).
+    fresh: u32,
     free_rows: BTreeSet<u32>,
     held: BTreeMap<RequestId, Lease>,
 }
@@ -70,7 +72,8 @@ impl KvPool {
     pub fn new(cfg: KvConfig) -> Self {
         Self {
             cfg,
-            free_pages: (0..cfg.total_pages).rev().collect(),
+            released: Vec::new(),
+            fresh: 0,
             free_rows: (0..cfg.index_rows).collect(),
             held: BTreeMap::new(),
         }
@@ -83,9 +86,18 @@ impl KvPool {
     /// Whether a context of `tokens` could be admitted now.
     pub fn can_admit(&self, tokens: u32) -> bool {
         !self.free_rows.is_empty()
-            && self.free_pages.len() as u64
+            && self.free_pages() as u64
                 >= self.cfg.pages_for(tokens.max(1)) as u64
                     + self.cfg.swa_pages_per_resident() as u64
+    }
+
+    /// A free page: a released one if any, else the next never-used one. Callers check
+    /// `free_pages()` first.
+    fn take_page(&mut self) -> u32 {
+        self.released.pop().unwrap_or_else(|| {
+            self.fresh += 1;
+            self.fresh - 1
+        })
     }
 
     /// Take a row and the pages for a context of `tokens` (plus the SWA reservation).
@@ -93,15 +105,9 @@ impl KvPool {
         if self.held.contains_key(&id) {
             return Err(PoolError::AlreadyHeld { pool: ROWS, id });
         }
-        if self.free_rows.is_empty() {
-            return Err(PoolError::Exhausted {
-                pool: ROWS,
-                capacity: self.cfg.index_rows as u64,
-            });
-        }
         let need = self.cfg.pages_for(tokens.max(1)) as usize;
         let swa = self.cfg.swa_pages_per_resident() as usize;
-        if self.free_pages.len() < need + swa {
+        if (self.free_pages() as usize) < need + swa {
             return Err(PoolError::Exhausted {
                 pool: PAGES,
                 capacity: self.cfg.total_pages as u64,
@@ -109,22 +115,11 @@ impl KvPool {
         }
         let row = self.free_rows.pop_first().ok_or(PoolError::Exhausted {
             pool: ROWS,
-            capacity: 0,
+            capacity: self.cfg.index_rows as u64,
         })?;
-        let at = self.free_pages.len() - need;
-        let mut pages: Vec<u32> = self.free_pages.split_off(at);
-        pages.reverse();
-        let at = self.free_pages.len() - swa;
-        let mut swa_pages = self.free_pages.split_off(at);
-        swa_pages.reverse();
-        self.held.insert(
-            id,
-            Lease {
-                row,
-                pages,
-                swa: swa_pages,
-            },
-        );
+        let pages = (0..need).map(|_| self.take_page()).collect();
+        let swa = (0..swa).map(|_| self.take_page()).collect();
+        self.held.insert(id, Lease { row, pages, swa });
         Ok(row)
     }
 
@@ -132,29 +127,24 @@ impl KvPool {
     /// an error when no page is free (the request must wait; nothing is evicted).
     pub fn grow(&mut self, id: RequestId, tokens: u32) -> Result<bool, PoolError> {
         let need = self.cfg.pages_for(tokens) as usize;
-        let lease = self
+        let have = self
             .held
-            .get_mut(&id)
-            .ok_or(PoolError::NotHeld { pool: PAGES, id })?;
-        if lease.pages.len() >= need {
+            .get(&id)
+            .ok_or(PoolError::NotHeld { pool: PAGES, id })?
+            .pages
+            .len();
+        if have >= need {
             return Ok(false);
         }
-        if self.free_pages.len() < need - lease.pages.len() {
+        if (self.free_pages() as usize) < need - have {
             return Err(PoolError::Exhausted {
                 pool: PAGES,
                 capacity: self.cfg.total_pages as u64,
             });
         }
-        while lease.pages.len() < need {
-            match self.free_pages.pop() {
-                Some(p) => lease.pages.push(p),
-                None => {
-                    return Err(PoolError::Exhausted {
-                        pool: PAGES,
-                        capacity: self.cfg.total_pages as u64,
-                    })
-                }
-            }
+        let new: Vec<u32> = (have..need).map(|_| self.take_page()).collect();
+        if let Some(lease) = self.held.get_mut(&id) {
+            lease.pages.extend(new);
         }
         Ok(true)
     }
@@ -165,8 +155,8 @@ impl KvPool {
             .remove(&id)
             .ok_or(PoolError::NotHeld { pool: ROWS, id })?;
         self.free_rows.insert(lease.row);
-        self.free_pages.extend(lease.pages.into_iter().rev());
-        self.free_pages.extend(lease.swa.into_iter().rev());
+        self.released.extend(lease.pages.into_iter().rev());
+        self.released.extend(lease.swa.into_iter().rev());
         Ok(())
     }
 
@@ -179,7 +169,7 @@ impl KvPool {
     }
 
     pub fn free_pages(&self) -> u32 {
-        self.free_pages.len() as u32
+        self.released.len() as u32 + (self.cfg.total_pages - self.fresh)
     }
 
     pub fn used_pages(&self) -> u32 {
@@ -216,21 +206,24 @@ impl KvPool {
 
     /// Every page is free or held by exactly one request, and rows likewise.
     pub fn check_invariants(&self) -> Result<(), String> {
+        // Pages handed out at least once are either held by exactly one request or released;
+        // the rest were never used.
         let mut seen = BTreeSet::new();
-        for p in self.free_pages.iter().chain(
-            self.held
-                .values()
-                .flat_map(|l| l.pages.iter().chain(l.swa.iter())),
-        ) {
-            if !seen.insert(*p) {
-                return Err(format!("page {p} appears twice"));
+        let held = self
+            .held
+            .values()
+            .flat_map(|l| l.pages.iter().chain(l.swa.iter()))
+            .copied();
+        for p in self.released.iter().copied().chain(held) {
+            if p >= self.fresh || !seen.insert(p) {
+                return Err(format!("page {p} appears twice or was never handed out"));
             }
         }
-        if seen.len() != self.cfg.total_pages as usize {
+        if seen.len() != self.fresh as usize {
             return Err(format!(
-                "{} pages accounted of {}",
+                "{} pages accounted of {} handed out",
                 seen.len(),
-                self.cfg.total_pages
+                self.fresh
             ));
         }
         let rows: BTreeSet<u32> = self.held.values().map(|l| l.row).collect();

@@ -219,7 +219,6 @@ pub fn run(spec: &RunSpec, arm: &ResolvedArm, keep_trace: bool) -> Result<RunRes
     let mut worker = WorkerCore::new(params);
     let mut replay = replay_for(spec)?;
     let plant = &spec.plant;
-    let end_issue = spec.duration_s;
     let hard_end = spec.duration_s + 1800.0;
 
     let mut heap: BinaryHeap<Timed> = BinaryHeap::new();
@@ -237,6 +236,7 @@ pub fn run(spec: &RunSpec, arm: &ResolvedArm, keep_trace: bool) -> Result<RunRes
     let mut pending = PassInputs::default();
     let mut stepping = false;
     let mut poll_pending = false;
+    let mut captured = false;
     let mut measured_open = 0u64;
     let mut out = RunResult {
         setup_warning: warning,
@@ -249,14 +249,16 @@ pub fn run(spec: &RunSpec, arm: &ResolvedArm, keep_trace: bool) -> Result<RunRes
     let mut now = 0.0f64;
     loop {
         let next_ev = heap.peek().map(|t| t.at);
-        let next_issue = replay.next_due().filter(|t| *t < end_issue);
+        // Lanes keep issuing (unmeasured) after the window so the measured requests finish
+        // under the same load.
+        let next_issue = replay.next_due().filter(|t| *t < hard_end);
         let t = match (next_ev, next_issue) {
             (None, None) => break,
             (Some(a), None) => a,
             (None, Some(b)) => b,
             (Some(a), Some(b)) => a.min(b),
         };
-        if t > hard_end || (t >= end_issue && measured_open == 0 && now >= end_issue) {
+        if t > hard_end || (measured_open == 0 && now >= spec.duration_s) {
             break;
         }
         now = t;
@@ -341,6 +343,13 @@ pub fn run(spec: &RunSpec, arm: &ResolvedArm, keep_trace: bool) -> Result<RunRes
         let o = worker.pass(&inp);
         out.passes += 1;
         let in_window = now >= spec.warmup_s && now < spec.duration_s;
+        if !captured && now >= spec.duration_s {
+            // The controller's state at the end of the measured window (not after the drain).
+            captured = true;
+            out.final_g = worker.preemption().g();
+            out.final_x_s = worker.queue().target();
+            out.final_d_s = worker.preemption().d();
+        }
         if in_window {
             out.pauses += o.pauses.len() as u64;
             out.resumes += o.resumes.len() as u64;
@@ -436,9 +445,11 @@ pub fn run(spec: &RunSpec, arm: &ResolvedArm, keep_trace: bool) -> Result<RunRes
     } else {
         0.0
     };
-    out.final_g = worker.preemption().g();
-    out.final_x_s = worker.queue().target();
-    out.final_d_s = worker.preemption().d();
+    if !captured {
+        out.final_g = worker.preemption().g();
+        out.final_x_s = worker.queue().target();
+        out.final_d_s = worker.preemption().d();
+    }
     out.simulated_s = now;
     out.mean_batch = if window_steps > 0 {
         batch_sum / window_steps as f64
