@@ -19,6 +19,8 @@ pub struct BatchLimits {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Candidate {
     pub id: RequestId,
+    /// Opaque to the builder; handed back with the scheduled ids.
+    pub slot: u32,
     pub admit_time: f64,
     pub first_token_pending: bool,
     pub forced_resume: bool,
@@ -28,6 +30,8 @@ pub struct Candidate {
 pub struct BatchPlan {
     /// Scheduling order.
     pub scheduled: Vec<RequestId>,
+    /// The candidates' `slot`s, aligned with `scheduled`.
+    pub scheduled_slots: Vec<u32>,
     /// Left out by `max_batch_size`.
     pub displaced: Vec<RequestId>,
     /// Left out by `max_num_tokens`.
@@ -52,7 +56,12 @@ pub fn build(mut cands: Vec<Candidate>, limits: &BatchLimits) -> BatchPlan {
         let (cb, tb, ib) = priority(b);
         ca.cmp(&cb).then(ta.total_cmp(&tb)).then(ia.cmp(&ib))
     });
-    let mut plan = BatchPlan::default();
+    let n = cands.len().min(limits.max_batch_size as usize);
+    let mut plan = BatchPlan {
+        scheduled: Vec::with_capacity(n),
+        scheduled_slots: Vec::with_capacity(n),
+        ..BatchPlan::default()
+    };
     let per = limits.tokens_per_request.max(1);
     let mut tokens = 0u32;
     for c in cands {
@@ -63,6 +72,7 @@ pub fn build(mut cands: Vec<Candidate>, limits: &BatchLimits) -> BatchPlan {
         } else {
             tokens += per;
             plan.scheduled.push(c.id);
+            plan.scheduled_slots.push(c.slot);
         }
     }
     plan
@@ -75,6 +85,7 @@ mod tests {
     fn c(id: u64, admit: f64) -> Candidate {
         Candidate {
             id,
+            slot: id as u32,
             admit_time: admit,
             first_token_pending: false,
             forced_resume: false,

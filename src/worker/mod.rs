@@ -8,13 +8,14 @@
 mod inputs;
 pub mod sizing;
 mod snapshot;
+mod table;
 
 pub use inputs::{
     Admitted, Arrival, BatchRow, Decisions, FirstToken, KvReady, PassInputs, PassOutput, Stepped,
 };
 pub use snapshot::{ResidentView, WorkerSnapshot};
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use serde::Serialize;
 
@@ -89,6 +90,8 @@ struct Res {
     output_tokens: u32,
     decode_iters: u32,
     slot: u32,
+    /// Tokens its KV pages hold (pages × tokens_per_block): the pool is asked only to grow.
+    kv_capacity: u32,
 }
 
 impl Res {
@@ -131,7 +134,9 @@ pub struct WorkerCore {
     kv: KvPool,
     recurrent: Option<RecurrentPool>,
     drafter: Option<DrafterArena>,
-    residents: BTreeMap<RequestId, Res>,
+    residents: table::ResidentTable,
+    /// The batch of the last pass as (id, slot): step results usually come back in this order.
+    batch_rows: Vec<(RequestId, u32)>,
     displaced: BTreeSet<RequestId>,
     pass_no: u64,
     totals: WorkerTotals,
@@ -154,7 +159,8 @@ impl WorkerCore {
             drafter: params
                 .drafter_window
                 .map(|w| DrafterArena::new(cap, params.max_batch_size, w, params.headroom)),
-            residents: BTreeMap::new(),
+            residents: table::ResidentTable::default(),
+            batch_rows: Vec::new(),
             displaced: BTreeSet::new(),
             pass_no: 0,
             totals: WorkerTotals::default(),
@@ -285,8 +291,17 @@ impl WorkerCore {
             self.queue.observe_step(s);
         }
         let mut finished: BTreeSet<RequestId> = BTreeSet::new();
-        for st in &inp.stepped {
-            if let Some(r) = self.residents.get_mut(&st.id) {
+        for (i, st) in inp.stepped.iter().enumerate() {
+            let by_slot = self
+                .batch_rows
+                .get(i)
+                .filter(|(id, _)| *id == st.id)
+                .map(|&(_, s)| s);
+            let r = match by_slot {
+                Some(slot) => self.residents.by_slot_mut(slot, st.id),
+                None => self.residents.get_mut(&st.id),
+            };
+            if let Some(r) = r {
                 r.output_tokens = (r.output_tokens + st.tokens).min(r.max_tokens);
                 r.decode_iters += 1;
                 if let (Some(d), false) = (self.drafter.as_mut(), st.token_ids.is_empty()) {
@@ -369,22 +384,21 @@ impl WorkerCore {
                 out.rejected.push(w.id);
                 continue;
             };
-            self.residents.insert(
-                w.id,
-                Res {
-                    id: w.id,
-                    arrival: w.arrival,
-                    admit_time: now,
-                    context_tokens: w.context_tokens,
-                    max_tokens: w.max_tokens,
-                    waited: p.waited,
-                    kv_ready: None,
-                    first_token_time: None,
-                    output_tokens: 0,
-                    decode_iters: 0,
-                    slot,
-                },
-            );
+            self.residents.insert(Res {
+                id: w.id,
+                arrival: w.arrival,
+                admit_time: now,
+                context_tokens: w.context_tokens,
+                max_tokens: w.max_tokens,
+                waited: p.waited,
+                kv_ready: None,
+                first_token_time: None,
+                output_tokens: 0,
+                decode_iters: 0,
+                slot,
+                kv_capacity: self.kv.pages_of(w.id).map_or(0, |p| p.len() as u32)
+                    * self.params.kv.tokens_per_block,
+            });
             self.totals.admitted += 1;
             out.admitted.push(Admitted {
                 id: w.id,
@@ -406,6 +420,7 @@ impl WorkerCore {
             .filter(|r| r.kv_ready.is_some() && !self.preempt.is_paused(r.id))
             .map(|r| Candidate {
                 id: r.id,
+                slot: r.slot,
                 admit_time: r.admit_time,
                 first_token_pending: r.first_token_time.is_none(),
                 forced_resume: forced.contains(&r.id),
@@ -417,17 +432,23 @@ impl WorkerCore {
             tokens_per_request: self.params.tokens_per_step,
         };
         let plan = batch::build(cands, &limits);
-        for id in plan.scheduled {
-            let Some(r) = self.residents.get_mut(&id) else {
+        self.batch_rows.clear();
+        out.batch.reserve(plan.scheduled.len());
+        for (id, slot) in plan.scheduled.into_iter().zip(plan.scheduled_slots) {
+            let Some(r) = self.residents.by_slot_mut(slot, id) else {
                 continue;
             };
             let first = r.first_token_time.is_none();
             let out_after = if first { 1 } else { r.output_tokens };
             let need = r.context_tokens + out_after + self.params.tokens_per_step - 1;
-            if self.kv.grow(id, need).is_err() {
-                self.totals.kv_waits += 1;
-                out.kv_waiting.push(id);
-                continue;
+            if need > r.kv_capacity {
+                if self.kv.grow(id, need).is_err() {
+                    self.totals.kv_waits += 1;
+                    out.kv_waiting.push(id);
+                    continue;
+                }
+                r.kv_capacity = self.kv.pages_of(id).map_or(0, |p| p.len() as u32)
+                    * self.params.kv.tokens_per_block;
             }
             if first {
                 r.first_token_time = Some(now);
@@ -442,6 +463,7 @@ impl WorkerCore {
                     waited: r.waited,
                 });
             }
+            self.batch_rows.push((id, r.slot));
             out.batch.push(BatchRow {
                 id,
                 slot: r.slot,
