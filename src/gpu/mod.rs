@@ -2,6 +2,10 @@
 //! implementations. `model` is the embedded default (a timing model, any CPU); `cuda` is
 //! real decode on an NVIDIA GPU through cudarc, probed at run time.
 
+pub mod model;
+
+use std::sync::Arc;
+
 use crate::policy::RequestId;
 
 /// Why a backend call failed. Backends never panic on a missing GPU.
@@ -72,4 +76,15 @@ pub trait StepBackend: Send {
     fn release(&mut self, id: RequestId);
     /// What the backend can hold.
     fn capacity(&self) -> BackendCapacity;
+    /// A handle that runs context arrivals concurrently with steps (a transfer engine, a
+    /// second stream). `None`: they run on the step thread through `context_arrival`.
+    fn context_lane(&self) -> Option<Arc<dyn ContextLane>> {
+        None
+    }
+}
+
+/// Context arrivals that run beside the decode steps, from any thread.
+pub trait ContextLane: Send + Sync + std::fmt::Debug {
+    /// Blocks until the request's context is resident; returns the seconds it took.
+    fn context_arrival(&self, req: &ContextArrival) -> Result<f64, BackendError>;
 }
