@@ -9,6 +9,7 @@
 pub mod executor;
 pub mod gpu;
 pub mod messages;
+pub mod serve;
 pub mod supervisor;
 
 use std::sync::atomic::{AtomicU64, Ordering};
