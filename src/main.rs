@@ -95,9 +95,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         None => {}
     }
     if cfg.backend == Backend::Cuda {
-        anyhow::bail!(
-            "the cuda backend is not built into this binary; run with --backend model"
-        );
+        anyhow::bail!("the cuda backend is not built into this binary; run with --backend model");
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -127,7 +127,10 @@ async fn a_request_that_cannot_fit_the_kv_cache_is_refused_not_queued_forever() 
         .await;
     assert_eq!(r.status(), 400);
     let ok = s
-        .post("/v1/completions", &json!({"prompt": "a b c", "max_tokens": 4}))
+        .post(
+            "/v1/completions",
+            &json!({"prompt": "a b c", "max_tokens": 4}),
+        )
         .await;
     assert_eq!(ok.status(), 200);
     s.shutdown().await.unwrap();

@@ -130,7 +130,11 @@ async fn a_kv_pool_short_of_the_paused_cap_starts_with_preemption_off_and_one_wa
         json!({"reason": "pool_short", "pool": "kv", "capacity": 10, "need": 11})
     );
     let warning = sup["warning"].as_str().unwrap();
-    assert!(warnings[0].ends_with(warning), "{warning} vs {}", warnings[0]);
+    assert!(
+        warnings[0].ends_with(warning),
+        "{warning} vs {}",
+        warnings[0]
+    );
     // A worker that will not preempt carries no headroom.
     let pools = d["worker"]["pools"].as_array().unwrap();
     assert!(pools.iter().all(|p| p["headroom"] == 0), "{pools:?}");

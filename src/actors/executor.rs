@@ -192,7 +192,11 @@ impl Executor {
             let arrival = ContextArrival {
                 id: a.id,
                 prompt: l.prompt.clone(),
-                pages: self.core.pages_of(a.id).map(<[u32]>::to_vec).unwrap_or_default(),
+                pages: self
+                    .core
+                    .pages_of(a.id)
+                    .map(<[u32]>::to_vec)
+                    .unwrap_or_default(),
             };
             self.gpu_send(GpuMsg::Admit(Admit(arrival)));
         }

@@ -97,10 +97,7 @@ fn run(
                     Some(lane) => arrive_beside(lane.clone(), a.0, executor.clone()),
                     None => {
                         let result = backend.context_arrival(&a.0);
-                        executor.do_send(KvArrived {
-                            id: a.0.id,
-                            result,
-                        });
+                        executor.do_send(KvArrived { id: a.0.id, result });
                     }
                 }
             }

@@ -192,7 +192,9 @@ impl Engine for ActorEngine {
         let max = self.max_waiting;
         self.shared
             .queued
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |q| (q < max).then_some(q + 1))
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |q| {
+                (q < max).then_some(q + 1)
+            })
             .map_err(|_| SubmitError::QueueFull { max_waiting: max })?;
         let id = self.next_id.fetch_add(1, Ordering::SeqCst);
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
@@ -260,11 +262,7 @@ impl Engine for ActorEngine {
 impl Drop for ActorEngine {
     fn drop(&mut self) {
         self.system.stop();
-        let handle = self
-            .thread
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
+        let handle = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(h) = handle {
             let _ = h.join();
         }

@@ -166,8 +166,7 @@ impl ModelBackend {
         );
         let tpb = cfg.kv_cache_config.tokens_per_block.max(1);
         let capacity = BackendCapacity {
-            kv_pages: (cfg.kv_cache_config.max_tokens / u64::from(tpb)).min(u32::MAX as u64)
-                as u32,
+            kv_pages: (cfg.kv_cache_config.max_tokens / u64::from(tpb)).min(u32::MAX as u64) as u32,
             tokens_per_block: tpb,
             seq_slots: cfg.max_num_active_requests().saturating_mul(2),
         };
@@ -268,7 +267,9 @@ mod tests {
         assert_eq!(second.tokens[0].len(), 1);
         assert_eq!(
             [first.tokens[0].clone(), second.tokens[0].clone()].concat(),
-            (0..3).map(|p| token_id(7, p, DEFAULT_VOCAB)).collect::<Vec<_>>()
+            (0..3)
+                .map(|p| token_id(7, p, DEFAULT_VOCAB))
+                .collect::<Vec<_>>()
         );
     }
 

@@ -16,7 +16,8 @@ use tokio::task::JoinHandle;
 pub const WAIT: Duration = Duration::from_secs(20);
 
 /// Millisecond steps and transfers, so a test of thousands of steps takes seconds.
-pub const FAST_TIMING: &str = "timing: { base_ms: 1.0, per_request_ms: 0.02, per_kv_token_ns: 0.0, \
+pub const FAST_TIMING: &str =
+    "timing: { base_ms: 1.0, per_request_ms: 0.02, per_kv_token_ns: 0.0, \
      transfer_base_ms: 2.0, transfer_per_token_us: 0.0 }\nserver: { stat_interval_s: 3600 }\n";
 
 pub fn config(extra: &str) -> Config {
