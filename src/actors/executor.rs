@@ -5,7 +5,7 @@
 //! `Retain`, `Release`, `Step`), streams tokens to the clients and records the metrics.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -32,6 +32,8 @@ pub struct Shared {
     /// Requests submitted and not yet admitted, cancelled or refused (the queue bound).
     pub queued: AtomicUsize,
     pub shutting_down: AtomicBool,
+    /// Passes run so far.
+    pub passes: AtomicU64,
     /// Why the backend is down, once it is.
     pub down: Mutex<Option<String>>,
 }
@@ -86,6 +88,8 @@ pub struct Executor {
     pass_queued: bool,
     poll_queued: bool,
     last_step: Option<(f64, usize)>,
+    /// Last set sent in a `Retain` (sent again only when it changes).
+    retained: Vec<RequestId>,
     record: Option<Vec<(PassInputs, PassOutput)>>,
     stopped: bool,
 }
@@ -106,6 +110,7 @@ impl Executor {
             pass_queued: false,
             poll_queued: false,
             last_step: None,
+            retained: Vec::new(),
             record: init.record.then(Vec::new),
             stopped: false,
         }
@@ -160,6 +165,7 @@ impl Executor {
         let mut inp = std::mem::take(&mut self.pending);
         inp.now = self.clock.now();
         let out = self.core.pass(&inp);
+        self.shared.passes.fetch_add(1, Ordering::Relaxed);
         self.apply(&out, ctx);
         if let Some(r) = self.record.as_mut() {
             r.push((inp, out));
@@ -218,7 +224,10 @@ impl Executor {
             out.kv_waiting.as_slice(),
         ]
         .concat();
-        self.gpu_send(GpuMsg::Retain(Retain(kept)));
+        if kept != self.retained {
+            self.retained = kept.clone();
+            self.gpu_send(GpuMsg::Retain(Retain(kept)));
+        }
         for d in &out.departed {
             self.gpu_send(GpuMsg::Release(Release(d.id)));
             if let Some(l) = self.live.remove(&d.id) {
@@ -277,7 +286,6 @@ impl Executor {
     /// Stream the step's tokens and queue its results for the next pass.
     fn stepped(&mut self, batch: &[BatchRow], out: StepOutput) {
         for (row, tokens) in batch.iter().zip(out.tokens) {
-            let mut sent = 0u32;
             let mut stop = false;
             if let Some(l) = self.live.get_mut(&row.id) {
                 for t in &tokens {
@@ -292,7 +300,6 @@ impl Executor {
                     let _ = l.events.send(EngineEvent::Token { id: *t });
                     l.sent += 1;
                     l.last_token = *t;
-                    sent += 1;
                 }
             }
             // The core counted the first token when it scheduled the request.
@@ -301,7 +308,6 @@ impl Executor {
             } else {
                 tokens.len()
             };
-            let _ = sent;
             self.pending.stepped.push(Stepped {
                 id: row.id,
                 tokens: counted as u32,

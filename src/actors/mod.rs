@@ -150,6 +150,11 @@ impl ActorEngine {
         self.supervisor.send(GetSupervisorState).await.ok()
     }
 
+    /// Scheduling passes run so far.
+    pub fn passes(&self) -> u64 {
+        self.shared.passes.load(Ordering::Relaxed)
+    }
+
     /// Every pass's inputs and outputs since the last call (with `StartOptions::record`).
     pub async fn take_record(&self) -> Vec<(PassInputs, PassOutput)> {
         self.executor.send(TakeRecord).await.unwrap_or_default()
@@ -199,21 +204,21 @@ impl Engine for ActorEngine {
         let id = self.next_id.fetch_add(1, Ordering::SeqCst);
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let arrival = self.leader_arrival(req.arrival_unix_s);
-        if self
-            .executor
-            .try_send(Submit {
-                id,
-                arrival,
-                req,
-                events: tx,
-            })
-            .is_err()
-        {
+        if !self.executor.connected() {
             self.shared.queued.fetch_sub(1, Ordering::SeqCst);
             return Err(SubmitError::Unavailable(
                 "the scheduler is not running".into(),
             ));
         }
+        // `do_send`, not `try_send`: the mailbox bound (16) would refuse bursts; the queue
+        // bound is `max_waiting`, checked above. If the executor stops after this check, the
+        // event channel closes and the request ends as failed.
+        self.executor.do_send(Submit {
+            id,
+            arrival,
+            req,
+            events: tx,
+        });
         let ex = self.executor.clone();
         Ok(Submission::new(id, rx, move |id| ex.do_send(Cancel(id))))
     }
