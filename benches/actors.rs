@@ -1,5 +1,5 @@
 //! Overheads of the running system, with every slot taken and a zero-time step (the model
-//! backend on a virtual clock), at batch 128 and 256:
+//! backend on a virtual clock), at batch 1 (the fixed cost: two thread hand-offs), 128 and 256:
 //! - `actor_pass`: time per scheduling pass — the pass, the step round trip to the GPU-step
 //!   thread, the per-token events — with nobody reading the events;
 //! - `actor_pass_streaming`: the same with a tokio task draining every request's events (each
@@ -71,7 +71,7 @@ fn pass_group(c: &mut Criterion, name: &str, drain: bool) {
         .expect("runtime");
     let mut g = c.benchmark_group(name);
     g.sample_size(20).measurement_time(Duration::from_secs(4));
-    for batch in [128u32, 256] {
+    for batch in [1u32, 128, 256] {
         let mut held = Vec::new();
         let engine = busy_engine(&rt, batch, drain, &mut held);
         // Warm up until every request is in the batch.
@@ -105,26 +105,25 @@ fn server_sse_token(c: &mut Criterion) {
         .enable_all()
         .build()
         .expect("runtime");
-    let engine = Burst;
     let metrics = genslot::metrics::install_recorder().expect("recorder");
-    let app = App::new(Arc::new(engine), metrics, "bench".into());
-    let listener = rt
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .expect("bind");
-    let url = format!(
-        "http://{}/v1/completions",
-        listener.local_addr().expect("addr")
-    );
-    rt.spawn(serve(listener, app, std::future::pending()));
     let client = reqwest::Client::new();
     let body = serde_json::json!({"prompt": "a", "max_tokens": TOKENS, "ignore_eos": true,
                                   "stream": true});
     let mut g = c.benchmark_group("server_sse_token");
     g.throughput(Throughput::Elements(TOKENS));
-    g.bench_function("stream_512", |b| {
-        b.iter(|| {
+    for (name, trickle) in [("coalesced_512", false), ("one_by_one_512", true)] {
+        let app = App::new(Arc::new(Burst { trickle }), metrics.clone(), "bench".into());
+        let listener = rt
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .expect("bind");
+        let url = format!(
+            "http://{}/v1/completions",
+            listener.local_addr().expect("addr")
+        );
+        rt.spawn(serve(listener, app, std::future::pending()));
+        let fetch = || {
             rt.block_on(async {
-                let text = client
+                client
                     .post(&url)
                     .json(&body)
                     .send()
@@ -132,27 +131,46 @@ fn server_sse_token(c: &mut Criterion) {
                     .expect("send")
                     .text()
                     .await
-                    .expect("body");
-                assert!(text.ends_with("data: [DONE]\n\n"));
+                    .expect("body")
             })
-        })
-    });
+        };
+        let events = fetch().matches("data: ").count();
+        eprintln!("server_sse_token/{name}: {events} SSE events for {TOKENS} tokens");
+        g.bench_function(name, |b| {
+            b.iter(|| assert!(fetch().ends_with("data: [DONE]\n\n")))
+        });
+    }
     g.finish();
 }
 
 /// Every token of a request is in its channel at submission: the stream costs only the
 /// HTTP layer (the mock engine paces tokens with timers of millisecond resolution).
-struct Burst;
+/// With `trickle`, tokens are sent one at a time from a task that yields between them, so
+/// most tokens become their own SSE event (the server coalesces whatever is queued).
+struct Burst {
+    trickle: bool,
+}
 
 impl Engine for Burst {
     fn submit(&self, req: GenRequest) -> Result<Submission, SubmitError> {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        for i in 0..req.max_tokens {
-            let _ = tx.send(EngineEvent::Token { id: i });
+        let trickle = self.trickle;
+        let send = async move {
+            for i in 0..req.max_tokens {
+                let _ = tx.send(EngineEvent::Token { id: i });
+                if trickle {
+                    tokio::task::yield_now().await;
+                }
+            }
+            let _ = tx.send(EngineEvent::Finished {
+                reason: FinishReason::Length,
+            });
+        };
+        if trickle {
+            tokio::spawn(send);
+        } else {
+            futures::executor::block_on(send);
         }
-        let _ = tx.send(EngineEvent::Finished {
-            reason: FinishReason::Length,
-        });
         Ok(Submission::new(1, rx, |_| {}))
     }
     fn cancel(&self, _: u64) {}

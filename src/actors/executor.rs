@@ -243,6 +243,7 @@ impl Executor {
         }
         self.metrics(out);
         if !out.batch.is_empty() {
+            let needs_pages = self.gpu.as_ref().is_none_or(|g| g.needs_pages);
             let rows = out
                 .batch
                 .iter()
@@ -251,11 +252,11 @@ impl Executor {
                     slot: b.slot,
                     context_len: b.context_len,
                     last_token: self.live.get(&b.id).map_or(0, |l| l.last_token),
-                    pages: self
-                        .core
-                        .pages_of(b.id)
-                        .map(<[u32]>::to_vec)
-                        .unwrap_or_default(),
+                    pages: match needs_pages {
+                        true => self.core.pages_of(b.id).map(<[u32]>::to_vec),
+                        false => None,
+                    }
+                    .unwrap_or_default(),
                 })
                 .collect();
             self.stepping = Some((out.pass, out.batch.clone()));

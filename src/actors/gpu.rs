@@ -34,6 +34,8 @@ pub struct GpuState {
 #[derive(Debug, Clone)]
 pub struct GpuHandle {
     tx: Sender<GpuMsg>,
+    /// The backend reads `StepRow::pages`.
+    pub needs_pages: bool,
     state: Arc<Mutex<GpuState>>,
 }
 
@@ -57,6 +59,7 @@ pub fn spawn(
     executor: Addr<Executor>,
 ) -> std::io::Result<GpuHandle> {
     let (tx, rx) = crossbeam_channel::unbounded();
+    let needs_pages = backend.needs_page_tables();
     let state = Arc::new(Mutex::new(GpuState {
         running: true,
         ..GpuState::default()
@@ -77,7 +80,11 @@ pub fn spawn(
                 ex.do_send(BackendDown(format!("the GPU-step thread panicked: {what}")));
             }
         })?;
-    Ok(GpuHandle { tx, state })
+    Ok(GpuHandle {
+        tx,
+        needs_pages,
+        state,
+    })
 }
 
 fn run(

@@ -76,6 +76,11 @@ pub trait StepBackend: Send {
     fn release(&mut self, id: RequestId);
     /// What the backend can hold.
     fn capacity(&self) -> BackendCapacity;
+    /// Whether `StepRow::pages` must be filled. A backend without device memory says no,
+    /// which spares copying every row's page table on every step.
+    fn needs_page_tables(&self) -> bool {
+        true
+    }
     /// A handle that runs context arrivals concurrently with steps (a transfer engine, a
     /// second stream). `None`: they run on the step thread through `context_arrival`.
     fn context_lane(&self) -> Option<Arc<dyn ContextLane>> {

@@ -225,6 +225,10 @@ impl StepBackend for ModelBackend {
     fn context_lane(&self) -> Option<Arc<dyn ContextLane>> {
         Some(Arc::new(self.lane.clone()))
     }
+
+    fn needs_page_tables(&self) -> bool {
+        false
+    }
 }
 
 #[cfg(test)]
