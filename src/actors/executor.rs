@@ -154,10 +154,10 @@ impl Executor {
         self.shared.set_down(why);
         let message = format!("the step backend stopped: {why}");
         tracing::error!("{message}");
-        self.fail_all(&message);
         self.supervisor.do_send(Disable {
             why: message.clone(),
         });
+        self.fail_all(&message);
         self.stepping = None;
     }
 
@@ -455,12 +455,13 @@ impl Handler<StepDone> for Executor {
 impl Executor {
     fn fail_batch(&mut self, batch: &[BatchRow], why: &str) {
         tracing::error!("{why}; failing the {} requests of the batch", batch.len());
-        for row in batch {
-            self.fail(row.id, why);
-        }
+        // The supervisor hears of it before any client does.
         self.supervisor.do_send(Disable {
             why: why.to_owned(),
         });
+        for row in batch {
+            self.fail(row.id, why);
+        }
     }
 }
 
