@@ -159,3 +159,44 @@ async fn shutdown_fails_in_flight_requests_with_a_clear_reason() {
     );
     stop.await.unwrap().unwrap();
 }
+
+#[tokio::test]
+async fn a_full_queue_answers_429_and_loses_none_of_the_queued_requests() {
+    let s = std::sync::Arc::new(
+        Server::start(&config(
+            "max_batch_size: 1\nscheduler_config: { gen_admission: { max_waiting: 2 } }\n",
+        ))
+        .await,
+    );
+    let body = json!({"prompt": "a b", "max_tokens": 60, "ignore_eos": true});
+    let first = {
+        let s = s.clone();
+        let body = body.clone();
+        tokio::spawn(async move { s.post("/v1/completions", &body).await })
+    };
+    // The first request holds the only slot; two more fill the queue.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while s.debug().await["worker"]["active"] != 1 {
+        assert!(tokio::time::Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let queued: Vec<_> = (0..2)
+        .map(|_| {
+            let s = s.clone();
+            let body = body.clone();
+            tokio::spawn(async move { s.post("/v1/completions", &body).await })
+        })
+        .collect();
+    while s.debug().await["worker"]["queue"]["len"] != 2 {
+        assert!(tokio::time::Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let refused = s.post("/v1/completions", &body).await;
+    assert_eq!(refused.status(), 429);
+    for r in std::iter::once(first).chain(queued) {
+        let r = r.await.unwrap();
+        assert_eq!(r.status(), 200);
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["usage"]["completion_tokens"], 60);
+    }
+}
