@@ -23,6 +23,8 @@ enum Command {
         /// YAML file to check.
         file: PathBuf,
     },
+    /// Serve the OpenAI-compatible API with the scheduler in front of a step backend.
+    Serve(ServeArgs),
     /// Simulate arms (control vs preemption settings) over agentic traffic in virtual time.
     Sim(Box<genslot::sim::cli::SimArgs>),
 }
@@ -41,6 +43,82 @@ fn main() -> ExitCode {
             }
         },
         Command::Sim(args) => report(genslot::sim::cli::run(*args)),
+        Command::Serve(args) => report(serve(args)),
+    }
+}
+
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// YAML config; without it the embedded default runs.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Listen address (overrides `server.host`).
+    #[arg(long)]
+    host: Option<String>,
+    /// Listen port (overrides `server.port`; 0 picks a free one).
+    #[arg(long)]
+    port: Option<u16>,
+    /// Step backend (overrides `backend`).
+    #[arg(long, value_enum)]
+    backend: Option<BackendArg>,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum BackendArg {
+    Model,
+    Cuda,
+}
+
+fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    use genslot::config::{Backend, Config};
+
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let mut cfg = match &args.config {
+        Some(path) => Config::from_file(path)?,
+        None => Config::embedded_default()?,
+    };
+    if let Some(h) = args.host {
+        cfg.server.host = h;
+    }
+    if let Some(p) = args.port {
+        cfg.server.port = p;
+    }
+    match args.backend {
+        Some(BackendArg::Model) => cfg.backend = Backend::Model,
+        Some(BackendArg::Cuda) => cfg.backend = Backend::Cuda,
+        None => {}
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")?;
+    runtime.block_on(genslot::actors::serve::serve_config(cfg, shutdown_signal()))
+}
+
+/// Ctrl-C or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term => {}
     }
 }
 

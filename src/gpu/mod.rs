@@ -3,6 +3,9 @@
 //! real decode on an NVIDIA GPU through cudarc, probed at run time.
 
 pub mod cuda;
+pub mod model;
+
+use std::sync::Arc;
 
 use crate::policy::RequestId;
 
@@ -74,4 +77,20 @@ pub trait StepBackend: Send {
     fn release(&mut self, id: RequestId);
     /// What the backend can hold.
     fn capacity(&self) -> BackendCapacity;
+    /// Whether `StepRow::pages` must be filled. A backend without device memory says no,
+    /// which spares copying every row's page table on every step.
+    fn needs_page_tables(&self) -> bool {
+        true
+    }
+    /// A handle that runs context arrivals concurrently with steps (a transfer engine, a
+    /// second stream). `None`: they run on the step thread through `context_arrival`.
+    fn context_lane(&self) -> Option<Arc<dyn ContextLane>> {
+        None
+    }
+}
+
+/// Context arrivals that run beside the decode steps, from any thread.
+pub trait ContextLane: Send + Sync + std::fmt::Debug {
+    /// Blocks until the request's context is resident; returns the seconds it took.
+    fn context_arrival(&self, req: &ContextArrival) -> Result<f64, BackendError>;
 }

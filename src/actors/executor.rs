@@ -1,0 +1,539 @@
+//! The executor: runs the scheduling pass. One pass per step — a pass over the worker core
+//! (ingest → track/resume/pause → admit → build batch, in `WorkerCore::pass`, the one place
+//! that order exists), then the GPU-step actor steps the batch, then the next pass takes the
+//! step's results. It turns the pass's decisions into messages (`Admit`, `Pause`, `Resume`,
+//! `Retain`, `Release`, `Step`), streams tokens to the clients and records the metrics.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use actix::{Actor, ActorContext, AsyncContext, Context, Handler, MessageResult};
+use metrics::{counter, gauge, histogram};
+use serde_json::json;
+use tokio::sync::mpsc::UnboundedSender;
+
+use super::gpu::GpuHandle;
+use super::messages::*;
+use crate::gpu::model::Clock;
+use crate::gpu::{ContextArrival, StepOutput, StepRow};
+use crate::metrics as m;
+use crate::policy::RequestId;
+use crate::server::engine::{EngineEvent, FinishReason};
+use crate::worker::{Arrival, BatchRow, KvReady, PassInputs, PassOutput, Stepped, WorkerCore};
+
+/// How often a pass runs while nothing steps but the worker is not idle (KV in transfer).
+const POLL: Duration = Duration::from_millis(2);
+
+/// State the HTTP-facing engine reads without a message round trip.
+#[derive(Debug, Default)]
+pub struct Shared {
+    /// Requests submitted and not yet admitted, cancelled or refused (the queue bound).
+    pub queued: AtomicUsize,
+    pub shutting_down: AtomicBool,
+    /// Passes run so far.
+    pub passes: AtomicU64,
+    /// Why the backend is down, once it is.
+    pub down: Mutex<Option<String>>,
+}
+
+impl Shared {
+    pub fn down_reason(&self) -> Option<String> {
+        self.down.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+    fn set_down(&self, why: &str) {
+        let mut d = self.down.lock().unwrap_or_else(|p| p.into_inner());
+        d.get_or_insert_with(|| why.to_owned());
+    }
+}
+
+struct Live {
+    events: UnboundedSender<EngineEvent>,
+    arrival: f64,
+    prompt: Vec<u32>,
+    max_tokens: u32,
+    min_tokens: u32,
+    ignore_eos: bool,
+    /// Tokens sent to the client.
+    sent: u32,
+    last_token: u32,
+    waiting: bool,
+    stop: bool,
+}
+
+pub struct ExecutorInit {
+    pub core: WorkerCore,
+    pub clock: Arc<dyn Clock>,
+    pub shared: Arc<Shared>,
+    pub supervisor: actix::Addr<super::supervisor::Supervisor>,
+    pub eos_token: Option<u32>,
+    pub stat_interval: Option<Duration>,
+    /// Keep every pass's inputs and outputs (tests replay them through a fresh core).
+    pub record: bool,
+}
+
+pub struct Executor {
+    core: WorkerCore,
+    clock: Arc<dyn Clock>,
+    shared: Arc<Shared>,
+    supervisor: actix::Addr<super::supervisor::Supervisor>,
+    gpu: Option<GpuHandle>,
+    eos_token: Option<u32>,
+    stat_interval: Option<Duration>,
+    live: BTreeMap<RequestId, Live>,
+    pending: PassInputs,
+    /// The batch of the step in flight.
+    stepping: Option<(u64, Vec<BatchRow>)>,
+    pass_queued: bool,
+    poll_queued: bool,
+    last_step: Option<(f64, usize)>,
+    /// Last set sent in a `Retain` (sent again only when it changes).
+    retained: Vec<RequestId>,
+    record: Option<Vec<(PassInputs, PassOutput)>>,
+    stopped: bool,
+}
+
+impl Executor {
+    pub fn new(init: ExecutorInit) -> Self {
+        Executor {
+            core: init.core,
+            clock: init.clock,
+            shared: init.shared,
+            supervisor: init.supervisor,
+            gpu: None,
+            eos_token: init.eos_token,
+            stat_interval: init.stat_interval,
+            live: BTreeMap::new(),
+            pending: PassInputs::default(),
+            stepping: None,
+            pass_queued: false,
+            poll_queued: false,
+            last_step: None,
+            retained: Vec::new(),
+            record: init.record.then(Vec::new),
+            stopped: false,
+        }
+    }
+
+    fn gpu_send(&mut self, msg: GpuMsg) {
+        let ok = self.gpu.as_ref().is_some_and(|g| g.send(msg));
+        if !ok && !self.stopped {
+            self.backend_down("the GPU-step actor is not running");
+        }
+    }
+
+    /// Run a pass soon (once, however many events asked for it).
+    fn kick(&mut self, ctx: &mut Context<Self>) {
+        if self.stepping.is_none() && !self.pass_queued && !self.stopped {
+            self.pass_queued = true;
+            ctx.notify(RunPass);
+        }
+    }
+
+    fn fail(&mut self, id: RequestId, message: &str) {
+        if let Some(l) = self.live.remove(&id) {
+            let _ = l.events.send(EngineEvent::Failed {
+                message: message.to_owned(),
+            });
+            if l.waiting {
+                self.shared.queued.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+        self.pending.cancellations.push(id);
+    }
+
+    fn fail_all(&mut self, message: &str) {
+        let ids: Vec<RequestId> = self.live.keys().copied().collect();
+        for id in ids {
+            self.fail(id, message);
+        }
+    }
+
+    fn backend_down(&mut self, why: &str) {
+        self.shared.set_down(why);
+        let message = format!("the step backend stopped: {why}");
+        tracing::error!("{message}");
+        self.supervisor.do_send(Disable {
+            why: message.clone(),
+        });
+        self.fail_all(&message);
+        self.stepping = None;
+    }
+
+    fn pass(&mut self, ctx: &mut Context<Self>) {
+        let mut inp = std::mem::take(&mut self.pending);
+        inp.now = self.clock.now();
+        let out = self.core.pass(&inp);
+        self.shared.passes.fetch_add(1, Ordering::Relaxed);
+        self.apply(&out, ctx);
+        if let Some(r) = self.record.as_mut() {
+            r.push((inp, out));
+        }
+    }
+
+    fn apply(&mut self, out: &PassOutput, ctx: &mut Context<Self>) {
+        for id in &out.rejected {
+            if let Some(l) = self.live.remove(id) {
+                self.shared.queued.fetch_sub(1, Ordering::SeqCst);
+                let _ = l.events.send(EngineEvent::Failed {
+                    message: "the waiting queue is full; request refused".into(),
+                });
+            }
+        }
+        for id in &out.cancelled {
+            if let Some(l) = self.live.remove(id) {
+                if l.waiting {
+                    self.shared.queued.fetch_sub(1, Ordering::SeqCst);
+                }
+            }
+        }
+        for a in &out.admitted {
+            let Some(l) = self.live.get_mut(&a.id) else {
+                continue;
+            };
+            l.waiting = false;
+            self.shared.queued.fetch_sub(1, Ordering::SeqCst);
+            histogram!(m::REQUEST_QUEUE_TIME_SECONDS).record((out.now - l.arrival).max(0.0));
+            let arrival = ContextArrival {
+                id: a.id,
+                prompt: l.prompt.clone(),
+                pages: self
+                    .core
+                    .pages_of(a.id)
+                    .map(<[u32]>::to_vec)
+                    .unwrap_or_default(),
+            };
+            self.gpu_send(GpuMsg::Admit(Admit(arrival)));
+        }
+        if !out.pauses.is_empty() {
+            counter!(m::PAUSES_TOTAL).increment(out.pauses.len() as u64);
+            self.gpu_send(GpuMsg::Pause(Pause(out.pauses.clone())));
+        }
+        if !out.resumes.is_empty() || !out.forced_resumes.is_empty() {
+            counter!(m::RESUMES_TOTAL, m::LABEL_FORCED => "false")
+                .increment(out.resumes.len() as u64);
+            counter!(m::RESUMES_TOTAL, m::LABEL_FORCED => "true")
+                .increment(out.forced_resumes.len() as u64);
+            let ids = [out.resumes.as_slice(), out.forced_resumes.as_slice()].concat();
+            self.gpu_send(GpuMsg::Resume(Resume(ids)));
+        }
+        let kept: Vec<RequestId> = [
+            out.displaced.as_slice(),
+            out.token_limited.as_slice(),
+            out.kv_waiting.as_slice(),
+        ]
+        .concat();
+        if kept != self.retained {
+            self.retained = kept.clone();
+            self.gpu_send(GpuMsg::Retain(Retain(kept)));
+        }
+        for d in &out.departed {
+            self.gpu_send(GpuMsg::Release(Release(d.id)));
+            if let Some(l) = self.live.remove(&d.id) {
+                let reason = if l.stop {
+                    FinishReason::Stop
+                } else if d.completed {
+                    FinishReason::Length
+                } else {
+                    FinishReason::Cancelled
+                };
+                let _ = l.events.send(EngineEvent::Finished { reason });
+            }
+        }
+        self.metrics(out);
+        if !out.batch.is_empty() {
+            let needs_pages = self.gpu.as_ref().is_none_or(|g| g.needs_pages);
+            let rows = out
+                .batch
+                .iter()
+                .map(|b| StepRow {
+                    id: b.id,
+                    slot: b.slot,
+                    context_len: b.context_len,
+                    last_token: self.live.get(&b.id).map_or(0, |l| l.last_token),
+                    pages: match needs_pages {
+                        true => self.core.pages_of(b.id).map(<[u32]>::to_vec),
+                        false => None,
+                    }
+                    .unwrap_or_default(),
+                })
+                .collect();
+            self.stepping = Some((out.pass, out.batch.clone()));
+            self.gpu_send(GpuMsg::Step(Step {
+                pass: out.pass,
+                rows,
+            }));
+        } else if !self.core.is_idle() && !self.poll_queued && !self.stopped {
+            self.poll_queued = true;
+            ctx.run_later(POLL, |act, ctx| {
+                act.poll_queued = false;
+                act.kick(ctx);
+            });
+        }
+    }
+
+    fn metrics(&self, out: &PassOutput) {
+        let residents = self.core.resident_count();
+        gauge!(m::NUM_REQUESTS_RUNNING).set(residents.saturating_sub(out.paused) as f64);
+        gauge!(m::NUM_REQUESTS_WAITING).set(out.queue_len as f64);
+        gauge!(m::NUM_REQUESTS_PAUSED).set(out.paused as f64);
+        for p in self.core.pool_usage() {
+            gauge!(m::POOL_USED, m::LABEL_POOL => p.pool).set(p.used as f64);
+            gauge!(m::POOL_CAPACITY, m::LABEL_POOL => p.pool).set(p.capacity as f64);
+        }
+    }
+
+    /// Stream the step's tokens and queue its results for the next pass.
+    fn stepped(&mut self, batch: &[BatchRow], out: StepOutput) {
+        for (row, tokens) in batch.iter().zip(out.tokens) {
+            let mut stop = false;
+            if let Some(l) = self.live.get_mut(&row.id) {
+                for t in &tokens {
+                    if l.sent >= l.max_tokens {
+                        break;
+                    }
+                    if !l.ignore_eos && l.sent >= l.min_tokens && Some(*t) == self.eos_token {
+                        stop = true;
+                        l.stop = true;
+                        break;
+                    }
+                    let _ = l.events.send(EngineEvent::Token { id: *t });
+                    l.sent += 1;
+                    l.last_token = *t;
+                }
+            }
+            // The core counted the first token when it scheduled the request.
+            let counted = if row.first_token {
+                tokens.len().saturating_sub(1)
+            } else {
+                tokens.len()
+            };
+            self.pending.stepped.push(Stepped {
+                id: row.id,
+                tokens: counted as u32,
+                stop,
+                token_ids: tokens,
+            });
+        }
+        self.pending.step_s = Some(out.step_s);
+        self.last_step = Some((out.step_s, batch.len()));
+    }
+
+    fn stat_line(&mut self) {
+        let s = self.core.preemption_mut().take_stat_line();
+        let fmt = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.3}"));
+        let target = match (s.below_target, s.credit) {
+            (Some(b), c) => format!(" below_target={b} credit={}", fmt(c)),
+            _ => String::new(),
+        };
+        tracing::info!(
+            "preemption: pauses={} resumes={} forced={} paused={}/{} g={} W={:.3}s D={}s tpot_inflation={:.4} completions={}{}",
+            s.pauses,
+            s.resumes,
+            s.forced_resumes,
+            s.paused,
+            s.paused_cap,
+            fmt(s.g),
+            s.window_s,
+            fmt(s.d_s),
+            s.tpot_inflation,
+            s.completions,
+            target
+        );
+    }
+}
+
+/// Attach the GPU-step actor (its thread needs the executor's address first).
+#[derive(actix::Message)]
+#[rtype(result = "()")]
+pub struct AttachGpu(pub GpuHandle);
+
+#[derive(actix::Message)]
+#[rtype(result = "()")]
+struct RunPass;
+
+impl Actor for Executor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        if let Some(every) = self.stat_interval {
+            ctx.run_interval(every, |act, _| act.stat_line());
+        }
+    }
+}
+
+impl Handler<AttachGpu> for Executor {
+    type Result = ();
+    fn handle(&mut self, msg: AttachGpu, _: &mut Context<Self>) {
+        self.gpu = Some(msg.0);
+    }
+}
+
+impl Handler<RunPass> for Executor {
+    type Result = ();
+    fn handle(&mut self, _: RunPass, ctx: &mut Context<Self>) {
+        self.pass_queued = false;
+        if self.stepping.is_none() && !self.stopped {
+            self.pass(ctx);
+        }
+    }
+}
+
+impl Handler<Submit> for Executor {
+    type Result = ();
+    fn handle(&mut self, msg: Submit, ctx: &mut Context<Self>) {
+        if self.stopped {
+            self.shared.queued.fetch_sub(1, Ordering::SeqCst);
+            let _ = msg.events.send(EngineEvent::Failed {
+                message: "the server is shutting down; request not accepted".into(),
+            });
+            return;
+        }
+        let context_tokens = u32::try_from(msg.req.prompt_tokens.len()).unwrap_or(u32::MAX);
+        self.pending.arrivals.push(Arrival {
+            id: msg.id,
+            arrival: msg.arrival,
+            context_tokens,
+            max_tokens: msg.req.max_tokens.max(1),
+        });
+        self.live.insert(
+            msg.id,
+            Live {
+                events: msg.events,
+                arrival: msg.arrival,
+                prompt: msg.req.prompt_tokens,
+                max_tokens: msg.req.max_tokens.max(1),
+                min_tokens: msg.req.min_tokens,
+                ignore_eos: msg.req.ignore_eos,
+                sent: 0,
+                last_token: 0,
+                waiting: true,
+                stop: false,
+            },
+        );
+        self.kick(ctx);
+    }
+}
+
+impl Handler<Cancel> for Executor {
+    type Result = ();
+    fn handle(&mut self, msg: Cancel, ctx: &mut Context<Self>) {
+        if self.live.contains_key(&msg.0) || self.core.is_resident(msg.0) {
+            self.pending.cancellations.push(msg.0);
+            self.kick(ctx);
+        }
+    }
+}
+
+impl Handler<StepDone> for Executor {
+    type Result = ();
+    fn handle(&mut self, msg: StepDone, ctx: &mut Context<Self>) {
+        let Some((pass, batch)) = self.stepping.take() else {
+            return; // a step of a batch already failed and released
+        };
+        if pass != msg.pass {
+            self.stepping = Some((pass, batch));
+            return;
+        }
+        match msg.result {
+            Ok(out) if out.tokens.len() == batch.len() => self.stepped(&batch, out),
+            Ok(out) => {
+                let why = format!(
+                    "the backend returned {} rows for a batch of {}",
+                    out.tokens.len(),
+                    batch.len()
+                );
+                self.fail_batch(&batch, &why);
+            }
+            Err(e) => self.fail_batch(&batch, &format!("decode step failed: {e}")),
+        }
+        self.kick(ctx);
+    }
+}
+
+impl Executor {
+    fn fail_batch(&mut self, batch: &[BatchRow], why: &str) {
+        tracing::error!("{why}; failing the {} requests of the batch", batch.len());
+        // The supervisor hears of it before any client does.
+        self.supervisor.do_send(Disable {
+            why: why.to_owned(),
+        });
+        for row in batch {
+            self.fail(row.id, why);
+        }
+    }
+}
+
+impl Handler<KvArrived> for Executor {
+    type Result = ();
+    fn handle(&mut self, msg: KvArrived, ctx: &mut Context<Self>) {
+        match msg.result {
+            Ok(_) => self.pending.kv_ready.push(KvReady {
+                id: msg.id,
+                at: self.clock.now(),
+            }),
+            Err(e) => self.fail(msg.id, &format!("context arrival failed: {e}")),
+        }
+        self.kick(ctx);
+    }
+}
+
+impl Handler<BackendDown> for Executor {
+    type Result = ();
+    fn handle(&mut self, msg: BackendDown, ctx: &mut Context<Self>) {
+        self.backend_down(&msg.0);
+        self.kick(ctx);
+    }
+}
+
+impl Handler<DisablePreemption> for Executor {
+    type Result = ();
+    fn handle(&mut self, _: DisablePreemption, ctx: &mut Context<Self>) {
+        self.core.preemption_mut().disable();
+        self.kick(ctx);
+    }
+}
+
+impl Handler<DebugState> for Executor {
+    type Result = MessageResult<DebugState>;
+    fn handle(&mut self, _: DebugState, _: &mut Context<Self>) -> Self::Result {
+        let now = self.clock.now();
+        let gpu = self.gpu.as_ref().map(GpuHandle::state);
+        MessageResult(json!({
+            "executor": {
+                "now": now,
+                "live_requests": self.live.len(),
+                "stepping": self.stepping.as_ref().map(|(p, b)| json!({"pass": p, "batch": b.len()})),
+                "last_step_s": self.last_step.map(|s| s.0),
+                "last_batch": self.last_step.map(|s| s.1),
+                "backend_down": self.shared.down_reason(),
+                "stopped": self.stopped,
+            },
+            "worker": self.core.snapshot(now),
+            "gpu_step": gpu,
+        }))
+    }
+}
+
+impl Handler<Shutdown> for Executor {
+    type Result = ();
+    fn handle(&mut self, msg: Shutdown, ctx: &mut Context<Self>) {
+        self.fail_all(&msg.reason);
+        self.stepping = None;
+        // One last pass releases every lease of the failed requests.
+        self.pass(ctx);
+        self.stopped = true;
+        if let Some(g) = &self.gpu {
+            g.send(GpuMsg::Stop);
+        }
+        ctx.stop();
+    }
+}
+
+impl Handler<TakeRecord> for Executor {
+    type Result = MessageResult<TakeRecord>;
+    fn handle(&mut self, _: TakeRecord, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.record.as_mut().map(std::mem::take).unwrap_or_default())
+    }
+}

@@ -1,0 +1,317 @@
+//! The `model` step backend (SPEC §6): no GPU, only time. A decode step takes the timing
+//! model's `t(B, ΣL)` and a context arrival the transfer model's time, both from the
+//! config's `timing` section (the formulas live in `sim::plant`). In the server the backend
+//! sleeps for real; in tests it advances a shared [`VirtualClock`] instead.
+//!
+//! Token ids are deterministic: a hash of (request id, position) into the vocabulary, so a
+//! rerun of the same requests streams the same text. The first step that includes a request
+//! returns its first token too (the context's token) ahead of the step's own tokens.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::{
+    BackendCapacity, BackendError, ContextArrival, ContextLane, StepBackend, StepOutput, StepRow,
+};
+use crate::config::Config;
+use crate::policy::RequestId;
+use crate::sim::plant::{Plant, StepModel, TransferModel};
+
+/// The leader's clock, in seconds since it started.
+pub trait Clock: Send + Sync + std::fmt::Debug {
+    fn now(&self) -> f64;
+    /// Let `seconds` pass: sleep for real, or advance virtual time.
+    fn pass(&self, seconds: f64);
+}
+
+/// Wall-clock time since construction; `pass` sleeps the thread.
+#[derive(Debug, Clone)]
+pub struct RealClock {
+    start: Instant,
+}
+
+impl RealClock {
+    pub fn new() -> Self {
+        RealClock {
+            start: Instant::now(),
+        }
+    }
+}
+
+impl Default for RealClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Clock for RealClock {
+    fn now(&self) -> f64 {
+        self.start.elapsed().as_secs_f64()
+    }
+    fn pass(&self, seconds: f64) {
+        if seconds > 0.0 && seconds.is_finite() {
+            std::thread::sleep(Duration::from_secs_f64(seconds));
+        }
+    }
+}
+
+/// Shared virtual time: `pass` advances it, nothing sleeps. Clones share the same time.
+#[derive(Debug, Clone, Default)]
+pub struct VirtualClock {
+    bits: Arc<AtomicU64>,
+}
+
+impl VirtualClock {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    pub fn set(&self, t: f64) {
+        self.bits.store(t.to_bits(), Ordering::SeqCst);
+    }
+}
+
+impl Clock for VirtualClock {
+    fn now(&self) -> f64 {
+        f64::from_bits(self.bits.load(Ordering::SeqCst))
+    }
+    fn pass(&self, seconds: f64) {
+        if seconds > 0.0 && seconds.is_finite() {
+            let _ = self
+                .bits
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |b| {
+                    Some((f64::from_bits(b) + seconds).to_bits())
+                });
+        }
+    }
+}
+
+/// Llama 2's vocabulary size, the server tokenizer's default.
+pub const DEFAULT_VOCAB: u32 = 32_000;
+
+/// The token at `position` of request `id`: FNV-1a over both, stable across runs.
+pub fn token_id(id: RequestId, position: u32, vocab: u32) -> u32 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in id.to_le_bytes().into_iter().chain(position.to_le_bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    (h % u64::from(vocab.max(1))) as u32
+}
+
+/// Context arrivals of the model backend: sleep (or advance) the transfer time. Runs
+/// concurrently with steps, as a KV transfer does.
+#[derive(Debug, Clone)]
+pub struct ModelTransfer {
+    transfer: TransferModel,
+    clock: Arc<dyn Clock>,
+}
+
+impl ContextLane for ModelTransfer {
+    fn context_arrival(&self, req: &ContextArrival) -> Result<f64, BackendError> {
+        let ctx = u32::try_from(req.prompt.len()).unwrap_or(u32::MAX);
+        let s = self.transfer.transfer_s(ctx);
+        self.clock.pass(s);
+        Ok(s)
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Progress {
+    /// Tokens returned so far (the first token included).
+    emitted: u32,
+    /// Fractional tokens-per-step accumulator (speculative decoding).
+    acc: f64,
+}
+
+/// The timing-model backend.
+#[derive(Debug)]
+pub struct ModelBackend {
+    step: StepModel,
+    lane: ModelTransfer,
+    clock: Arc<dyn Clock>,
+    capacity: BackendCapacity,
+    vocab: u32,
+    progress: BTreeMap<RequestId, Progress>,
+}
+
+impl ModelBackend {
+    pub fn new(
+        step: StepModel,
+        transfer: TransferModel,
+        capacity: BackendCapacity,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        ModelBackend {
+            step,
+            lane: ModelTransfer {
+                transfer,
+                clock: clock.clone(),
+            },
+            clock,
+            capacity,
+            vocab: DEFAULT_VOCAB,
+            progress: BTreeMap::new(),
+        }
+    }
+
+    /// The backend a config describes, on `clock`.
+    pub fn from_config(cfg: &Config, clock: Arc<dyn Clock>) -> Self {
+        let plant = Plant::from_timing(
+            "model",
+            &cfg.timing,
+            cfg.max_batch_size,
+            cfg.kv_cache_config.max_tokens,
+        );
+        let tpb = cfg.kv_cache_config.tokens_per_block.max(1);
+        let capacity = BackendCapacity {
+            kv_pages: (cfg.kv_cache_config.max_tokens / u64::from(tpb)).min(u32::MAX as u64) as u32,
+            tokens_per_block: tpb,
+            seq_slots: cfg.max_num_active_requests().saturating_mul(2),
+        };
+        Self::new(plant.step, plant.transfer, capacity, clock)
+    }
+
+    pub fn with_vocab(mut self, vocab: u32) -> Self {
+        self.vocab = vocab.max(1);
+        self
+    }
+
+    /// Modelled seconds of a step over `rows` (without sleeping).
+    pub fn step_seconds(&self, rows: &[StepRow]) -> f64 {
+        let kv: u64 = rows.iter().map(|r| u64::from(r.context_len)).sum();
+        self.step.step_s(rows.len(), kv)
+    }
+}
+
+impl StepBackend for ModelBackend {
+    fn context_arrival(&mut self, req: &ContextArrival) -> Result<f64, BackendError> {
+        self.lane.context_arrival(req)
+    }
+
+    fn step(&mut self, rows: &[StepRow]) -> Result<StepOutput, BackendError> {
+        let step_s = self.step_seconds(rows);
+        let tps = self.step.tokens_per_step;
+        let tokens = rows
+            .iter()
+            .map(|row| {
+                let p = self.progress.entry(row.id).or_default();
+                let before = p.acc.floor();
+                p.acc += tps;
+                let mut n = (p.acc.floor() - before) as u32;
+                if p.emitted == 0 {
+                    n += 1; // the first token comes with the request's first step
+                }
+                let start = p.emitted;
+                p.emitted += n;
+                (start..start + n)
+                    .map(|pos| token_id(row.id, pos, self.vocab))
+                    .collect()
+            })
+            .collect();
+        self.clock.pass(step_s);
+        Ok(StepOutput { tokens, step_s })
+    }
+
+    fn release(&mut self, id: RequestId) {
+        self.progress.remove(&id);
+    }
+
+    fn capacity(&self) -> BackendCapacity {
+        self.capacity
+    }
+
+    fn context_lane(&self) -> Option<Arc<dyn ContextLane>> {
+        Some(Arc::new(self.lane.clone()))
+    }
+
+    fn needs_page_tables(&self) -> bool {
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn backend(clock: VirtualClock) -> ModelBackend {
+        let cfg = Config::default();
+        ModelBackend::from_config(&cfg, Arc::new(clock))
+    }
+
+    fn row(id: RequestId, context_len: u32) -> StepRow {
+        StepRow {
+            id,
+            slot: 0,
+            context_len,
+            last_token: 0,
+            pages: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_step_advances_the_virtual_clock_by_the_timing_model() {
+        let clock = VirtualClock::new();
+        let mut b = backend(clock.clone());
+        let rows = [row(1, 1000), row(2, 3000)];
+        let out = b.step(&rows).unwrap();
+        let cfg = Config::default();
+        let plant = Plant::from_timing("m", &cfg.timing, 128, 1);
+        assert_eq!(out.step_s, plant.step.step_s(2, 4000));
+        assert_eq!(clock.now(), out.step_s);
+    }
+
+    #[test]
+    fn the_first_step_returns_the_first_token_and_later_steps_one_each() {
+        let mut b = backend(VirtualClock::new());
+        let first = b.step(&[row(7, 10)]).unwrap();
+        let second = b.step(&[row(7, 11)]).unwrap();
+        assert_eq!(first.tokens[0].len(), 2);
+        assert_eq!(second.tokens[0].len(), 1);
+        assert_eq!(
+            [first.tokens[0].clone(), second.tokens[0].clone()].concat(),
+            (0..3)
+                .map(|p| token_id(7, p, DEFAULT_VOCAB))
+                .collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
+    fn tokens_are_deterministic_per_request_and_position() {
+        let run = || {
+            let mut b = backend(VirtualClock::new());
+            (0..4)
+                .flat_map(|_| b.step(&[row(3, 5), row(9, 5)]).unwrap().tokens)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(run(), run());
+        assert_ne!(token_id(3, 0, DEFAULT_VOCAB), token_id(9, 0, DEFAULT_VOCAB));
+    }
+
+    #[test]
+    fn a_released_request_starts_over() {
+        let mut b = backend(VirtualClock::new());
+        let a = b.step(&[row(4, 1)]).unwrap();
+        b.release(4);
+        assert_eq!(b.step(&[row(4, 1)]).unwrap().tokens, a.tokens);
+    }
+
+    #[test]
+    fn context_arrival_takes_the_transfer_time() {
+        let clock = VirtualClock::new();
+        let b = backend(clock.clone());
+        let lane = b.context_lane().unwrap();
+        let s = lane
+            .context_arrival(&ContextArrival {
+                id: 1,
+                prompt: vec![0; 500],
+                pages: Vec::new(),
+            })
+            .unwrap();
+        let cfg = Config::default();
+        let plant = Plant::from_timing("m", &cfg.timing, 128, 1);
+        assert_eq!(s, plant.transfer.transfer_s(500));
+        assert_eq!(clock.now(), s);
+    }
+}

@@ -1,0 +1,118 @@
+//! A failing GPU-step actor never hangs a request: a step that errors fails the requests
+//! of its batch with the backend's reason (and the supervisor turns preemption off); a
+//! backend thread that panics fails every in-flight request and new ones get HTTP 503.
+
+mod serve_support;
+
+use std::sync::Arc;
+
+use genslot::actors::{ActorEngine, StartOptions};
+use genslot::gpu::model::{Clock, RealClock};
+use genslot::gpu::{
+    BackendCapacity, BackendError, ContextArrival, StepBackend, StepOutput, StepRow,
+};
+use genslot::policy::RequestId;
+use genslot::server::engine::{Engine, EngineEvent, GenRequest};
+use serde_json::json;
+use serve_support::*;
+
+/// Context arrives at once; every step fails, or panics.
+struct Broken {
+    panic: bool,
+}
+
+impl StepBackend for Broken {
+    fn context_arrival(&mut self, _: &ContextArrival) -> Result<f64, BackendError> {
+        Ok(0.0)
+    }
+    fn step(&mut self, _: &[StepRow]) -> Result<StepOutput, BackendError> {
+        if self.panic {
+            panic!("device lost");
+        }
+        Err(BackendError::Failed("illegal memory access".into()))
+    }
+    fn release(&mut self, _: RequestId) {}
+    fn capacity(&self) -> BackendCapacity {
+        BackendCapacity {
+            kv_pages: 1 << 20,
+            tokens_per_block: 32,
+            seq_slots: 256,
+        }
+    }
+}
+
+fn broken(panic: bool) -> ActorEngine {
+    let cfg = config("scheduler_config: { gen_preemption: { tpot_budget: 0.1 } }\n");
+    let clock: Arc<dyn Clock> = Arc::new(RealClock::new());
+    ActorEngine::start(
+        &cfg,
+        Box::new(Broken { panic }),
+        clock,
+        StartOptions::default(),
+    )
+    .unwrap()
+}
+
+fn request() -> GenRequest {
+    GenRequest {
+        prompt_tokens: vec![1, 2, 3],
+        max_tokens: 10,
+        min_tokens: 0,
+        ignore_eos: true,
+        arrival_unix_s: None,
+    }
+}
+
+async fn terminal(engine: &ActorEngine) -> EngineEvent {
+    let mut sub = engine.submit(request()).unwrap();
+    tokio::time::timeout(WAIT, sub.recv())
+        .await
+        .expect("the request ends")
+        .expect("an event")
+}
+
+#[tokio::test]
+async fn a_failing_step_fails_its_batch_with_the_reason_and_disables_preemption() {
+    let engine = broken(false);
+    match terminal(&engine).await {
+        EngineEvent::Failed { message } => {
+            assert!(message.contains("illegal memory access"), "{message}")
+        }
+        other => panic!("expected a failure, got {other:?}"),
+    }
+    let st = engine.supervisor_state().await.unwrap();
+    assert!(!st.enabled);
+    assert!(st.warning.unwrap().contains("decode step failed"));
+    // Every lease of the failed request comes back.
+    let s = Server::with_engine(engine).await;
+    let mut used = s.pools_used().await;
+    for _ in 0..100 {
+        if used.iter().all(|(_, u)| *u == 0) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        used = s.pools_used().await;
+    }
+    assert!(used.iter().all(|(_, u)| *u == 0), "{used:?}");
+    s.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_panicking_backend_fails_in_flight_requests_and_refuses_new_ones_with_503() {
+    let engine = broken(true);
+    match terminal(&engine).await {
+        EngineEvent::Failed { message } => assert!(message.contains("device lost"), "{message}"),
+        other => panic!("expected a failure, got {other:?}"),
+    }
+    let s = Server::with_engine(engine).await;
+    let r = s
+        .post("/v1/completions", &json!({"prompt": "a", "max_tokens": 3}))
+        .await;
+    assert_eq!(r.status(), 503);
+    let d = s.debug().await;
+    assert!(d["executor"]["backend_down"]
+        .as_str()
+        .unwrap()
+        .contains("panicked"));
+    s.shutdown().await.unwrap();
+}

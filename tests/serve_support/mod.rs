@@ -1,0 +1,126 @@
+//! Shared harness for the `serve_*` tests: the actor engine over the timing-model backend,
+//! with a fast timing config, behind the HTTP server on a loopback port.
+#![allow(dead_code)] // each test file uses a different subset
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use genslot::actors::{ActorEngine, StartOptions};
+use genslot::config::Config;
+use genslot::gpu::model::{Clock, ModelBackend, RealClock};
+use genslot::server::{serve, App};
+use serde_json::Value;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+pub const WAIT: Duration = Duration::from_secs(20);
+
+/// Millisecond steps and transfers, so a test of thousands of steps takes seconds.
+pub const FAST_TIMING: &str =
+    "timing: { base_ms: 1.0, per_request_ms: 0.02, per_kv_token_ns: 0.0, \
+     transfer_base_ms: 2.0, transfer_per_token_us: 0.0 }\nserver: { stat_interval_s: 3600 }\n";
+
+pub fn config(extra: &str) -> Config {
+    Config::from_yaml_str(&format!("{FAST_TIMING}{extra}"), "test").expect("valid test config")
+}
+
+pub struct Server {
+    pub base: String,
+    pub client: reqwest::Client,
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<std::io::Result<()>>,
+}
+
+pub fn engine(cfg: &Config) -> ActorEngine {
+    let clock: Arc<dyn Clock> = Arc::new(RealClock::new());
+    let backend = ModelBackend::from_config(cfg, clock.clone());
+    ActorEngine::start(cfg, Box::new(backend), clock, StartOptions::default()).expect("start")
+}
+
+impl Server {
+    pub async fn start(cfg: &Config) -> Self {
+        Self::with_engine(engine(cfg)).await
+    }
+
+    pub async fn with_engine(engine: ActorEngine) -> Self {
+        let metrics = genslot::metrics::install_recorder().expect("recorder");
+        let app = App::new(Arc::new(engine), metrics, "genslot-test".into());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let base = format!("http://{}", listener.local_addr().expect("addr"));
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(serve(listener, app, async {
+            let _ = stopped.await;
+        }));
+        Server {
+            base,
+            client: reqwest::Client::new(),
+            stop: Some(stop),
+            task,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    pub async fn post(&self, path: &str, body: &Value) -> reqwest::Response {
+        self.client
+            .post(self.url(path))
+            .json(body)
+            .send()
+            .await
+            .expect("send")
+    }
+
+    pub async fn debug(&self) -> Value {
+        self.client
+            .get(self.url("/debug/actors"))
+            .send()
+            .await
+            .expect("send")
+            .json()
+            .await
+            .expect("debug state is JSON")
+    }
+
+    /// `(pool, used)` for every pool in `/debug/actors`.
+    pub async fn pools_used(&self) -> Vec<(String, u64)> {
+        let d = self.debug().await;
+        d["worker"]["pools"]
+            .as_array()
+            .expect("pools")
+            .iter()
+            .map(|p| {
+                (
+                    p["pool"].as_str().unwrap_or_default().to_owned(),
+                    p["used"].as_u64().unwrap_or(u64::MAX),
+                )
+            })
+            .collect()
+    }
+
+    pub async fn shutdown(mut self) -> std::io::Result<()> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        tokio::time::timeout(WAIT, self.task)
+            .await
+            .expect("serve returns after shutdown")
+            .expect("serve task")
+    }
+}
+
+/// Splits a finished SSE body into its JSON chunks, checking it ends with `[DONE]`.
+pub fn chunks(body: &str) -> Vec<Value> {
+    let mut data: Vec<&str> = body
+        .split("\n\n")
+        .filter(|e| !e.trim().is_empty())
+        .map(|e| e.strip_prefix("data: ").expect("data event"))
+        .collect();
+    assert_eq!(data.pop(), Some("[DONE]"), "stream: {body}");
+    data.iter()
+        .map(|d| serde_json::from_str(d).expect("chunk is JSON"))
+        .collect()
+}
