@@ -83,6 +83,20 @@ pub struct RunResult {
     pub final_d_s: Option<f64>,
     /// Every pass's decisions (only when asked for; used by equivalence tests).
     pub trace: Vec<PassOutput>,
+    /// Every issued request (only when asked for): what each arm was offered.
+    pub issued: Vec<Issued>,
+}
+
+/// One request the workload issued, for checking that arms see the same workload.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Issued {
+    pub send_at: f64,
+    pub lane: Option<usize>,
+    pub session: usize,
+    pub instance: u64,
+    pub input_tokens: u32,
+    pub max_tokens: u32,
+    pub warmup: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -269,6 +283,17 @@ pub fn run(spec: &RunSpec, arm: &ResolvedArm, keep_trace: bool) -> Result<RunRes
                 let measured =
                     !is.warmup && is.send_at >= spec.warmup_s && is.send_at < spec.duration_s;
                 measured_open += measured as u64;
+                if keep_trace {
+                    out.issued.push(Issued {
+                        send_at: is.send_at,
+                        lane: is.lane,
+                        session: is.session,
+                        instance: is.instance,
+                        input_tokens: is.input_tokens,
+                        max_tokens: is.max_tokens,
+                        warmup: is.warmup,
+                    });
+                }
                 let u = uncached_tokens(&mut prefix, &is);
                 reqs.insert(
                     is.id,

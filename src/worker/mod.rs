@@ -92,6 +92,8 @@ struct Res {
     slot: u32,
     /// Tokens its KV pages hold (pages × tokens_per_block): the pool is asked only to grow.
     kv_capacity: u32,
+    /// Mirrors the controller's paused set, so building the batch needs no set lookups.
+    paused: bool,
 }
 
 impl Res {
@@ -361,6 +363,16 @@ impl WorkerCore {
             departed: &departed,
             queue: &self.queue,
         });
+        for id in &dec.pauses {
+            if let Some(r) = self.residents.get_mut(id) {
+                r.paused = true;
+            }
+        }
+        for id in dec.resumes.iter().chain(&dec.forced_resumes) {
+            if let Some(r) = self.residents.get_mut(id) {
+                r.paused = false;
+            }
+        }
         if let Some(d) = self.drafter.as_mut() {
             for id in &dec.pauses {
                 let _ = d.retain(*id);
@@ -398,6 +410,7 @@ impl WorkerCore {
                 slot,
                 kv_capacity: self.kv.pages_of(w.id).map_or(0, |p| p.len() as u32)
                     * self.params.kv.tokens_per_block,
+                paused: false,
             });
             self.totals.admitted += 1;
             out.admitted.push(Admitted {
@@ -417,7 +430,7 @@ impl WorkerCore {
         let cands: Vec<Candidate> = self
             .residents
             .values()
-            .filter(|r| r.kv_ready.is_some() && !self.preempt.is_paused(r.id))
+            .filter(|r| r.kv_ready.is_some() && !r.paused)
             .map(|r| Candidate {
                 id: r.id,
                 slot: r.slot,

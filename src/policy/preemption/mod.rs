@@ -586,11 +586,9 @@ impl GenPreemption {
         }
 
         let mut dec = PreemptDecision::default();
-        let mut active = v
-            .residents
-            .iter()
-            .filter(|r| !self.paused.contains(&r.id))
-            .count() as u32;
+        // Every paused id is resident now (the gone ones were dropped), so occupancy needs
+        // no scan.
+        let mut active = v.residents.len().saturating_sub(self.paused.len()) as u32;
 
         if !self.params.mode.is_on() {
             // Off (or disabled at run time): nothing stays paused.

@@ -590,3 +590,60 @@ fn target_resume_lane_takes_least_slack_first() {
     let d = w.step(&mut p, 11.0, &quiet(11.0, None), &[dep]);
     assert_eq!(d.resumes, vec![1]);
 }
+
+#[test]
+fn target_tier1_allows_eight_slack_pauses_per_request() {
+    let mut p = target(50.0);
+    // Request 0 has far more laxity than the rest, so it is the tier-1 victim until its
+    // eight slack-bounded pauses are used up.
+    let mut rs = rate_residents(10.0, [3000; 4]);
+    rs[0].max_tokens = 100_000;
+    let mut w = World::new(rs);
+    let mut now = 10.0;
+    let mut victims = Vec::new();
+    for _ in 0..10 {
+        victims.extend(w.step(&mut p, now, &late_queue(now), &[]).pauses);
+        now += 10.0; // the maximum pause before any completion forces it back
+        w.step(&mut p, now, &quiet(now, None), &[]);
+        let dep = w.cancel(w.last_admitted(), now);
+        w.step(&mut p, now, &quiet(now, None), &[dep]);
+        w.tick(100);
+    }
+    // The ninth pause goes elsewhere: request 0's slack-bounded pauses are used up.
+    assert_eq!(victims[..8], [0; 8], "{victims:?}");
+    assert_ne!(victims[8], 0, "{victims:?}");
+}
+
+#[test]
+fn target_resume_lane_puts_sacrificed_requests_last() {
+    let mut p = target(95.0);
+    // Five completions at 333 tok/s (above T) with D = 300 s: credit 1.0.
+    let dep = |id| Departure {
+        id,
+        completed: true,
+        first_token_time: Some(0.0),
+        finish_time: 300.0,
+        output_tokens: 100_000,
+    };
+    let deps: Vec<_> = (100..105).map(dep).collect();
+    step(&mut p, 0.0, &[], &deps, &quiet(0.0, None));
+    // At t = 30: requests 0–2 have laxity ≈ 3.2 s (< 0.02 D = 6 s); request 3 ≈ 31.6 s.
+    let mut rs = rate_residents(30.0, [6000; 4]);
+    rs[3].max_tokens = 60_000;
+    let mut w = World::new(rs);
+    assert_eq!(
+        w.step(&mut p, 30.0, &late_queue(30.0), &[]).pauses,
+        vec![3],
+        "tier 1 first"
+    );
+    assert_eq!(
+        w.step(&mut p, 30.0, &late_queue(30.0), &[]).pauses,
+        vec![0],
+        "then a sacrifice"
+    );
+    assert!(p.sacrificed(0));
+    // One slot frees: request 0 has less laxity, but sacrificed requests resume last.
+    let gone = w.cancel(w.last_admitted(), 31.0);
+    let d = w.step(&mut p, 31.0, &quiet(31.0, None), &[gone]);
+    assert_eq!(d.resumes, vec![3]);
+}

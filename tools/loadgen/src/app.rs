@@ -17,9 +17,9 @@ use crate::summary::{RunInfo, Summary};
 /// Builds the request source named on the command line; returns it with a description.
 pub fn build_source(args: &RunArgs) -> anyhow::Result<(Box<dyn Source>, String)> {
     let s = &args.source;
-    let closed_loop = s.weka.is_some() || s.synthetic;
+    let closed_loop = s.weka.is_some() || s.synthetic || s.fixed.is_some();
     if closed_loop && args.concurrency.is_none_or(|c| c == 0) {
-        bail!("--concurrency (at least 1) is required for closed-loop lanes (--weka, --synthetic)");
+        bail!("--concurrency (at least 1) is required for closed-loop lanes (--weka, --synthetic, --fixed)");
     }
     if !closed_loop && args.concurrency.is_some() {
         eprintln!(

@@ -45,6 +45,24 @@ pub struct SourceArgs {
     /// Synthetic agentic sessions fitted to the Weka traces: closed-loop AgentX lanes.
     #[arg(long)]
     pub synthetic: bool,
+    /// Fixed-length closed loop, `ISL,OSL`: every request has ISL prompt and OSL output
+    /// tokens, back to back on each lane (the load AIPerf's `--isl/--osl` sends).
+    #[arg(long, value_name = "ISL,OSL", value_parser = parse_fixed)]
+    pub fixed: Option<(u32, u32)>,
+}
+
+fn parse_fixed(s: &str) -> Result<(u32, u32), String> {
+    let (a, b) = s.split_once(',').ok_or("expected ISL,OSL, e.g. 64,32")?;
+    let n = |x: &str| {
+        x.trim()
+            .parse::<u32>()
+            .map_err(|_| format!("`{x}` is not a token count"))
+    };
+    let (i, o) = (n(a)?, n(b)?);
+    if i == 0 || o == 0 {
+        return Err("ISL and OSL must be at least 1".into());
+    }
+    Ok((i, o))
 }
 
 #[derive(Debug, Args)]

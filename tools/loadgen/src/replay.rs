@@ -95,6 +95,14 @@ fn describe_rules(r: &ReplayRules) -> String {
 pub fn build(args: &RunArgs) -> anyhow::Result<(Box<dyn Source>, String)> {
     let s = &args.source;
     let salt = args.seed;
+    if let Some((isl, osl)) = s.fixed {
+        let c = args.concurrency.unwrap_or(1);
+        let desc = format!("fixed {isl} prompt / {osl} output tokens, {c} lanes back to back");
+        return Ok((
+            Box::new(crate::source::FixedLanes::new(c, isl, osl, 0.0, false)),
+            desc,
+        ));
+    }
     if s.synthetic {
         let sessions = SyntheticAgentic::new(SynthParams::default())
             .generate(args.synthetic_sessions, args.seed);
