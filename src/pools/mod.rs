@@ -5,14 +5,16 @@
 //! `max_num_active_requests + paused cap`. Pure: no clock, no I/O.
 
 pub mod drafter;
+pub mod index;
 pub mod kv;
 pub mod recurrent;
 pub mod slot;
 
 pub use drafter::DrafterArena;
+pub use index::IndexPool;
 pub use kv::{KvConfig, KvPool};
 pub use recurrent::RecurrentPool;
-pub use slot::SlotPool;
+pub use slot::{slot_pool, SlotPool};
 
 use serde::Serialize;
 

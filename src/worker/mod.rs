@@ -153,7 +153,7 @@ impl WorkerCore {
         Self {
             queue: AdmissionQueue::new(params.admission),
             preempt: GenPreemption::new(preempt_params),
-            slots: SlotPool::new(cap, params.headroom),
+            slots: crate::pools::slot_pool(cap, params.headroom),
             kv: KvPool::new(params.kv),
             recurrent: params
                 .recurrent_state_bytes
