@@ -50,7 +50,7 @@ fn priority(c: &Candidate) -> (u8, f64, RequestId) {
 }
 
 /// Order candidates and cut at the limits.
-pub fn build(mut cands: Vec<Candidate>, limits: &BatchLimits) -> BatchPlan {
+pub fn build(cands: &mut [Candidate], limits: &BatchLimits) -> BatchPlan {
     cands.sort_by(|a, b| {
         let (ca, ta, ia) = priority(a);
         let (cb, tb, ib) = priority(b);
@@ -64,7 +64,7 @@ pub fn build(mut cands: Vec<Candidate>, limits: &BatchLimits) -> BatchPlan {
     };
     let per = limits.tokens_per_request.max(1);
     let mut tokens = 0u32;
-    for c in cands {
+    for c in cands.iter() {
         if plan.scheduled.len() as u32 >= limits.max_batch_size {
             plan.displaced.push(c.id);
         } else if tokens + per > limits.max_num_tokens {
@@ -101,7 +101,7 @@ mod tests {
     #[test]
     fn first_token_requests_go_first() {
         let plan = build(
-            vec![
+            &mut [
                 c(1, 0.0),
                 Candidate {
                     first_token_pending: true,
@@ -120,16 +120,16 @@ mod tests {
             forced_resume: true,
             ..c(9, 0.5)
         };
-        let plan = build(vec![c(1, 0.0), c(2, 1.0), c(3, 2.0), forced], &LIMITS);
+        let plan = build(&mut [c(1, 0.0), c(2, 1.0), c(3, 2.0), forced], &LIMITS);
         assert_eq!(plan.scheduled, vec![9, 1, 2]);
         assert_eq!(plan.displaced, vec![3]);
     }
 
     #[test]
     fn batch_never_exceeds_either_limit() {
-        let many: Vec<_> = (0..10).map(|i| c(i, i as f64)).collect();
+        let mut many: Vec<_> = (0..10).map(|i| c(i, i as f64)).collect();
         let plan = build(
-            many.clone(),
+            &mut many.clone(),
             &BatchLimits {
                 max_batch_size: 8,
                 max_num_tokens: 10,
@@ -139,7 +139,7 @@ mod tests {
         assert_eq!(plan.scheduled.len(), 5);
         assert_eq!(plan.token_limited.len(), 5);
         let plan = build(
-            many,
+            &mut many,
             &BatchLimits {
                 max_batch_size: 4,
                 max_num_tokens: 100,

@@ -139,7 +139,11 @@ pub struct WorkerCore {
     residents: table::ResidentTable,
     /// The batch of the last pass as (id, slot): step results usually come back in this order.
     batch_rows: Vec<(RequestId, u32)>,
-    displaced: BTreeSet<RequestId>,
+    /// Requests left out of the last batch by its limits (they keep all state).
+    displaced: Vec<RequestId>,
+    /// Buffers reused every pass, so a pass allocates little.
+    view_buf: Vec<Resident>,
+    cand_buf: Vec<Candidate>,
     pass_no: u64,
     totals: WorkerTotals,
     last_batch: usize,
@@ -163,7 +167,9 @@ impl WorkerCore {
                 .map(|w| DrafterArena::new(cap, params.max_batch_size, w, params.headroom)),
             residents: table::ResidentTable::default(),
             batch_rows: Vec::new(),
-            displaced: BTreeSet::new(),
+            displaced: Vec::new(),
+            view_buf: Vec::new(),
+            cand_buf: Vec::new(),
             pass_no: 0,
             totals: WorkerTotals::default(),
             last_batch: 0,
@@ -228,7 +234,7 @@ impl WorkerCore {
         for r in results {
             debug_assert!(r.is_ok(), "lease release failed: {r:?}");
         }
-        self.displaced.remove(&id);
+        self.displaced.retain(|x| *x != id);
     }
 
     fn can_admit(&self, w: &Waiter) -> bool {
@@ -356,10 +362,11 @@ impl WorkerCore {
 
         // Track, resume, pause. W₀ uses D as of the previous pass.
         self.queue.refresh(now, self.preempt.d());
-        let residents: Vec<Resident> = self.residents.values().map(Res::view).collect();
+        self.view_buf.clear();
+        self.view_buf.extend(self.residents.values().map(Res::view));
         let dec = self.preempt.step(&crate::policy::preemption::StepView {
             now,
-            residents: &residents,
+            residents: &self.view_buf,
             departed: &departed,
             queue: &self.queue,
         });
@@ -427,24 +434,25 @@ impl WorkerCore {
 
         // Build the batch.
         let forced: BTreeSet<RequestId> = dec.forced_resumes.iter().copied().collect();
-        let cands: Vec<Candidate> = self
-            .residents
-            .values()
-            .filter(|r| r.kv_ready.is_some() && !r.paused)
-            .map(|r| Candidate {
-                id: r.id,
-                slot: r.slot,
-                admit_time: r.admit_time,
-                first_token_pending: r.first_token_time.is_none(),
-                forced_resume: forced.contains(&r.id),
-            })
-            .collect();
+        self.cand_buf.clear();
+        self.cand_buf.extend(
+            self.residents
+                .values()
+                .filter(|r| r.kv_ready.is_some() && !r.paused)
+                .map(|r| Candidate {
+                    id: r.id,
+                    slot: r.slot,
+                    admit_time: r.admit_time,
+                    first_token_pending: r.first_token_time.is_none(),
+                    forced_resume: forced.contains(&r.id),
+                }),
+        );
         let limits = BatchLimits {
             max_batch_size: self.params.max_batch_size,
             max_num_tokens: self.params.max_num_tokens,
             tokens_per_request: self.params.tokens_per_step,
         };
-        let plan = batch::build(cands, &limits);
+        let plan = batch::build(&mut self.cand_buf, &limits);
         self.batch_rows.clear();
         out.batch.reserve(plan.scheduled.len());
         for (id, slot) in plan.scheduled.into_iter().zip(plan.scheduled_slots) {
@@ -484,15 +492,16 @@ impl WorkerCore {
                 first_token: first,
             });
         }
-        let now_displaced: BTreeSet<RequestId> = plan
+        let mut now_displaced: Vec<RequestId> = plan
             .displaced
             .iter()
             .chain(&plan.token_limited)
             .copied()
             .collect();
         if let Some(d) = self.drafter.as_mut() {
-            for id in self.displaced.difference(&now_displaced) {
-                if !self.preempt.is_paused(*id) {
+            now_displaced.sort_unstable();
+            for id in &self.displaced {
+                if now_displaced.binary_search(id).is_err() && !self.preempt.is_paused(*id) {
                     d.unretain(*id);
                 }
             }

@@ -103,7 +103,7 @@ pub(super) fn build(w: &WorkerCore, now: f64) -> WorkerSnapshot {
         pools: w.pool_usage(),
         residents: w.residents.len(),
         active: w.residents.len() - paused,
-        displaced: w.displaced.iter().copied().collect(),
+        displaced: w.displaced.clone(),
         last_batch: w.last_batch,
         totals: w.totals,
     }
