@@ -197,14 +197,9 @@ async fn graceful_shutdown_drains_in_flight_requests_and_refuses_new_ones() {
         )
         .await;
     assert_eq!(r.status(), 200);
-    let Server {
-        base,
-        engine,
-        client,
-        mut stop,
-        task,
-    } = s;
-    stop.take().unwrap().send(()).unwrap();
+    let Server { mut http, engine } = s;
+    http.begin_shutdown();
+    let (base, client) = (http.base.clone(), http.client.clone());
 
     // The listener stays open while the engine drains: health says so, new work is refused.
     let deadline = tokio::time::Instant::now() + WAIT;
@@ -231,11 +226,7 @@ async fn graceful_shutdown_drains_in_flight_requests_and_refuses_new_ones() {
     engine.hold(false);
     let chunks = chunks(&r.text().await.unwrap());
     assert_eq!(chunks.last().unwrap()["usage"]["completion_tokens"], 30);
-    tokio::time::timeout(WAIT, task)
-        .await
-        .expect("serve returns")
-        .unwrap()
-        .unwrap();
+    http.shutdown_within(WAIT).await.unwrap();
     assert_eq!(engine.live(), 0);
     assert!(engine.cancelled().is_empty());
 }

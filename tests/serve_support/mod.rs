@@ -8,10 +8,13 @@ use std::time::Duration;
 use genslot::actors::{ActorEngine, StartOptions};
 use genslot::config::Config;
 use genslot::gpu::model::{Clock, ModelBackend, RealClock};
-use genslot::server::{serve, App};
+use genslot::server::App;
 use serde_json::Value;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
+
+#[path = "../server_support/loopback.rs"]
+mod loopback;
+#[allow(unused_imports)] // not every test file streams
+pub use loopback::{chunks, Loopback};
 
 pub const WAIT: Duration = Duration::from_secs(20);
 
@@ -25,10 +28,14 @@ pub fn config(extra: &str) -> Config {
 }
 
 pub struct Server {
-    pub base: String,
-    pub client: reqwest::Client,
-    stop: Option<oneshot::Sender<()>>,
-    task: JoinHandle<std::io::Result<()>>,
+    pub http: Loopback,
+}
+
+impl std::ops::Deref for Server {
+    type Target = Loopback;
+    fn deref(&self) -> &Loopback {
+        &self.http
+    }
 }
 
 pub fn engine(cfg: &Config) -> ActorEngine {
@@ -45,33 +52,9 @@ impl Server {
     pub async fn with_engine(engine: ActorEngine) -> Self {
         let metrics = genslot::metrics::install_recorder().expect("recorder");
         let app = App::new(Arc::new(engine), metrics, "genslot-test".into());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let base = format!("http://{}", listener.local_addr().expect("addr"));
-        let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(serve(listener, app, async {
-            let _ = stopped.await;
-        }));
         Server {
-            base,
-            client: reqwest::Client::new(),
-            stop: Some(stop),
-            task,
+            http: Loopback::start(app).await,
         }
-    }
-
-    pub fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
-    }
-
-    pub async fn post(&self, path: &str, body: &Value) -> reqwest::Response {
-        self.client
-            .post(self.url(path))
-            .json(body)
-            .send()
-            .await
-            .expect("send")
     }
 
     pub async fn debug(&self) -> Value {
@@ -101,26 +84,7 @@ impl Server {
             .collect()
     }
 
-    pub async fn shutdown(mut self) -> std::io::Result<()> {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        tokio::time::timeout(WAIT, self.task)
-            .await
-            .expect("serve returns after shutdown")
-            .expect("serve task")
+    pub async fn shutdown(self) -> std::io::Result<()> {
+        self.http.shutdown_within(WAIT).await
     }
-}
-
-/// Splits a finished SSE body into its JSON chunks, checking it ends with `[DONE]`.
-pub fn chunks(body: &str) -> Vec<Value> {
-    let mut data: Vec<&str> = body
-        .split("\n\n")
-        .filter(|e| !e.trim().is_empty())
-        .map(|e| e.strip_prefix("data: ").expect("data event"))
-        .collect();
-    assert_eq!(data.pop(), Some("[DONE]"), "stream: {body}");
-    data.iter()
-        .map(|d| serde_json::from_str(d).expect("chunk is JSON"))
-        .collect()
 }

@@ -7,19 +7,25 @@ use std::time::Duration;
 
 use genslot::server::mock::{MockConfig, MockEngine};
 use genslot::server::tokenize::{Tokenizer, WordTokenizer};
-use genslot::server::{serve, App};
+use genslot::server::App;
 use serde_json::Value;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
+
+pub mod loopback;
+#[allow(unused_imports)] // not every test file uses every helper
+pub use loopback::{chunks, sse_data, Loopback};
 
 pub const WAIT: Duration = Duration::from_secs(10);
 
 pub struct Server {
-    pub base: String,
+    pub http: Loopback,
     pub engine: MockEngine,
-    pub client: reqwest::Client,
-    pub stop: Option<oneshot::Sender<()>>,
-    pub task: JoinHandle<std::io::Result<()>>,
+}
+
+impl std::ops::Deref for Server {
+    type Target = Loopback;
+    fn deref(&self) -> &Loopback {
+        &self.http
+    }
 }
 
 impl Server {
@@ -35,80 +41,15 @@ impl Server {
             metrics,
             "genslot-test".into(),
         ));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let base = format!("http://{}", listener.local_addr().expect("addr"));
-        let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(serve(listener, app, async {
-            let _ = stopped.await;
-        }));
         Server {
-            base,
+            http: Loopback::start(app).await,
             engine,
-            client: reqwest::Client::new(),
-            stop: Some(stop),
-            task,
         }
     }
 
-    pub fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
+    pub async fn shutdown(self) -> std::io::Result<()> {
+        self.http.shutdown_within(WAIT).await
     }
-
-    pub async fn post(&self, path: &str, body: &Value) -> reqwest::Response {
-        self.client
-            .post(self.url(path))
-            .json(body)
-            .send()
-            .await
-            .expect("send")
-    }
-
-    pub async fn post_raw(&self, path: &str, body: &'static str) -> reqwest::Response {
-        self.client
-            .post(self.url(path))
-            .header("content-type", "application/json")
-            .body(body)
-            .send()
-            .await
-            .expect("send")
-    }
-
-    pub async fn get(&self, path: &str) -> reqwest::Response {
-        self.client.get(self.url(path)).send().await.expect("send")
-    }
-
-    pub async fn shutdown(mut self) -> std::io::Result<()> {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        tokio::time::timeout(WAIT, self.task)
-            .await
-            .expect("serve returns after shutdown")
-            .expect("serve task")
-    }
-}
-
-/// The `data:` payloads of an SSE body, in order.
-pub fn sse_data(body: &str) -> Vec<String> {
-    body.split("\n\n")
-        .filter(|e| !e.trim().is_empty())
-        .map(|e| {
-            e.strip_prefix("data: ")
-                .unwrap_or_else(|| panic!("not a data event: {e:?}"))
-                .to_string()
-        })
-        .collect()
-}
-
-/// Splits a finished stream into its JSON chunks, checking it ends with `[DONE]`.
-pub fn chunks(body: &str) -> Vec<Value> {
-    let mut data = sse_data(body);
-    assert_eq!(data.pop().as_deref(), Some("[DONE]"), "stream: {body}");
-    data.iter()
-        .map(|d| serde_json::from_str(d).expect("chunk is JSON"))
-        .collect()
 }
 
 pub fn count_tokens(text: &str) -> usize {
