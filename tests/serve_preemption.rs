@@ -4,8 +4,7 @@
 
 mod serve_support;
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use serde_json::{json, Value};
 use serve_support::*;
@@ -68,36 +67,6 @@ async fn under_a_full_slot_load_requests_pause_and_every_one_resumes_with_all_it
     );
     let used = s.pools_used().await;
     assert!(used.iter().all(|(_, u)| *u == 0), "{used:?}");
-}
-
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Captured {
-    fn lines(&self) -> Vec<String> {
-        String::from_utf8_lossy(&self.0.lock().unwrap())
-            .lines()
-            .map(str::to_owned)
-            .collect()
-    }
-}
-
-fn capturing(buf: &Captured) -> impl tracing::Subscriber {
-    let b = buf.clone();
-    tracing_subscriber::fmt()
-        .with_writer(move || b.clone())
-        .with_ansi(false)
-        .finish()
 }
 
 #[tokio::test]

@@ -88,3 +88,35 @@ impl Server {
         self.http.shutdown_within(WAIT).await
     }
 }
+
+/// Log output captured in memory, for tests that read what the server logged.
+#[derive(Clone, Default)]
+pub struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    pub fn lines(&self) -> Vec<String> {
+        String::from_utf8_lossy(&self.0.lock().unwrap())
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+/// A tracing subscriber that writes plain text into `buf`.
+pub fn capturing(buf: &Captured) -> impl tracing::Subscriber {
+    let b = buf.clone();
+    tracing_subscriber::fmt()
+        .with_writer(move || b.clone())
+        .with_ansi(false)
+        .finish()
+}
