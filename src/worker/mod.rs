@@ -92,8 +92,6 @@ struct Res {
     slot: u32,
     /// Tokens its KV pages hold (pages × tokens_per_block): the pool is asked only to grow.
     kv_capacity: u32,
-    /// Mirrors the controller's paused set, so building the batch needs no set lookups.
-    paused: bool,
 }
 
 impl Res {
@@ -370,16 +368,6 @@ impl WorkerCore {
             departed: &departed,
             queue: &self.queue,
         });
-        for id in &dec.pauses {
-            if let Some(r) = self.residents.get_mut(id) {
-                r.paused = true;
-            }
-        }
-        for id in dec.resumes.iter().chain(&dec.forced_resumes) {
-            if let Some(r) = self.residents.get_mut(id) {
-                r.paused = false;
-            }
-        }
         if let Some(d) = self.drafter.as_mut() {
             for id in &dec.pauses {
                 let _ = d.retain(*id);
@@ -417,7 +405,6 @@ impl WorkerCore {
                 slot,
                 kv_capacity: self.kv.pages_of(w.id).map_or(0, |p| p.len() as u32)
                     * self.params.kv.tokens_per_block,
-                paused: false,
             });
             self.totals.admitted += 1;
             out.admitted.push(Admitted {
@@ -438,7 +425,7 @@ impl WorkerCore {
         self.cand_buf.extend(
             self.residents
                 .values()
-                .filter(|r| r.kv_ready.is_some() && !r.paused)
+                .filter(|r| r.kv_ready.is_some() && !self.preempt.is_paused(r.id))
                 .map(|r| Candidate {
                     id: r.id,
                     slot: r.slot,
