@@ -63,6 +63,9 @@ enum Cmd {
         batches: Vec<usize>,
         #[arg(long, value_delimiter = ',', default_value = "4096,32768")]
         contexts: Vec<usize>,
+        /// Share of free device memory given to the KV cache (smaller under a profiler).
+        #[arg(long, default_value_t = 0.85)]
+        kv_fraction: f64,
     },
 }
 
@@ -167,11 +170,12 @@ fn main() -> Result<()> {
             iters,
             batches,
             contexts,
+            kv_fraction,
         } => {
             let mut cfg = CudaConfig::new(ModelSource::Seeded { shape, seed: 1 });
             cfg.max_batch_size = batches.iter().copied().max().unwrap_or(1).max(112);
             cfg.max_context = contexts.iter().copied().max().unwrap_or(4096) + 64;
-            cfg.kv_memory_fraction = 0.85;
+            cfg.kv_memory_fraction = kv_fraction;
             let mut b = CudaBackend::new(cfg)?;
             b.fill_kv_random(7)?;
             let opts = bench::BenchOptions {

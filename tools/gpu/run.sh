@@ -3,7 +3,9 @@
 # (tiny and llama-1b) and the llama-8b decode bench. Expects the files that
 # tools/gpu/stage.sh puts in .gpu/ (binaries built on the CPU machine). Logs and JSON go
 # to $OUT (or /tmp/gpu-out): test logs and JSON only, since few files come back; tee the
-# whole output for the rest. STAGES picks a subset: "probe tests tiny parity bench".
+# whole output for the rest. STAGES picks a subset: "probe kernels tests tiny parity bench ncu".
+# GENSLOT_ATTN_KERNEL=simt|tc picks the attention kernel (default tc); BENCH_KERNELS lists the
+# kernels the bench stage times one after the other.
 set -uo pipefail
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export PYTHONUNBUFFERED=1
@@ -20,6 +22,14 @@ if has probe; then
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv || true
   "$G/genslot-gpu" probe || status=1
 fi
+if has kernels; then
+  # Registers, shared memory and spills of every kernel, from the same source NVRTC compiles.
+  stage kernels
+  cat "$G"/kernels/common.cuh "$G"/kernels/init.cu "$G"/kernels/layers.cu "$G"/kernels/attention.cu \
+    "$G"/kernels/attention_tc.cu > /tmp/genslot-kernels.cu
+  /usr/local/cuda/bin/nvcc -arch=sm_90 -std=c++17 -cubin -Xptxas -v -o /tmp/genslot-kernels.cubin \
+    /tmp/genslot-kernels.cu 2>&1 | grep -A1 "paged_attn_tc_d128_g4\|paged_attn_d128_g4\|paged_attn_tc_d64_g4" || status=1
+fi
 if has tests; then
   stage tests
   for t in "$G"/gpu_*; do
@@ -29,7 +39,10 @@ if has tests; then
 fi
 if has tiny; then
   stage check-tiny
-  "$G/genslot-gpu" check-tiny 2>&1 || status=1
+  for kern in ${BENCH_KERNELS:-tc}; do
+    echo "attention kernel: $kern"
+    GENSLOT_ATTN_KERNEL=$kern "$G/genslot-gpu" check-tiny 2>&1 || status=1
+  done
 fi
 if has parity; then
   for shape in ${PARITY_SHAPES:-tiny llama-1b}; do
@@ -41,12 +54,25 @@ if has parity; then
   done
 fi
 if has bench; then
-  stage bench
-  "$G/genslot-gpu" bench --shape llama-8b --json "$OUT/bench-llama-8b.json" ${BENCH_ARGS:-} \
-    2>&1 || status=1
-  # A small model shows what graph replay saves on launch overhead.
-  "$G/genslot-gpu" bench --shape llama-1b --batches 1,32 --contexts 4096 \
-    --json "$OUT/bench-llama-1b.json" ${BENCH_ARGS:-} 2>&1 || status=1
+  for kern in ${BENCH_KERNELS:-tc}; do
+    stage "bench ($kern attention)"
+    GENSLOT_ATTN_KERNEL=$kern "$G/genslot-gpu" bench --shape llama-8b \
+      --json "$OUT/bench-llama-8b-$kern.json" ${BENCH_ARGS:-} 2>&1 || status=1
+    # A small model shows what graph replay saves on launch overhead.
+    GENSLOT_ATTN_KERNEL=$kern "$G/genslot-gpu" bench --shape llama-1b --batches 1,32 --contexts 4096 \
+      --json "$OUT/bench-llama-1b-$kern.json" 2>&1 || status=1
+  done
+fi
+if has ncu; then
+  # Hardware counters of the attention kernel at batch 128, context 4096 (one launch each).
+  stage ncu
+  for kern in ${BENCH_KERNELS:-tc}; do
+    GENSLOT_ATTN_KERNEL=$kern /usr/local/cuda/bin/ncu --clock-control none --kernel-name regex:paged_attn \
+      --launch-skip 40 --launch-count 1 --section SpeedOfLight --section MemoryWorkloadAnalysis \
+      --section Occupancy --section WarpStateStats --section LaunchStats \
+      "$G/genslot-gpu" bench --shape llama-8b --batches 128 --contexts 4096 --iters 2 --kv-fraction 0.05 2>&1 \
+      | tee "$OUT/ncu-attn-$kern.txt" | grep -E "Memory Throughput|DRAM Throughput|Duration|Achieved Occupancy|Registers Per|Warp Cycles Per Issued|Compute \(SM\)|Stall|Theoretical Occ|Block Limit" || status=1
+  done
 fi
 stage "done status=$status"
 exit $status

@@ -20,5 +20,7 @@ for line in sys.stdin:
   cp "$exe" "$DEST/$name"
 done
 cp tools/gpu/run.sh tools/gpu/parity.py "$DEST/"
+mkdir -p "$DEST/kernels"
+cp src/gpu/cuda/kernels/*.cu src/gpu/cuda/kernels/*.cuh "$DEST/kernels/"
 strip "$DEST/genslot-gpu" "$DEST"/gpu_* 2>/dev/null || true
 du -sh "$DEST"

@@ -19,10 +19,11 @@ const COMMON: &str = include_str!("kernels/common.cuh");
 const INIT: &str = include_str!("kernels/init.cu");
 const LAYERS: &str = include_str!("kernels/layers.cu");
 const ATTENTION: &str = include_str!("kernels/attention.cu");
+const ATTENTION_TC: &str = include_str!("kernels/attention_tc.cu");
 
 /// The kernel source NVRTC compiles: the shared helpers, then every kernel file.
 pub fn kernel_source() -> String {
-    [COMMON, INIT, LAYERS, ATTENTION].join("\n")
+    [COMMON, INIT, LAYERS, ATTENTION, ATTENTION_TC].join("\n")
 }
 
 /// Every kernel the backend loads from the compiled module.
@@ -39,13 +40,58 @@ pub fn kernel_names() -> Vec<String> {
     .iter()
     .map(|s| s.to_string())
     .collect();
-    for d in [64, 128] {
-        for g in [1, 2, 4, 8] {
-            v.push(format!("paged_attn_d{d}_g{g}"));
+    for kind in ["", "tc_"] {
+        for d in [64, 128] {
+            for g in [1, 2, 4, 8] {
+                v.push(format!("paged_attn_{kind}d{d}_g{g}"));
+            }
         }
     }
     v
 }
+
+/// Which decode-attention kernel a backend launches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttnKernel {
+    /// `paged_attn_tc_*`: tensor-core MMAs, a per-warp cp.async ring (attention_tc.cu).
+    TensorCore,
+    /// `paged_attn_*`: CUDA-core dot products, register prefetch (attention.cu).
+    Simt,
+}
+
+impl AttnKernel {
+    /// `GENSLOT_ATTN_KERNEL=simt|tc` overrides the default (tensor cores), for comparisons.
+    pub fn from_env() -> Result<Self, BackendError> {
+        match std::env::var("GENSLOT_ATTN_KERNEL").as_deref() {
+            Err(_) | Ok("tc") => Ok(AttnKernel::TensorCore),
+            Ok("simt") => Ok(AttnKernel::Simt),
+            Ok(other) => Err(BackendError::Failed(format!(
+                "GENSLOT_ATTN_KERNEL={other}: expected `tc` or `simt`"
+            ))),
+        }
+    }
+
+    /// Dynamic shared memory of one block for head_dim `d` (TcSmem<D>::BYTES in the source).
+    pub fn smem_bytes(self, d: usize) -> u32 {
+        match self {
+            AttnKernel::TensorCore => (TC_WARPS * TC_STAGES * 2 * TC_TILE * (d + 8) * 2) as u32,
+            AttnKernel::Simt => 0,
+        }
+    }
+
+    /// Threads per block.
+    pub fn threads(self) -> u32 {
+        match self {
+            AttnKernel::TensorCore => (TC_WARPS * 32) as u32,
+            AttnKernel::Simt => 128,
+        }
+    }
+}
+
+// Must equal TC_WARPS, TC_STAGES and TC_TILE in attention_tc.cu (a test checks).
+const TC_WARPS: usize = 4;
+const TC_STAGES: usize = 3;
+const TC_TILE: usize = 16;
 
 pub(crate) fn drv(what: &str) -> impl Fn(DriverError) -> BackendError + '_ {
     move |e| BackendError::Failed(format!("{what}: {e:?}"))
@@ -99,8 +145,9 @@ pub(crate) struct Kernels {
     pub silu_mul: CudaFunction,
     pub argmax: CudaFunction,
     pub combine: CudaFunction,
-    /// paged_attn_d{64,128}_g{1,2,4,8}, indexed by [d == 128][log2 g].
+    /// paged_attn_[tc_]d{64,128}_g{1,2,4,8} of `attn_kind`, indexed by [d == 128][log2 g].
     pub attn: [[CudaFunction; 4]; 2],
+    pub attn_kind: AttnKernel,
 }
 
 pub(crate) struct Gpu {
@@ -147,13 +194,25 @@ impl Gpu {
             m.load_function(n)
                 .map_err(|e| BackendError::Failed(format!("kernel {n}: {e:?}")))
         };
+        let attn_kind = AttnKernel::from_env()?;
+        let prefix = match attn_kind {
+            AttnKernel::TensorCore => "paged_attn_tc_",
+            AttnKernel::Simt => "paged_attn_",
+        };
         let attn_row = |d: usize| -> Result<[CudaFunction; 4], BackendError> {
-            Ok([
-                f(&format!("paged_attn_d{d}_g1"))?,
-                f(&format!("paged_attn_d{d}_g2"))?,
-                f(&format!("paged_attn_d{d}_g4"))?,
-                f(&format!("paged_attn_d{d}_g8"))?,
-            ])
+            let load = |g: usize| -> Result<CudaFunction, BackendError> {
+                let func = f(&format!("{prefix}d{d}_g{g}"))?;
+                let smem = attn_kind.smem_bytes(d);
+                if smem > 48 << 10 {
+                    func.set_attribute(
+                        sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                        smem as i32,
+                    )
+                    .map_err(drv("attention shared-memory limit"))?;
+                }
+                Ok(func)
+            };
+            Ok([load(1)?, load(2)?, load(4)?, load(8)?])
         };
         let k = Kernels {
             init: f("init_uniform_bf16")?,
@@ -164,6 +223,7 @@ impl Gpu {
             argmax: f("argmax_rows")?,
             combine: f("attn_combine")?,
             attn: [attn_row(64)?, attn_row(128)?],
+            attn_kind,
         };
         let blas_decode = CudaBlas::new(decode.clone()).map_err(blas_err("cuBLAS handle"))?;
         let blas_prefill = CudaBlas::new(prefill.clone()).map_err(blas_err("cuBLAS handle"))?;
@@ -236,6 +296,19 @@ impl Gpu {
         block: u32,
         args: &[A],
     ) -> Result<(), BackendError> {
+        self.launch_smem(w, f, grid, block, 0, args)
+    }
+
+    /// `launch` with `smem` bytes of dynamic shared memory.
+    pub fn launch_smem(
+        &self,
+        w: Which,
+        f: &CudaFunction,
+        grid: (u32, u32, u32),
+        block: u32,
+        smem: u32,
+        args: &[A],
+    ) -> Result<(), BackendError> {
         let vals: Vec<u64> = args.iter().map(|a| a.bits()).collect();
         let s = self.stream(w);
         let mut b = s.launch_builder(f);
@@ -245,7 +318,7 @@ impl Gpu {
         let cfg = LaunchConfig {
             grid_dim: grid,
             block_dim: (block, 1, 1),
-            shared_mem_bytes: 0,
+            shared_mem_bytes: smem,
         };
         // SAFETY: argument lists match the kernels' signatures in kernels/*.cu, and every
         // pointer comes from a live DevBuf sized by the caller for the launch.
@@ -366,11 +439,33 @@ mod tests {
             let plain = format!("void {name}(");
             // Attention kernels come from ATTN_INSTANCE(D, G) expansions.
             let inst = name
-                .strip_prefix("paged_attn_d")
-                .and_then(|r| r.split_once("_g"))
-                .map(|(d, g)| format!("ATTN_INSTANCE({d}, {g})"));
+                .strip_prefix("paged_attn_tc_d")
+                .map(|r| ("ATTN_TC_INSTANCE", r))
+                .or_else(|| {
+                    name.strip_prefix("paged_attn_d")
+                        .map(|r| ("ATTN_INSTANCE", r))
+                })
+                .and_then(|(mac, r)| r.split_once("_g").map(|(d, g)| format!("{mac}({d}, {g})")));
             let found = src.contains(&plain) || inst.is_some_and(|i| src.contains(&i));
             assert!(found, "kernel {name} is loaded but not defined");
         }
+    }
+
+    #[test]
+    fn tensor_core_constants_match_the_kernel_source() {
+        for (name, v) in [
+            ("TC_WARPS", TC_WARPS),
+            ("TC_STAGES", TC_STAGES),
+            ("TC_TILE", TC_TILE),
+        ] {
+            let line = format!("#define {name} {v}\n");
+            assert!(
+                ATTENTION_TC.contains(&line),
+                "{name} differs from the kernel"
+            );
+        }
+        // The tensor-core ring for head_dim 128 needs more than the 48 KiB default.
+        assert_eq!(AttnKernel::TensorCore.smem_bytes(128), 104_448);
+        assert_eq!(AttnKernel::Simt.smem_bytes(128), 0);
     }
 }

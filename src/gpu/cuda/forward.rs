@@ -1,7 +1,8 @@
 //! One forward pass of the decoder over a set of rows, enqueued on one stream: the decode
 //! step (one token per request) and each prefill chunk (one row per prompt token, sharing a
 //! page table) run the same sequence of kernels and GEMMs. Buffers are fixed per scratch, so
-//! a decode pass can be captured into a CUDA graph.
+//! a decode pass can be captured into a CUDA graph. The residual stream `x` is float32 (the o
+//! and down GEMMs accumulate into it with a float32 C); everything a GEMM reads is bf16.
 
 use super::device::{DevBuf, Gpu, Which, A};
 use super::shape::ModelShape;
@@ -102,7 +103,7 @@ impl Scratch {
             pos: a(rows * 4)?,
             lens: a(rows * 4)?,
             table: a(rows * table_width * 4)?,
-            x: a(rows * s.hidden * 2)?,
+            x: a(rows * s.hidden * 4)?,
             h: a(rows * s.hidden * 2)?,
             qkv: a(rows * s.qkv_dim() * 2)?,
             attn: a(rows * hd * 2)?,
@@ -219,11 +220,12 @@ pub(crate) fn enqueue(
                 A::F(s.rope_theta),
             ],
         )?;
-        gpu.launch(
+        gpu.launch_smem(
             w,
             attn_fn,
             (s.kv_heads as u32, r, p.splits as u32),
-            128,
+            k.attn_kind.threads(),
+            k.attn_kind.smem_bytes(s.head_dim),
             &[
                 A::P(sc.qkv.ptr),
                 A::I(s.qkv_dim() as i32),
@@ -264,7 +266,7 @@ pub(crate) fn enqueue(
             sc.attn.ptr,
             sc.x.ptr,
             true,
-            false,
+            true,
         )?;
         gpu.launch(
             w,
@@ -299,11 +301,11 @@ pub(crate) fn enqueue(
             &[A::P(sc.gu.ptr), A::P(sc.act.ptr), A::I(s.ffn as i32)],
         )?;
         gpu.gemm(
-            w, hid, p.rows, s.ffn, lw.down, sc.act.ptr, sc.x.ptr, true, false,
+            w, hid, p.rows, s.ffn, lw.down, sc.act.ptr, sc.x.ptr, true, true,
         )?;
     }
     if p.logits_rows > 0 {
-        let x0 = sc.x.at(p.logits_row0 * hid * 2);
+        let x0 = sc.x.at(p.logits_row0 * hid * 4);
         let h0 = sc.h.at(p.logits_row0 * hid * 2);
         gpu.launch(
             w,
