@@ -3,7 +3,7 @@
 # (tiny and llama-1b) and the llama-8b decode bench. Expects the files that
 # tools/gpu/stage.sh puts in .gpu/ (binaries built on the CPU machine). Logs and JSON go
 # to $OUT (or /tmp/gpu-out): test logs and JSON only, since few files come back; tee the
-# whole output for the rest. STAGES picks a subset: "probe kernels tests tiny parity bench ncu".
+# whole output for the rest. STAGES picks a subset: "probe kernels tests tiny parity bench ncu serve".
 # GENSLOT_ATTN_KERNEL=simt|tc picks the attention kernel (default tc); BENCH_KERNELS lists the
 # kernels the bench stage times one after the other.
 set -uo pipefail
@@ -12,7 +12,7 @@ export PYTHONUNBUFFERED=1
 G=$(cd "$(dirname "$0")" && pwd)
 OUT=${OUT:-/tmp/gpu-out}
 mkdir -p "$OUT"
-STAGES=${STAGES:-"probe tests tiny parity bench"}
+STAGES=${STAGES:-"probe kernels tests tiny parity bench serve"}
 status=0
 stage() { echo "=== $1 ($(date -u +%H:%M:%S))"; }
 has() { [[ " $STAGES " == *" $1 "* ]]; }
@@ -73,6 +73,18 @@ if has ncu; then
       "$G/genslot-gpu" bench --shape llama-8b --batches 128 --contexts 4096 --iters 2 --kv-fraction 0.05 2>&1 \
       | tee "$OUT/ncu-attn-$kern.txt" | grep -E "Memory Throughput|DRAM Throughput|Duration|Achieved Occupancy|Registers Per|Warp Cycles Per Issued|Compute \(SM\)|Stall|Theoretical Occ|Block Limit" || status=1
   done
+fi
+if has serve; then
+  # genslot serve on the CUDA backend with preemption on, checked end to end over loopback.
+  stage serve
+  "$G/genslot" serve --config "$G/cuda-llama-1b.yaml" --port 18000 > "$OUT/serve.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 1 120); do
+    curl -sf http://127.0.0.1:18000/health > /dev/null && break
+    sleep 1
+  done
+  python3 "$G/serve_check.py" http://127.0.0.1:18000 2>&1 | tee "$OUT/serve_check.txt" || status=1
+  kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
 fi
 stage "done status=$status"
 exit $status

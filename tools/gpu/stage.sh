@@ -6,8 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 DEST=${1:-.gpu}
 mkdir -p "$DEST"
-cargo build --release --bin genslot-gpu
-cp target/release/genslot-gpu "$DEST/"
+cargo build --release --bin genslot-gpu --bin genslot
+cp target/release/genslot-gpu target/release/genslot "$DEST/"
 for t in tests/gpu_*.rs; do
   name=$(basename "$t" .rs)
   # The test target's own executable (cargo also lists the crate's binaries).
@@ -19,8 +19,8 @@ for line in sys.stdin:
         print(m["executable"])' | tail -1)
   cp "$exe" "$DEST/$name"
 done
-cp tools/gpu/run.sh tools/gpu/parity.py "$DEST/"
+cp tools/gpu/run.sh tools/gpu/parity.py tools/gpu/serve_check.py config/cuda-llama-1b.yaml "$DEST/"
 mkdir -p "$DEST/kernels"
 cp src/gpu/cuda/kernels/*.cu src/gpu/cuda/kernels/*.cuh "$DEST/kernels/"
-strip "$DEST/genslot-gpu" "$DEST"/gpu_* 2>/dev/null || true
+strip "$DEST/genslot-gpu" "$DEST/genslot" "$DEST"/gpu_* 2>/dev/null || true
 du -sh "$DEST"
