@@ -3,6 +3,7 @@
 
 pub mod actors;
 pub mod config;
+pub mod gguf;
 pub mod gpu;
 pub mod metrics;
 pub mod policy;

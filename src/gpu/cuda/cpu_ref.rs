@@ -1,10 +1,39 @@
-//! An f32 CPU reference of the Llama decoder the CUDA backend runs (RMSNorm, HF rotate-half
-//! RoPE, GQA, SwiGLU), with a contiguous per-request KV cache. Weights are the exact bf16
-//! values the device holds; activations stay in f32, so the GPU must match it within bf16
-//! tolerance. Meant for small shapes (`tiny`) in tests.
+//! An f32 CPU reference of the Llama decoder the CUDA backend runs (RMSNorm, RoPE, GQA,
+//! SwiGLU), with a contiguous per-request KV cache. Weights are the exact bf16 values the
+//! device holds; activations stay in f32, so the GPU must match it within bf16 tolerance.
+//! RoPE is HF rotate-half by default; GGUF files converted by llama.cpp permute Q and K and
+//! need the interleaved layout. Products go through an f32 GEMM, fast enough for a 135M
+//! model in debug tests; the KV cache makes each decode step one token's work.
 
 use super::init::{init_tensor_f32, Tensor};
 use super::shape::ModelShape;
+
+/// Which rotary pairs RoPE rotates within a head of width D.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RopeLayout {
+    /// Hugging Face `rotate_half`: pairs (i, i + D/2).
+    #[default]
+    RotateHalf,
+    /// GPT-J / llama.cpp-converted weights: pairs (2i, 2i + 1).
+    Interleaved,
+}
+
+/// Why a tensor source could not build the model.
+#[derive(Debug, thiserror::Error)]
+pub enum CpuLoadError {
+    #[error("tensor {tensor:?}: {source}")]
+    Source {
+        tensor: Tensor,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error("tensor {tensor:?} has {got} values, the shape needs {need}")]
+    Size {
+        tensor: Tensor,
+        got: usize,
+        need: usize,
+    },
+}
 
 /// One layer's weights, HF layout ([out, in] row-major).
 struct Layer {
@@ -22,10 +51,12 @@ struct Layer {
 /// The reference model.
 pub struct CpuModel {
     pub shape: ModelShape,
+    pub rope: RopeLayout,
     embed: Vec<f32>,
     layers: Vec<Layer>,
     final_norm: Vec<f32>,
-    lm_head: Vec<f32>,
+    /// `None`: tied to `embed` (one copy, not two).
+    lm_head: Option<Vec<f32>>,
 }
 
 /// One request's KV cache: per layer, `len` rows of kv_heads * head_dim.
@@ -42,34 +73,79 @@ impl CpuModel {
         Self::from_fn(shape, |t| init_tensor_f32(shape, seed, t))
     }
 
-    /// Builds the model from a tensor source (f32 values in the HF layout).
+    /// Builds the model from a tensor source (f32 values in the HF layout, of the sizes
+    /// `Tensor::dims` gives; see `try_from_fn` for a source that can fail).
     pub fn from_fn(shape: &ModelShape, mut get: impl FnMut(Tensor) -> Vec<f32>) -> Self {
+        match Self::build(shape, |t| Ok::<_, std::convert::Infallible>(get(t))) {
+            Ok(m) => m,
+            Err(never) => match never {},
+        }
+    }
+
+    /// Like `from_fn` for a fallible source; also checks every tensor's size.
+    pub fn try_from_fn<E>(
+        shape: &ModelShape,
+        mut get: impl FnMut(Tensor) -> Result<Vec<f32>, E>,
+    ) -> Result<Self, CpuLoadError>
+    where
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        Self::build(shape, |t| {
+            let v = get(t).map_err(|e| CpuLoadError::Source {
+                tensor: t,
+                source: Box::new(e),
+            })?;
+            let (r, c) = t.dims(shape);
+            if v.len() != r * c {
+                return Err(CpuLoadError::Size {
+                    tensor: t,
+                    got: v.len(),
+                    need: r * c,
+                });
+            }
+            Ok(v)
+        })
+    }
+
+    fn build<E>(
+        shape: &ModelShape,
+        mut get: impl FnMut(Tensor) -> Result<Vec<f32>, E>,
+    ) -> Result<Self, E> {
         let layers = (0..shape.layers)
-            .map(|i| Layer {
-                attn_norm: get(Tensor::AttnNorm(i)),
-                q: get(Tensor::Q(i)),
-                k: get(Tensor::K(i)),
-                v: get(Tensor::V(i)),
-                o: get(Tensor::O(i)),
-                ffn_norm: get(Tensor::FfnNorm(i)),
-                gate: get(Tensor::Gate(i)),
-                up: get(Tensor::Up(i)),
-                down: get(Tensor::Down(i)),
+            .map(|i| {
+                Ok(Layer {
+                    attn_norm: get(Tensor::AttnNorm(i))?,
+                    q: get(Tensor::Q(i))?,
+                    k: get(Tensor::K(i))?,
+                    v: get(Tensor::V(i))?,
+                    o: get(Tensor::O(i))?,
+                    ffn_norm: get(Tensor::FfnNorm(i))?,
+                    gate: get(Tensor::Gate(i))?,
+                    up: get(Tensor::Up(i))?,
+                    down: get(Tensor::Down(i))?,
+                })
             })
-            .collect();
-        let embed = get(Tensor::Embed);
+            .collect::<Result<Vec<_>, E>>()?;
+        let embed = get(Tensor::Embed)?;
         let lm_head = if shape.tied_embeddings {
-            embed.clone()
+            None
         } else {
-            get(Tensor::LmHead)
+            Some(get(Tensor::LmHead)?)
         };
-        CpuModel {
+        Ok(CpuModel {
             shape: shape.clone(),
+            rope: RopeLayout::default(),
             embed,
             layers,
-            final_norm: get(Tensor::FinalNorm),
+            final_norm: get(Tensor::FinalNorm)?,
             lm_head,
-        }
+        })
+    }
+
+    /// The same weights with another RoPE layout.
+    pub fn with_rope(mut self, rope: RopeLayout) -> Self {
+        self.rope = rope;
+        self
     }
 
     pub fn new_cache(&self) -> CpuCache {
@@ -85,57 +161,57 @@ impl CpuModel {
     pub fn forward(&self, cache: &mut CpuCache, tokens: &[u32]) -> Vec<Vec<f32>> {
         let s = &self.shape;
         let (h, hd, nh, nkv) = (s.hidden, s.head_dim, s.heads, s.kv_heads);
-        let base = cache.len;
-        let mut x: Vec<Vec<f32>> = tokens
-            .iter()
-            .map(|&t| {
-                let t = (t as usize).min(s.vocab - 1);
-                self.embed[t * h..(t + 1) * h].to_vec()
-            })
-            .collect();
-        for (li, l) in self.layers.iter().enumerate() {
-            let mut qs = Vec::with_capacity(x.len());
-            for (i, xi) in x.iter().enumerate() {
-                let hn = rmsnorm(xi, &l.attn_norm, s.rms_eps);
-                let mut q = matvec(&l.q, &hn, nh * hd);
-                let mut k = matvec(&l.k, &hn, nkv * hd);
-                let v = matvec(&l.v, &hn, nkv * hd);
-                let pos = base + i;
-                rope(&mut q, hd, pos, s.rope_theta);
-                rope(&mut k, hd, pos, s.rope_theta);
-                cache.k[li].extend_from_slice(&k);
-                cache.v[li].extend_from_slice(&v);
-                qs.push(q);
-            }
-            for (i, q) in qs.iter().enumerate() {
-                let n = base + i + 1; // causal: keys 0..=pos
-                let att = attend(q, &cache.k[li], &cache.v[li], n, nh, nkv, hd);
-                let o = matvec(&l.o, &att, h);
-                add_into(&mut x[i], &o);
-            }
-            for xi in x.iter_mut() {
-                let hn = rmsnorm(xi, &l.ffn_norm, s.rms_eps);
-                let g = matvec(&l.gate, &hn, s.ffn);
-                let u = matvec(&l.up, &hn, s.ffn);
-                let a: Vec<f32> = g
-                    .iter()
-                    .zip(&u)
-                    .map(|(&g, &u)| g / (1.0 + (-g).exp()) * u)
-                    .collect();
-                let d = matvec(&l.down, &a, h);
-                add_into(xi, &d);
-            }
+        let (n, base) = (tokens.len(), cache.len);
+        let mut x: Vec<f32> = Vec::with_capacity(n * h);
+        for &t in tokens {
+            let t = (t as usize).min(s.vocab - 1);
+            x.extend_from_slice(&self.embed[t * h..(t + 1) * h]);
         }
-        cache.len += tokens.len();
-        x.iter()
-            .map(|xi| {
-                matvec(
-                    &self.lm_head,
-                    &rmsnorm(xi, &self.final_norm, s.rms_eps),
-                    s.vocab,
-                )
-            })
-            .collect()
+        for (li, l) in self.layers.iter().enumerate() {
+            let hn = rmsnorm_rows(&x, &l.attn_norm, s.rms_eps);
+            let mut q = matmul(&hn, n, &l.q, nh * hd);
+            let mut k = matmul(&hn, n, &l.k, nkv * hd);
+            let v = matmul(&hn, n, &l.v, nkv * hd);
+            for i in 0..n {
+                let pos = base + i;
+                self.rope_row(&mut q[i * nh * hd..(i + 1) * nh * hd], pos);
+                self.rope_row(&mut k[i * nkv * hd..(i + 1) * nkv * hd], pos);
+            }
+            cache.k[li].extend_from_slice(&k);
+            cache.v[li].extend_from_slice(&v);
+            let mut att = Vec::with_capacity(n * nh * hd);
+            for (i, qi) in q.chunks_exact(nh * hd).enumerate() {
+                let keys = base + i + 1; // causal: keys 0..=pos
+                att.extend(attend(qi, &cache.k[li], &cache.v[li], keys, nh, nkv, hd));
+            }
+            add_into(&mut x, &matmul(&att, n, &l.o, h));
+            let hn = rmsnorm_rows(&x, &l.ffn_norm, s.rms_eps);
+            let g = matmul(&hn, n, &l.gate, s.ffn);
+            let u = matmul(&hn, n, &l.up, s.ffn);
+            let a: Vec<f32> = g
+                .iter()
+                .zip(&u)
+                .map(|(&g, &u)| g / (1.0 + (-g).exp()) * u)
+                .collect();
+            add_into(&mut x, &matmul(&a, n, &l.down, h));
+        }
+        cache.len += n;
+        let head = self.lm_head.as_deref().unwrap_or(&self.embed);
+        let logits = matmul(
+            &rmsnorm_rows(&x, &self.final_norm, s.rms_eps),
+            n,
+            head,
+            s.vocab,
+        );
+        logits.chunks_exact(s.vocab).map(<[f32]>::to_vec).collect()
+    }
+
+    fn rope_row(&self, x: &mut [f32], pos: usize) {
+        let (hd, theta) = (self.shape.head_dim, self.shape.rope_theta);
+        match self.rope {
+            RopeLayout::RotateHalf => rope(x, hd, pos, theta),
+            RopeLayout::Interleaved => rope_interleaved(x, hd, pos, theta),
+        }
     }
 }
 
@@ -156,34 +232,83 @@ fn rmsnorm(x: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
     x.iter().zip(w).map(|(v, w)| v * inv * w).collect()
 }
 
-/// y = W x for W [out, in] row-major. Large products split their rows over threads (a
-/// Llama-1B check on a many-core host); each row's sum is the same sequential loop.
-fn matvec(w: &[f32], x: &[f32], out: usize) -> Vec<f32> {
-    let n = x.len();
-    let row = |o: usize| -> f32 {
-        w[o * n..(o + 1) * n]
-            .iter()
-            .zip(x)
-            .map(|(a, b)| a * b)
-            .sum()
-    };
-    let threads = std::thread::available_parallelism().map_or(1, |t| t.get());
-    if out * n < (1 << 22) || threads == 1 {
-        return (0..out).map(row).collect();
+/// RMSNorm of every row of `x` (rows of `w.len()`).
+fn rmsnorm_rows(x: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
+    x.chunks_exact(w.len())
+        .flat_map(|r| rmsnorm(r, w, eps))
+        .collect()
+}
+
+/// y = x Wᵀ for x [t, n] and W [out, n], both row-major: y is [t, out]. Large products
+/// split W's rows over threads (a Llama-1B check on a many-core host).
+fn matmul(x: &[f32], t: usize, w: &[f32], out: usize) -> Vec<f32> {
+    let n = w.len() / out.max(1);
+    assert!(
+        x.len() == t * n && w.len() == out * n,
+        "matmul: x has {} values for {t} rows, W {} for {out} rows",
+        x.len(),
+        w.len()
+    );
+    let threads = std::thread::available_parallelism().map_or(1, |c| c.get());
+    if out * n < (1 << 22) || threads == 1 || t == 0 {
+        let mut y = vec![0f32; t * out];
+        gemm(x, t, n, w, out, &mut y);
+        return y;
     }
-    let mut y = vec![0f32; out];
     let per = out.div_ceil(threads);
-    std::thread::scope(|sc| {
-        for (c, chunk) in y.chunks_mut(per).enumerate() {
-            let row = &row;
-            sc.spawn(move || {
-                for (k, v) in chunk.iter_mut().enumerate() {
-                    *v = row(c * per + k);
-                }
-            });
-        }
+    let parts: Vec<Vec<f32>> = std::thread::scope(|sc| {
+        let handles: Vec<_> = w
+            .chunks(per * n)
+            .map(|wc| {
+                sc.spawn(move || {
+                    let o = wc.len() / n;
+                    let mut y = vec![0f32; t * o];
+                    gemm(x, t, n, wc, o, &mut y);
+                    y
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
     });
+    let mut y = Vec::with_capacity(t * out);
+    for r in 0..t {
+        for p in &parts {
+            let o = p.len() / t;
+            y.extend_from_slice(&p[r * o..(r + 1) * o]);
+        }
+    }
     y
+}
+
+/// y[t, out] = x[t, n] · w[out, n]ᵀ, all row-major and of exactly these sizes.
+fn gemm(x: &[f32], t: usize, n: usize, w: &[f32], out: usize, y: &mut [f32]) {
+    assert!(x.len() == t * n && w.len() == out * n && y.len() == t * out);
+    if t == 0 || out == 0 {
+        return;
+    }
+    // SAFETY: the sizes were checked above; every index sgemm forms from these dims and
+    // strides is inside its slice, and `y` is exclusively borrowed.
+    unsafe {
+        matrixmultiply::sgemm(
+            t,
+            n,
+            out,
+            1.0,
+            x.as_ptr(),
+            n as isize,
+            1,
+            w.as_ptr(),
+            1,
+            n as isize,
+            0.0,
+            y.as_mut_ptr(),
+            out as isize,
+            1,
+        );
+    }
 }
 
 fn add_into(x: &mut [f32], y: &[f32]) {
@@ -195,13 +320,30 @@ pub fn rope(x: &mut [f32], hd: usize, pos: usize, theta: f32) {
     let half = hd / 2;
     for head in x.chunks_mut(hd) {
         for i in 0..half {
-            let inv_freq = 1.0 / theta.powf((2 * i) as f32 / hd as f32);
-            let (s, c) = (pos as f32 * inv_freq).sin_cos();
+            let (s, c) = rope_angle(i, hd, pos, theta);
             let (a, b) = (head[i], head[i + half]);
             head[i] = a * c - b * s;
             head[i + half] = b * c + a * s;
         }
     }
+}
+
+/// Interleaved RoPE over every head of `x`: pairs (2i, 2i + 1), same frequencies.
+pub fn rope_interleaved(x: &mut [f32], hd: usize, pos: usize, theta: f32) {
+    for head in x.chunks_mut(hd) {
+        for (i, pair) in head.chunks_exact_mut(2).enumerate() {
+            let (s, c) = rope_angle(i, hd, pos, theta);
+            let (a, b) = (pair[0], pair[1]);
+            pair[0] = a * c - b * s;
+            pair[1] = b * c + a * s;
+        }
+    }
+}
+
+/// (sin, cos) of pair `i`'s angle at `pos`.
+fn rope_angle(i: usize, hd: usize, pos: usize, theta: f32) -> (f32, f32) {
+    let inv_freq = 1.0 / theta.powf((2 * i) as f32 / hd as f32);
+    (pos as f32 * inv_freq).sin_cos()
 }
 
 /// Softmax attention of one query row over the first `n` cached positions, GQA.
@@ -286,6 +428,95 @@ mod tests {
         let n1: f32 = x.iter().map(|v| v * v).sum();
         assert!((n0 - n1).abs() / n0 < 1e-5);
         assert_ne!(x, orig);
+    }
+
+    /// llama.cpp's converter reorders each Q/K head's rows so that HF pair (j, j + D/2)
+    /// lands on (2j, 2j + 1): row 2j + t of the GGUF head is HF row t * D/2 + j.
+    fn llama_cpp_permute(rows: &[f32], hd: usize, row_len: usize) -> Vec<f32> {
+        let mut out = vec![0.0; rows.len()];
+        for (h, head) in rows.chunks(hd * row_len).enumerate() {
+            for j in 0..hd / 2 {
+                for t in 0..2 {
+                    let (src, dst) = (t * hd / 2 + j, 2 * j + t);
+                    let o = h * hd * row_len;
+                    out[o + dst * row_len..o + (dst + 1) * row_len]
+                        .copy_from_slice(&head[src * row_len..(src + 1) * row_len]);
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn interleaved_rope_on_permuted_heads_equals_rotate_half() {
+        let hd = 64;
+        let x: Vec<f32> = (0..2 * hd).map(|i| (i as f32 * 0.91).cos()).collect();
+        let mut hf = x.clone();
+        rope(&mut hf, hd, 17, 100_000.0);
+        let mut gg = llama_cpp_permute(&x, hd, 1);
+        rope_interleaved(&mut gg, hd, 17, 100_000.0);
+        assert_eq!(gg, llama_cpp_permute(&hf, hd, 1));
+        let mut same = x.clone();
+        rope_interleaved(&mut same, hd, 0, 100_000.0);
+        assert_eq!(same, x, "position 0 is the identity");
+    }
+
+    #[test]
+    fn permuted_q_k_with_interleaved_rope_give_the_same_logits_and_without_it_do_not() {
+        let shape = ModelShape::named("tiny").unwrap();
+        let hf = tiny();
+        let perm = |t: Tensor| {
+            let w = init_tensor_f32(&shape, 1, t);
+            match t {
+                Tensor::Q(_) | Tensor::K(_) => llama_cpp_permute(&w, shape.head_dim, shape.hidden),
+                _ => w,
+            }
+        };
+        let gg = CpuModel::from_fn(&shape, perm).with_rope(RopeLayout::Interleaved);
+        let prompt = [3u32, 77, 500, 12, 9];
+        let want = hf.forward(&mut hf.new_cache(), &prompt);
+        let got = gg.forward(&mut gg.new_cache(), &prompt);
+        for (w, g) in want.iter().zip(&got) {
+            assert!(max_rel(g, w) < 1e-5);
+        }
+        let wrong = CpuModel::from_fn(&shape, perm);
+        let bad = wrong.forward(&mut wrong.new_cache(), &prompt);
+        assert!(max_rel(&bad[4], &want[4]) > 1e-3);
+    }
+
+    #[test]
+    fn a_source_of_the_wrong_size_or_failing_is_an_error_naming_the_tensor() {
+        let shape = ModelShape::named("tiny").unwrap();
+        let short = CpuModel::try_from_fn(&shape, |t| {
+            let mut v = init_tensor_f32(&shape, 1, t);
+            if t == Tensor::V(1) {
+                v.pop();
+            }
+            Ok::<_, std::io::Error>(v)
+        });
+        let e = short.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(e.contains("V(1)") && e.contains("32767 values"), "{e}");
+        let failing = CpuModel::try_from_fn(&shape, |t| match t {
+            Tensor::FinalNorm => Err(std::io::Error::other("gone")),
+            t => Ok(init_tensor_f32(&shape, 1, t)),
+        });
+        let e = failing.err().map(|e| e.to_string()).unwrap_or_default();
+        assert_eq!(e, "tensor FinalNorm: gone");
+    }
+
+    #[test]
+    fn matmul_matches_row_dot_products_on_the_single_and_threaded_paths() {
+        for (t, n, out) in [(3, 40, 7), (2, 2048, 2048)] {
+            let x: Vec<f32> = (0..t * n).map(|i| ((i * 7) % 13) as f32 - 6.0).collect();
+            let w: Vec<f32> = (0..out * n).map(|i| ((i * 5) % 11) as f32 * 0.25).collect();
+            let y = matmul(&x, t, &w, out);
+            for r in 0..t {
+                for o in [0, out / 2, out - 1] {
+                    let dot: f32 = (0..n).map(|k| x[r * n + k] * w[o * n + k]).sum();
+                    assert_eq!(y[r * out + o], dot, "row {r} col {o}");
+                }
+            }
+        }
     }
 
     #[test]

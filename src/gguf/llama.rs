@@ -1,0 +1,271 @@
+//! A Llama-architecture GGUF file (e.g. SmolLM2) as the f32 CPU reference model: the shape
+//! from `llama.*` metadata, tensors by their GGUF names, dequantised to f32. llama.cpp's
+//! converter permutes Q and K rows so that RoPE rotates interleaved pairs, so the model
+//! it returns uses `RopeLayout::Interleaved`.
+
+use crate::gpu::cuda::cpu_ref::{CpuLoadError, CpuModel, RopeLayout};
+use crate::gpu::cuda::init::Tensor;
+use crate::gpu::cuda::ModelShape;
+
+use super::reader::{Gguf, GgufError};
+
+/// Why a GGUF file is not a Llama model the CPU reference can run.
+#[derive(Debug, thiserror::Error)]
+pub enum LlamaGgufError {
+    #[error(transparent)]
+    Gguf(#[from] GgufError),
+    #[error("{path}: {msg}")]
+    Unsupported { path: String, msg: String },
+    #[error("{path}: {source}")]
+    Load {
+        path: String,
+        #[source]
+        source: CpuLoadError,
+    },
+}
+
+/// The GGUF name of a model tensor.
+pub fn gguf_name(t: Tensor) -> String {
+    let b = |i: usize, n: &str| format!("blk.{i}.{n}.weight");
+    match t {
+        Tensor::Embed => "token_embd.weight".into(),
+        Tensor::AttnNorm(i) => b(i, "attn_norm"),
+        Tensor::Q(i) => b(i, "attn_q"),
+        Tensor::K(i) => b(i, "attn_k"),
+        Tensor::V(i) => b(i, "attn_v"),
+        Tensor::O(i) => b(i, "attn_output"),
+        Tensor::FfnNorm(i) => b(i, "ffn_norm"),
+        Tensor::Gate(i) => b(i, "ffn_gate"),
+        Tensor::Up(i) => b(i, "ffn_up"),
+        Tensor::Down(i) => b(i, "ffn_down"),
+        Tensor::FinalNorm => "output_norm.weight".into(),
+        Tensor::LmHead => "output.weight".into(),
+    }
+}
+
+/// The model's dimensions from `general.architecture = "llama"` metadata. No `output.weight`
+/// means the LM head is tied to `token_embd`. Only the limits of the CPU reference are
+/// checked, not those of the CUDA kernels.
+pub fn shape_from_gguf(g: &Gguf) -> Result<ModelShape, LlamaGgufError> {
+    let bad = |msg: String| LlamaGgufError::Unsupported {
+        path: g.path().into(),
+        msg,
+    };
+    let arch = g.meta_str("general.architecture")?;
+    if arch != "llama" {
+        return Err(bad(format!(
+            "architecture {arch:?} is not supported (only llama)"
+        )));
+    }
+    let int = |k: &str| g.meta_u64(&format!("llama.{k}")).map(|v| v as usize);
+    if let Some(v) = g.get("llama.rope.scaling.type") {
+        if v.as_str() != Some("none") {
+            return Err(bad(format!("RoPE scaling {v:?} is not supported")));
+        }
+    }
+    let hidden = int("embedding_length")?;
+    let heads = int("attention.head_count")?;
+    let kv_heads = match g.get("llama.attention.head_count_kv") {
+        Some(_) => int("attention.head_count_kv")?,
+        None => heads,
+    };
+    if heads == 0 || kv_heads == 0 || !heads.is_multiple_of(kv_heads) {
+        return Err(bad(format!("{heads} heads over {kv_heads} kv heads")));
+    }
+    let head_dim = match g.get("llama.attention.key_length") {
+        Some(_) => int("attention.key_length")?,
+        None => hidden / heads,
+    };
+    if head_dim == 0 || head_dim % 2 == 1 {
+        return Err(bad(format!("head_dim {head_dim} must be even")));
+    }
+    let embd = g
+        .tensor("token_embd.weight")
+        .ok_or_else(|| bad("no token_embd.weight".into()))?;
+    let vocab = match embd.dims[..] {
+        [h, v] if h as usize == hidden => v as usize,
+        ref d => {
+            return Err(bad(format!(
+                "token_embd.weight has dims {d:?}, expected [{hidden}, vocab]"
+            )))
+        }
+    };
+    let theta = match g.get("llama.rope.freq_base") {
+        Some(_) => g.meta_f64("llama.rope.freq_base")?,
+        None => 10_000.0,
+    };
+    let shape = ModelShape {
+        name: g
+            .get("general.name")
+            .and_then(|v| v.as_str())
+            .unwrap_or("gguf")
+            .to_string(),
+        vocab,
+        hidden,
+        layers: int("block_count")?,
+        heads,
+        kv_heads,
+        head_dim,
+        ffn: int("feed_forward_length")?,
+        rope_theta: theta as f32,
+        rms_eps: g.meta_f64("llama.attention.layer_norm_rms_epsilon")? as f32,
+        tied_embeddings: g.tensor("output.weight").is_none(),
+    };
+    if shape.layers == 0 || shape.ffn == 0 {
+        return Err(bad("block_count and feed_forward_length must be > 0".into()));
+    }
+    Ok(shape)
+}
+
+/// The whole model dequantised to f32 (about 4 bytes per parameter), interleaved RoPE.
+pub fn load_cpu_model(g: &Gguf) -> Result<CpuModel, LlamaGgufError> {
+    let shape = shape_from_gguf(g)?;
+    let m = CpuModel::try_from_fn(&shape, |t| {
+        let name = gguf_name(t);
+        let info = g.tensor(&name).ok_or_else(|| GgufError::Tensor {
+            path: g.path().into(),
+            name: name.clone(),
+            msg: "not in the file".into(),
+        })?;
+        // GGUF lists dims fastest first: numpy's (rows, cols) read backwards.
+        let (rows, cols) = t.dims(&shape);
+        let want: Vec<u64> = if rows == 1 {
+            vec![cols as u64]
+        } else {
+            vec![cols as u64, rows as u64]
+        };
+        if info.dims != want {
+            return Err(GgufError::Tensor {
+                path: g.path().into(),
+                name,
+                msg: format!("dims {:?}, the shape needs {want:?}", info.dims),
+            });
+        }
+        g.tensor_f32(&name)
+    })
+    .map_err(|e| match e {
+        // Errors of the file already name it and the tensor.
+        CpuLoadError::Source { source, tensor } => match source.downcast::<GgufError>() {
+            Ok(ge) => LlamaGgufError::Gguf(*ge),
+            Err(source) => LlamaGgufError::Load {
+                path: g.path().into(),
+                source: CpuLoadError::Source { tensor, source },
+            },
+        },
+        e => LlamaGgufError::Load {
+            path: g.path().into(),
+            source: e,
+        },
+    })?;
+    Ok(m.with_rope(RopeLayout::Interleaved))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gguf::testfile::GgufBuilder;
+    use crate::gguf::Value;
+    use crate::gpu::cuda::init::init_tensor_f32;
+
+    /// The `tiny` shape's seeded weights written as a tied-embedding llama GGUF (F32).
+    fn tiny_gguf(drop: Option<&str>, skew: Option<&str>) -> (ModelShape, Vec<u8>) {
+        let mut shape = ModelShape::named("tiny").unwrap();
+        shape.tied_embeddings = true;
+        let u = |v: usize| Value::U32(v as u32);
+        let mut b = GgufBuilder::default()
+            .kv("general.architecture", Value::String("llama".into()))
+            .kv("llama.embedding_length", u(shape.hidden))
+            .kv("llama.block_count", u(shape.layers))
+            .kv("llama.feed_forward_length", u(shape.ffn))
+            .kv("llama.attention.head_count", u(shape.heads))
+            .kv("llama.attention.head_count_kv", u(shape.kv_heads))
+            .kv("llama.attention.key_length", u(shape.head_dim))
+            .kv("llama.rope.freq_base", Value::F32(shape.rope_theta))
+            .kv("llama.attention.layer_norm_rms_epsilon", Value::F32(1e-5));
+        let mut tensors = vec![Tensor::Embed, Tensor::FinalNorm];
+        for i in 0..shape.layers {
+            tensors.extend([
+                Tensor::AttnNorm(i),
+                Tensor::Q(i),
+                Tensor::K(i),
+                Tensor::V(i),
+                Tensor::O(i),
+                Tensor::FfnNorm(i),
+                Tensor::Gate(i),
+                Tensor::Up(i),
+                Tensor::Down(i),
+            ]);
+        }
+        for t in tensors {
+            let name = gguf_name(t);
+            if drop == Some(name.as_str()) {
+                continue;
+            }
+            let (r, c) = t.dims(&shape);
+            let mut dims = if r == 1 {
+                vec![c as u64]
+            } else {
+                vec![c as u64, r as u64]
+            };
+            if skew == Some(name.as_str()) {
+                dims.reverse();
+            }
+            b = b.f32_tensor(&name, &dims, &init_tensor_f32(&shape, 5, t));
+        }
+        (shape, b.build())
+    }
+
+    #[test]
+    fn a_llama_gguf_loads_its_shape_and_the_same_logits_as_the_source_weights() {
+        let (shape, bytes) = tiny_gguf(None, None);
+        let g = Gguf::parse(bytes, "tiny.gguf").unwrap();
+        let got = shape_from_gguf(&g).unwrap();
+        assert_eq!(
+            got,
+            ModelShape {
+                name: "gguf".into(),
+                ..shape.clone()
+            }
+        );
+        let m = load_cpu_model(&g).unwrap();
+        assert_eq!(m.rope, RopeLayout::Interleaved);
+        let want = CpuModel::from_fn(&shape, |t| init_tensor_f32(&shape, 5, t))
+            .with_rope(RopeLayout::Interleaved);
+        let p = [4u32, 8, 15, 16, 23, 42];
+        assert_eq!(
+            m.forward(&mut m.new_cache(), &p),
+            want.forward(&mut want.new_cache(), &p)
+        );
+    }
+
+    #[test]
+    fn missing_or_transposed_tensors_are_errors_naming_them() {
+        let load = |drop, skew| {
+            let g = Gguf::parse(tiny_gguf(drop, skew).1, "tiny.gguf").unwrap();
+            load_cpu_model(&g).err().map(|e| e.to_string())
+        };
+        let e = load(Some("blk.1.ffn_up.weight"), None).unwrap_or_default();
+        assert!(
+            e.contains("blk.1.ffn_up.weight") && e.contains("not in the file"),
+            "{e}"
+        );
+        let e = load(None, Some("blk.0.attn_k.weight")).unwrap_or_default();
+        assert!(
+            e.contains("blk.0.attn_k.weight") && e.contains("[128, 256]"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn other_architectures_are_refused() {
+        let g = Gguf::parse(
+            GgufBuilder::default()
+                .kv("general.architecture", Value::String("qwen2".into()))
+                .build(),
+            "q.gguf",
+        )
+        .unwrap();
+        let e = shape_from_gguf(&g).unwrap_err().to_string();
+        assert!(e.contains("q.gguf") && e.contains("qwen2"), "{e}");
+    }
+}
