@@ -205,16 +205,8 @@ fn cpu_check(
     use genslot::gpu::cuda::{cpu_ref::CpuModel, safetensors::Checkpoint, ModelShape};
     let shape = ModelShape::from_hf_config(&weights.join("config.json"))?;
     let ck = Checkpoint::open(weights)?;
-    let mut missing = None;
-    let m = CpuModel::from_fn(&shape, |t| {
-        ck.f32(&t.hf_name()).unwrap_or_else(|e| {
-            missing = Some(e.to_string());
-            Vec::new()
-        })
-    });
-    if let Some(e) = missing {
-        bail!("{e}");
-    }
+    let m = CpuModel::try_from_fn(&shape, |t| ck.f32(&t.hf_name()))
+        .with_context(|| format!("loading {} into the CPU model", weights.display()))?;
     let cpu = parity::cpu_forced(&m, &r.meta, prompts, steps);
     let per = steps.min(r.meta.steps) + 1;
     for k in 0..prompts.min(r.meta.prompts.len()) {
