@@ -72,6 +72,10 @@ def main():
     ap.add_argument("--steps", type=int, default=32)
     ap.add_argument("--lengths", default="7,33,64,150")
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--init", default="hf", choices=["hf", "scaled"],
+                    help="hf: transformers' default (normal, std 0.02, everywhere); scaled: the "
+                         "residual-branch outputs (o_proj, down_proj) get std 0.02 / sqrt(2 L), "
+                         "as in GPT-2 and Megatron-LM, so a deep random model is not chaotic")
     ap.add_argument("--no-rope-fix", action="store_true",
                     help="leave the bf16-rounded inv_freq of Module.to (for comparison)")
     a = ap.parse_args()
@@ -81,6 +85,12 @@ def main():
     torch.manual_seed(a.seed)
     cfg = make_config(a.shape)
     model = LlamaForCausalLM(cfg)
+    if a.init == "scaled":
+        std = cfg.initializer_range / (2 * cfg.num_hidden_layers) ** 0.5
+        with torch.no_grad():
+            for layer in model.model.layers:
+                layer.self_attn.o_proj.weight.normal_(0.0, std)
+                layer.mlp.down_proj.weight.normal_(0.0, std)
     restore_rope = keep_rope_fp32(model)
     model = model.to(torch.bfloat16).to(a.device).eval()
     if not a.no_rope_fix:

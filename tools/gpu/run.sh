@@ -45,12 +45,21 @@ if has tiny; then
   done
 fi
 if has parity; then
+  # PARITY_INITS: hf (transformers' default init) and/or scaled (see parity.py --init);
+  # PARITY_KERNELS: the attention kernels compared against each reference.
   for shape in ${PARITY_SHAPES:-tiny llama-1b}; do
-    stage "parity $shape"
-    W=/tmp/parity-$shape
-    python3 "$G/parity.py" --shape "$shape" --out "$W" 2>&1 | grep -v "Writing model" || { status=1; continue; }
-    "$G/genslot-gpu" parity --weights "$W/model" --ref "$W/ref" --json "$OUT/parity-$shape.json" ${PARITY_ARGS:-} \
-      2>&1 || status=1
+    for init in ${PARITY_INITS:-hf}; do
+      stage "parity $shape (init $init)"
+      W=/tmp/parity-$shape-$init
+      python3 "$G/parity.py" --shape "$shape" --init "$init" --out "$W" 2>&1 | grep -v "Writing model" \
+        || { status=1; continue; }
+      for kern in ${PARITY_KERNELS:-tc}; do
+        echo "attention kernel: $kern"
+        GENSLOT_ATTN_KERNEL=$kern "$G/genslot-gpu" parity --weights "$W/model" --ref "$W/ref" \
+          --json "$OUT/parity-$shape-$init-$kern.json" ${PARITY_ARGS:-} 2>&1 | grep -v "^ *[0-9]*: \|Stack backtrace" \
+          || status=1
+      done
+    done
   done
 fi
 if has bench; then
