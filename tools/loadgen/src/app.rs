@@ -55,6 +55,8 @@ pub async fn run_command(args: &RunArgs) -> anyhow::Result<Summary> {
         progress: !args.no_progress,
         scrape_metrics: !args.no_scrape,
         send_arrival_time: args.send_arrival_time,
+        send_jitter: args.send_jitter,
+        jitter_seed: args.seed,
     };
     let out = run(source.as_mut(), &cfg).await?;
     if out.abandoned > 0 {
@@ -73,6 +75,11 @@ pub async fn run_command(args: &RunArgs) -> anyhow::Result<Summary> {
         seed: args.seed,
         duration_limit_s: args.duration.as_secs_f64(),
         max_requests: args.max_requests,
+        send_jitter_ms: if source.open_loop() {
+            0.0
+        } else {
+            args.send_jitter.as_secs_f64() * 1e3
+        },
     };
     let summary = Summary::from_records(
         &out.records,

@@ -101,6 +101,11 @@ pub struct RunArgs {
     /// Seeds session draws, start points and synthetic sessions.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Closed loop: after each completion a lane waits an extra delay drawn uniformly from
+    /// [0, this) (seeded by --seed) before its next send. Back-to-back lanes otherwise send
+    /// just after a decode step ends and phase-lock to the server's step loop; 0 turns it off.
+    #[arg(long, default_value = "40ms", value_parser = parse_duration)]
+    pub send_jitter: Duration,
     /// Cap on a closed-loop lane's idle gap between turns.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub idle_cap: Duration,

@@ -3,13 +3,15 @@
 //! - [`source`]: what to send when (closed-loop AgentX lanes, open-loop timestamps), on top of
 //!   `genslot::workload`'s trace loaders and replay engines ([`replay`] adapts them).
 //! - [`client`]: one streaming request, timed at the first content chunk.
-//! - [`runner`]: the bounded run loop; [`summary`] / [`stats`]: AIPerf-named statistics;
+//! - [`runner`]: the bounded run loop, with [`jitter`] desynchronising closed-loop lanes;
+//!   [`summary`] / [`stats`]: AIPerf-named statistics;
 //!   [`scrape`]: genslot's counters from `/metrics`; [`compare`]: two runs side by side.
 
 pub mod app;
 pub mod cli;
 pub mod client;
 pub mod compare;
+pub mod jitter;
 pub mod prompt;
 pub mod record;
 pub mod replay;

@@ -13,6 +13,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use tokio::sync::{mpsc, watch};
 
 use crate::client::{execute, Endpoint};
+use crate::jitter::SendJitter;
 use crate::record::RequestRecord;
 use crate::scrape::{scrape, ServerDelta};
 use crate::source::Source;
@@ -30,6 +31,12 @@ pub struct RunConfig {
     pub scrape_metrics: bool,
     /// Send each request's scheduled time as its `x-arrival-time` (unix seconds).
     pub send_arrival_time: bool,
+    /// Closed loop: each lane waits a seeded delay uniform in `[0, send_jitter)` after a
+    /// completion before its next send, so lanes do not phase-lock to the server's decode
+    /// loop (see [`crate::jitter`]). Zero sends back to back.
+    pub send_jitter: Duration,
+    /// Seeds the send jitter.
+    pub jitter_seed: u64,
 }
 
 /// Everything a run produced.
@@ -104,6 +111,8 @@ pub async fn run(source: &mut dyn Source, cfg: &RunConfig) -> anyhow::Result<Run
     let mut stop: Option<StopReason> = None;
     let mut cancelled_at: Option<Instant> = None;
     let mut abandoned = 0usize;
+    let mut jitter = SendJitter::new(cfg.send_jitter, cfg.jitter_seed);
+    let closed_loop = !source.open_loop();
 
     source.start(0.0);
     loop {
@@ -168,8 +177,13 @@ pub async fn run(source: &mut dyn Source, cfg: &RunConfig) -> anyhow::Result<Run
                 while let Some(rec) = next {
                     outstanding -= 1;
                     errors += u64::from(!rec.ok());
-                    // The lane's gap runs from the response's end, not from when we noticed it.
-                    source.on_complete(rec.id, rec.end_s);
+                    // The lane's gap runs from the response's end, not from when we noticed it;
+                    // the jitter moves that end as a slower client would.
+                    let ready_at = match rec.lane {
+                        Some(lane) if closed_loop => rec.end_s + jitter.next(lane),
+                        _ => rec.end_s,
+                    };
+                    source.on_complete(rec.id, ready_at);
                     if cfg.max_requests.is_some() && !rec.warmup {
                         bar.inc(1);
                     }

@@ -34,6 +34,10 @@ pub struct RunInfo {
     pub seed: u64,
     pub duration_limit_s: f64,
     pub max_requests: Option<u64>,
+    /// Closed loop: upper bound of the per-send jitter (0 = back to back). Absent in
+    /// summaries written before the jitter existed.
+    #[serde(default)]
+    pub send_jitter_ms: f64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -276,6 +280,7 @@ mod tests {
             seed: 0,
             duration_limit_s: 10.0,
             max_requests: None,
+            send_jitter_ms: 0.0,
         }
     }
 

@@ -22,6 +22,7 @@ fn info() -> RunInfo {
         seed: 0,
         duration_limit_s: 0.0,
         max_requests: None,
+        send_jitter_ms: 0.0,
     }
 }
 

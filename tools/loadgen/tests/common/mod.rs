@@ -290,5 +290,7 @@ pub fn config(
         progress: false,
         scrape_metrics: true,
         send_arrival_time: false,
+        send_jitter: Duration::ZERO,
+        jitter_seed: 0,
     }
 }
