@@ -64,12 +64,19 @@ pub fn build(cands: &mut [Candidate], limits: &BatchLimits) -> BatchPlan {
     plan
 }
 
-/// `build` into a plan whose buffers are reused. Candidates already in priority order (as
-/// the worker hands them) are not sorted again.
+/// `build` into a plan whose buffers are reused.
 pub fn build_into(cands: &mut [Candidate], limits: &BatchLimits, plan: &mut BatchPlan) {
-    if !cands.is_sorted_by(|a, b| by_priority(a, b) != Ordering::Greater) {
-        cands.sort_by(by_priority);
-    }
+    cands.sort_by(by_priority);
+    build_sorted_into(cands, limits, plan);
+}
+
+/// `build_into` for candidates the caller already has in priority order (first tokens,
+/// forced resumes, the rest; each oldest admission first, ties by id).
+pub fn build_sorted_into(cands: &[Candidate], limits: &BatchLimits, plan: &mut BatchPlan) {
+    debug_assert!(
+        cands.is_sorted_by(|a, b| by_priority(a, b) != Ordering::Greater),
+        "candidates out of priority order"
+    );
     plan.scheduled.clear();
     plan.scheduled_slots.clear();
     plan.displaced.clear();

@@ -93,11 +93,17 @@ impl KvPool {
 
     /// A free page: a released one if any, else the next never-used one. Callers check
     /// `free_pages()` first.
-    fn take_page(&mut self) -> u32 {
-        self.released.pop().unwrap_or_else(|| {
-            self.fresh += 1;
-            self.fresh - 1
-        })
+    /// Append `n` pages to `into`: released ones first, most recently released first,
+    /// then fresh ones in order (in bulk: a long context takes thousands of pages).
+    fn take_pages(&mut self, n: usize, into: &mut Vec<u32>) {
+        let reused = n.min(self.released.len());
+        let from = self.released.len() - reused;
+        into.reserve(n);
+        into.extend(self.released[from..].iter().rev());
+        self.released.truncate(from);
+        let fresh = (n - reused) as u32;
+        into.extend(self.fresh..self.fresh + fresh);
+        self.fresh += fresh;
     }
 
     /// Take a row and the pages for a context of `tokens` (plus the SWA reservation).
@@ -117,9 +123,17 @@ impl KvPool {
             pool: ROWS,
             capacity: self.cfg.index_rows as u64,
         })?;
-        let pages = (0..need).map(|_| self.take_page()).collect();
-        let swa = (0..swa).map(|_| self.take_page()).collect();
-        self.held.insert(id, Lease { row, pages, swa });
+        let (mut pages, mut swa_pages) = (Vec::new(), Vec::new());
+        self.take_pages(need, &mut pages);
+        self.take_pages(swa, &mut swa_pages);
+        self.held.insert(
+            id,
+            Lease {
+                row,
+                pages,
+                swa: swa_pages,
+            },
+        );
         Ok(row)
     }
 
@@ -142,7 +156,8 @@ impl KvPool {
                 capacity: self.cfg.total_pages as u64,
             });
         }
-        let new: Vec<u32> = (have..need).map(|_| self.take_page()).collect();
+        let mut new = Vec::new();
+        self.take_pages(need - have, &mut new);
         if let Some(lease) = self.held.get_mut(&id) {
             lease.pages.extend(new);
         }

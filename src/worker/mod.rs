@@ -449,8 +449,7 @@ impl WorkerCore {
 
         // Build the batch. Walking the residents oldest admission first and splitting them
         // by priority class yields the batch order already (first tokens, then forced
-        // resumes, then the rest, each oldest admission first), so the builder has nothing
-        // to sort.
+        // resumes, then the rest, each oldest admission first), so nothing is sorted.
         self.forced_buf.clear();
         self.forced_buf.extend_from_slice(&dec.forced_resumes);
         self.forced_buf.sort_unstable();
@@ -485,7 +484,7 @@ impl WorkerCore {
             tokens_per_request: self.params.tokens_per_step,
         };
         let plan = &mut self.plan_buf;
-        batch::build_into(&mut self.cand_buf, &limits, plan);
+        batch::build_sorted_into(&self.cand_buf, &limits, plan);
         self.batch_rows.clear();
         out.batch.reserve(plan.scheduled.len());
         for (&id, &slot) in plan.scheduled.iter().zip(&plan.scheduled_slots) {

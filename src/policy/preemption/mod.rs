@@ -148,6 +148,17 @@ struct Record {
     paused: Option<(f64, PauseKind)>,
 }
 
+/// A paused request's place in the resume lane: (sacrificed, laxity) in target mode,
+/// (false, paused since) otherwise; ties by id.
+type LaneKey = (bool, f64);
+
+fn lane_order(a: &(LaneKey, PausedRow), b: &(LaneKey, PausedRow)) -> std::cmp::Ordering {
+    a.0 .0
+        .cmp(&b.0 .0)
+        .then(a.0 .1.total_cmp(&b.0 .1))
+        .then(a.1.id.cmp(&b.1.id))
+}
+
 /// A paused request as one pass sees it.
 #[derive(Debug, Clone, Copy)]
 struct PausedRow<'a> {
@@ -439,37 +450,28 @@ impl GenPreemption {
             .collect()
     }
 
-    /// Paused requests in the mode's resume order.
-    fn resume_lane<'a>(&self, mut lane: Vec<PausedRow<'a>>, now: f64) -> Vec<PausedRow<'a>> {
+    /// Each paused request's key in the mode's resume order (see `lane_order`).
+    fn lane_keys<'a>(&self, lane: Vec<PausedRow<'a>>, now: f64) -> Vec<(LaneKey, PausedRow<'a>)> {
         match self.params.mode {
-            Mode::TargetOutputTps(t) => {
-                let mut keyed: Vec<_> = lane
-                    .into_iter()
-                    .map(|row| {
-                        let sacrificed = row.record.is_some_and(|r| r.sacrificed);
-                        let lax = row.resident.map_or(f64::INFINITY, |r| {
-                            self.laxity_of(r, row.record.as_ref(), now, t)
-                        });
-                        ((sacrificed, lax), row)
-                    })
-                    .collect();
-                // Least slack first; sacrificed requests after every other paused request.
-                // The key ends in the (unique) id, so an unstable sort orders as a stable one.
-                keyed.sort_unstable_by(|a, b| {
-                    a.0 .0
-                        .cmp(&b.0 .0)
-                        .then(a.0 .1.total_cmp(&b.0 .1))
-                        .then(a.1.id.cmp(&b.1.id))
-                });
-                keyed.into_iter().map(|(_, row)| row).collect()
-            }
-            _ => {
-                // Oldest pause first.
-                let since =
-                    |row: &PausedRow| row.record.and_then(|r| r.paused).map_or(0.0, |p| p.0);
-                lane.sort_unstable_by(|a, b| since(a).total_cmp(&since(b)).then(a.id.cmp(&b.id)));
-                lane
-            }
+            // Least slack first; sacrificed requests after every other paused request.
+            Mode::TargetOutputTps(t) => lane
+                .into_iter()
+                .map(|row| {
+                    let sacrificed = row.record.is_some_and(|r| r.sacrificed);
+                    let lax = row.resident.map_or(f64::INFINITY, |r| {
+                        self.laxity_of(r, row.record.as_ref(), now, t)
+                    });
+                    ((sacrificed, lax), row)
+                })
+                .collect(),
+            // Oldest pause first.
+            _ => lane
+                .into_iter()
+                .map(|row| {
+                    let since = row.record.and_then(|r| r.paused).map_or(0.0, |p| p.0);
+                    ((false, since), row)
+                })
+                .collect(),
         }
     }
 
@@ -557,16 +559,15 @@ impl GenPreemption {
                 .map(|(r, _)| (r.id, PauseKind::Budget)),
             Mode::TargetOutputTps(t) => {
                 let d = self.stats.d().unwrap_or(0.0);
-                let cands: Vec<(&Resident, f64, Record)> = self
-                    .eligible(v)
-                    .map(|(r, rec)| {
-                        (
-                            r,
-                            self.laxity_of(r, rec.as_ref(), v.now, t),
-                            rec.unwrap_or_default(),
-                        )
-                    })
-                    .collect();
+                let mut cands: Vec<(&Resident, f64, Record)> =
+                    Vec::with_capacity(v.residents.len());
+                cands.extend(self.eligible(v).map(|(r, rec)| {
+                    (
+                        r,
+                        self.laxity_of(r, rec.as_ref(), v.now, t),
+                        rec.unwrap_or_default(),
+                    )
+                }));
                 let tier1 = cands
                     .iter()
                     .filter(|(_, lax, rec)| {
@@ -641,18 +642,30 @@ impl GenPreemption {
         // past the maximum pause (or, in target mode, out of laxity) they resume regardless.
         // A row's record is read before any resume of this pass touches it: each resume
         // changes only its own record.
-        let lane = self.resume_lane(rows, v.now);
-        let free = self.params.max_active.saturating_sub(active) as usize;
-        for (i, row) in lane.iter().enumerate() {
-            if i < free {
-                self.resume(row, v.now);
-                dec.resumes.push(row.id);
-                active += 1;
-            } else if self.forced_due(row, v.now) {
-                self.resume(row, v.now);
-                dec.forced_resumes.push(row.id);
-                active += 1;
-            }
+        // Only the order of the rows that take free slots and of the forced resumes shows,
+        // so only those are sorted (the key is a total order: any sort gives one result).
+        let mut lane = self.lane_keys(rows, v.now);
+        let free = (self.params.max_active.saturating_sub(active) as usize).min(lane.len());
+        if free > 0 && free < lane.len() {
+            lane.select_nth_unstable_by(free - 1, lane_order);
+        }
+        let (first, rest) = lane.split_at_mut(free);
+        first.sort_unstable_by(lane_order);
+        for (_, row) in first.iter() {
+            self.resume(row, v.now);
+            dec.resumes.push(row.id);
+            active += 1;
+        }
+        let mut forced: Vec<_> = rest
+            .iter()
+            .filter(|(_, row)| self.forced_due(row, v.now))
+            .copied()
+            .collect();
+        forced.sort_unstable_by(lane_order);
+        for (_, row) in &forced {
+            self.resume(row, v.now);
+            dec.forced_resumes.push(row.id);
+            active += 1;
         }
 
         // Pause: one per pass, only when the pause frees the slot the at-risk head needs.
