@@ -68,6 +68,19 @@ pub struct KvPool {
     held: BTreeMap<RequestId, Lease>,
 }
 
+/// Append `n` pages to `into`: released ones first, most recently released first, then
+/// fresh ones in order (in bulk: a long context takes thousands of pages).
+fn take_pages(released: &mut Vec<u32>, fresh: &mut u32, n: usize, into: &mut Vec<u32>) {
+    let reused = n.min(released.len());
+    let from = released.len() - reused;
+    into.reserve(n);
+    into.extend(released[from..].iter().rev());
+    released.truncate(from);
+    let new = (n - reused) as u32;
+    into.extend(*fresh..*fresh + new);
+    *fresh += new;
+}
+
 impl KvPool {
     pub fn new(cfg: KvConfig) -> Self {
         Self {
@@ -93,17 +106,8 @@ impl KvPool {
 
     /// A free page: a released one if any, else the next never-used one. Callers check
     /// `free_pages()` first.
-    /// Append `n` pages to `into`: released ones first, most recently released first,
-    /// then fresh ones in order (in bulk: a long context takes thousands of pages).
     fn take_pages(&mut self, n: usize, into: &mut Vec<u32>) {
-        let reused = n.min(self.released.len());
-        let from = self.released.len() - reused;
-        into.reserve(n);
-        into.extend(self.released[from..].iter().rev());
-        self.released.truncate(from);
-        let fresh = (n - reused) as u32;
-        into.extend(self.fresh..self.fresh + fresh);
-        self.fresh += fresh;
+        take_pages(&mut self.released, &mut self.fresh, n, into);
     }
 
     /// Take a row and the pages for a context of `tokens` (plus the SWA reservation).
@@ -156,10 +160,13 @@ impl KvPool {
                 capacity: self.cfg.total_pages as u64,
             });
         }
-        let mut new = Vec::new();
-        self.take_pages(need - have, &mut new);
         if let Some(lease) = self.held.get_mut(&id) {
-            lease.pages.extend(new);
+            take_pages(
+                &mut self.released,
+                &mut self.fresh,
+                need - have,
+                &mut lease.pages,
+            );
         }
         Ok(true)
     }

@@ -434,44 +434,45 @@ impl GenPreemption {
         }
     }
 
-    /// Every paused request with its resident row (`None`: no longer resident) and record.
-    /// Paused ids, records and residents are all in id order, so this is one merge, with
-    /// no search per request.
-    fn paused_rows<'a>(&self, residents: &'a [Resident]) -> Vec<PausedRow<'a>> {
+    /// Every paused request with its resident row (`None`: no longer resident), record and
+    /// resume-lane key. Paused ids, records and residents are all in id order, so this is
+    /// one merge, with no search per request.
+    fn paused_rows<'a>(
+        &self,
+        residents: &'a [Resident],
+        now: f64,
+    ) -> Vec<(LaneKey, PausedRow<'a>)> {
         let mut res = residents.iter().peekable();
         let mut recs = self.records.iter().peekable();
         self.paused
             .iter()
-            .map(|&id| PausedRow {
-                id,
-                resident: merge_find(&mut res, id, |r| r.id),
-                record: merge_find(&mut recs, id, |(k, _)| **k).map(|(_, r)| *r),
+            .map(|&id| {
+                let row = PausedRow {
+                    id,
+                    resident: merge_find(&mut res, id, |r| r.id),
+                    record: merge_find(&mut recs, id, |(k, _)| **k).map(|(_, r)| *r),
+                };
+                (self.lane_key(&row, now), row)
             })
             .collect()
     }
 
-    /// Each paused request's key in the mode's resume order (see `lane_order`).
-    fn lane_keys<'a>(&self, lane: Vec<PausedRow<'a>>, now: f64) -> Vec<(LaneKey, PausedRow<'a>)> {
+    /// A paused request's key in the mode's resume order (see `lane_order`).
+    fn lane_key(&self, row: &PausedRow, now: f64) -> LaneKey {
         match self.params.mode {
             // Least slack first; sacrificed requests after every other paused request.
-            Mode::TargetOutputTps(t) => lane
-                .into_iter()
-                .map(|row| {
-                    let sacrificed = row.record.is_some_and(|r| r.sacrificed);
-                    let lax = row.resident.map_or(f64::INFINITY, |r| {
-                        self.laxity_of(r, row.record.as_ref(), now, t)
-                    });
-                    ((sacrificed, lax), row)
-                })
-                .collect(),
+            Mode::TargetOutputTps(t) => {
+                let sacrificed = row.record.is_some_and(|r| r.sacrificed);
+                let lax = row.resident.map_or(f64::INFINITY, |r| {
+                    self.laxity_of(r, row.record.as_ref(), now, t)
+                });
+                (sacrificed, lax)
+            }
             // Oldest pause first.
-            _ => lane
-                .into_iter()
-                .map(|row| {
-                    let since = row.record.and_then(|r| r.paused).map_or(0.0, |p| p.0);
-                    ((false, since), row)
-                })
-                .collect(),
+            _ => (
+                false,
+                row.record.and_then(|r| r.paused).map_or(0.0, |p| p.0),
+            ),
         }
     }
 
@@ -612,8 +613,8 @@ impl GenPreemption {
         let formed = v.queue.target_formed();
         self.track(v.departed, formed);
         // A paused id that is no longer resident (left without a departure record) is dropped.
-        let mut rows = self.paused_rows(v.residents);
-        rows.retain(|row| {
+        let mut rows = self.paused_rows(v.residents, v.now);
+        rows.retain(|(_, row)| {
             if row.resident.is_none() {
                 self.paused.remove(&row.id);
                 self.records.remove(&row.id);
@@ -628,7 +629,7 @@ impl GenPreemption {
 
         if !self.params.mode.is_on() {
             // Off (or disabled at run time): nothing stays paused.
-            for row in &rows {
+            for (_, row) in &rows {
                 self.resume(row, v.now);
                 dec.forced_resumes.push(row.id);
                 active += 1;
@@ -644,7 +645,7 @@ impl GenPreemption {
         // changes only its own record.
         // Only the order of the rows that take free slots and of the forced resumes shows,
         // so only those are sorted (the key is a total order: any sort gives one result).
-        let mut lane = self.lane_keys(rows, v.now);
+        let mut lane = rows;
         let free = (self.params.max_active.saturating_sub(active) as usize).min(lane.len());
         if free > 0 && free < lane.len() {
             lane.select_nth_unstable_by(free - 1, lane_order);
