@@ -1,19 +1,29 @@
-//! One full scheduling pass (preemption step + admission pops + batch build) at 128, 256
-//! and 1024 resident requests with 2048 waiters, both preemption modes, in steady state
-//! under load: every slot taken, X formed, a late queue, pauses and forced resumes live.
+//! One full scheduling pass (ingest → preemption step → admission pops → batch build) at
+//! 128, 256 and 1024 resident requests with 2048 waiters (and 256 residents with 256 or
+//! 8192 waiters), both preemption modes, in a live steady state: every slot taken,
+//! requests finishing and being admitted, X formed from waited TTFTs, D formed from
+//! completions, pauses and resumes happening. Each admission is replaced by one new
+//! arrival, so the queue stays at its size.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use genslot::policy::admission::AdmissionParams;
 use genslot::policy::preemption::paused_cap;
 use genslot::policy::Mode;
-use genslot::worker::{Arrival, KvReady, PassInputs, Stepped, WorkerCore, WorkerParams};
+use genslot::worker::{
+    Arrival, KvReady, PassInputs, PassOutput, Stepped, WorkerCore, WorkerParams,
+};
+
+/// Decode step length, seconds.
+const STEP_S: f64 = 0.03;
+/// Passes run before measuring, so X, D and the pause churn have formed.
+const WARM_PASSES: usize = 6000;
 
 struct Bench {
     core: WorkerCore,
-    now: f64,
+    /// Inputs and outputs reused pass to pass, as a runtime would.
+    inp: PassInputs,
+    out: PassOutput,
     next_id: u64,
-    last: Vec<u64>,
-    ready: Vec<KvReady>,
 }
 
 fn setup(residents: u32, waiters: u64, mode: Mode) -> Bench {
@@ -25,76 +35,57 @@ fn setup(residents: u32, waiters: u64, mode: Mode) -> Bench {
     };
     let mut b = Bench {
         core: WorkerCore::new(p),
-        now: 0.0,
+        inp: PassInputs {
+            step_s: Some(STEP_S),
+            ..PassInputs::default()
+        },
+        out: PassOutput::default(),
         next_id: 0,
-        last: Vec::new(),
-        ready: Vec::new(),
     };
-    // Fill every slot with long decoders, then queue the waiters.
-    let fill: Vec<_> = (0..residents as u64)
-        .map(|i| b.arrival(4096 + (i % 64) as u32 * 512, 1_000_000))
-        .collect();
-    b.pass_with(fill);
-    for _ in 0..200 {
-        b.pass_with(Vec::new());
+    // Queue the waiters; the first pass admits a slot's worth of them (each replaced by a
+    // new arrival). Decode lengths are spread so requests finish every few passes.
+    for _ in 0..waiters {
+        b.arrive();
     }
-    let queue: Vec<_> = (0..waiters)
-        .map(|i| b.arrival(1000 + (i % 97) as u32 * 1000, 500))
-        .collect();
-    b.pass_with(queue);
-    // Run into steady state: X formed from the waited TTFTs, pauses at the cap.
-    for _ in 0..2000 {
-        b.pass_with(Vec::new());
+    for _ in 0..WARM_PASSES {
+        b.step();
     }
     b
 }
 
 impl Bench {
-    fn arrival(&mut self, ctx: u32, max_tokens: u32) -> Arrival {
+    fn arrive(&mut self) {
         self.next_id += 1;
-        Arrival {
-            id: self.next_id,
-            arrival: self.now - 0.5,
-            context_tokens: ctx,
-            max_tokens,
-        }
+        let id = self.next_id;
+        self.inp.arrivals.push(Arrival {
+            id,
+            arrival: self.inp.now - 0.5,
+            context_tokens: 1000 + (id % 97) as u32 * 1000,
+            max_tokens: 200 + (id * 37 % 800) as u32,
+        });
     }
 
-    fn pass_with(&mut self, arrivals: Vec<Arrival>) {
-        let inp = PassInputs {
-            now: self.now,
-            arrivals,
-            cancellations: Vec::new(),
-            kv_ready: std::mem::take(&mut self.ready),
-            stepped: self
-                .last
-                .iter()
-                .map(|&id| Stepped {
-                    id,
-                    tokens: 1,
-                    stop: false,
-                    token_ids: Vec::new(),
-                })
-                .collect(),
-            step_s: Some(0.03),
-        };
-        let out = self.core.pass(&inp);
-        self.ready = out
-            .admitted
-            .iter()
-            .map(|a| KvReady {
-                id: a.id,
-                at: self.now,
-            })
-            .collect();
-        self.last = out.batch.iter().map(|r| r.id).collect();
-        self.now += 0.03;
-    }
-
-    /// One pass, keeping the queue at its size (one arrival per pass).
+    /// One pass; its results become the next pass's inputs.
     fn step(&mut self) {
-        let a = self.arrival(5000, 500);
-        self.pass_with(vec![a]);
+        self.core.pass_into(&self.inp, &mut self.out);
+        let (inp, out) = (&mut self.inp, &self.out);
+        inp.arrivals.clear();
+        inp.kv_ready.clear();
+        inp.kv_ready.extend(out.admitted.iter().map(|a| KvReady {
+            id: a.id,
+            at: out.now,
+        }));
+        inp.stepped.clear();
+        inp.stepped.extend(out.batch.iter().map(|r| Stepped {
+            id: r.id,
+            tokens: 1,
+            stop: false,
+            token_ids: Vec::new(),
+        }));
+        inp.now += STEP_S;
+        for _ in 0..out.admitted.len() + out.rejected.len() {
+            self.arrive();
+        }
     }
 }
 

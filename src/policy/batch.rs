@@ -4,6 +4,8 @@
 //! this pass, then the rest oldest admission first. What the size limit leaves out is
 //! displaced: it keeps all state and returns from its last host token.
 
+use std::cmp::Ordering;
+
 use serde::Serialize;
 
 use super::RequestId;
@@ -49,19 +51,36 @@ fn priority(c: &Candidate) -> (u8, f64, RequestId) {
     (class, c.admit_time, c.id)
 }
 
+fn by_priority(a: &Candidate, b: &Candidate) -> Ordering {
+    let (ca, ta, ia) = priority(a);
+    let (cb, tb, ib) = priority(b);
+    ca.cmp(&cb).then(ta.total_cmp(&tb)).then(ia.cmp(&ib))
+}
+
 /// Order candidates and cut at the limits.
 pub fn build(cands: &mut [Candidate], limits: &BatchLimits) -> BatchPlan {
-    cands.sort_by(|a, b| {
-        let (ca, ta, ia) = priority(a);
-        let (cb, tb, ib) = priority(b);
-        ca.cmp(&cb).then(ta.total_cmp(&tb)).then(ia.cmp(&ib))
-    });
-    let n = cands.len().min(limits.max_batch_size as usize);
-    let mut plan = BatchPlan {
-        scheduled: Vec::with_capacity(n),
-        scheduled_slots: Vec::with_capacity(n),
-        ..BatchPlan::default()
-    };
+    let mut plan = BatchPlan::default();
+    build_into(cands, limits, &mut plan);
+    plan
+}
+
+/// `build` into a plan whose buffers are reused.
+pub fn build_into(cands: &mut [Candidate], limits: &BatchLimits, plan: &mut BatchPlan) {
+    cands.sort_by(by_priority);
+    build_sorted_into(cands, limits, plan);
+}
+
+/// `build_into` for candidates the caller already has in priority order (first tokens,
+/// forced resumes, the rest; each oldest admission first, ties by id).
+pub fn build_sorted_into(cands: &[Candidate], limits: &BatchLimits, plan: &mut BatchPlan) {
+    debug_assert!(
+        cands.is_sorted_by(|a, b| by_priority(a, b) != Ordering::Greater),
+        "candidates out of priority order"
+    );
+    plan.scheduled.clear();
+    plan.scheduled_slots.clear();
+    plan.displaced.clear();
+    plan.token_limited.clear();
     let per = limits.tokens_per_request.max(1);
     let mut tokens = 0u32;
     for c in cands.iter() {
@@ -75,7 +94,6 @@ pub fn build(cands: &mut [Candidate], limits: &BatchLimits) -> BatchPlan {
             plan.scheduled_slots.push(c.slot);
         }
     }
-    plan
 }
 
 #[cfg(test)]

@@ -68,6 +68,19 @@ pub struct KvPool {
     held: BTreeMap<RequestId, Lease>,
 }
 
+/// Append `n` pages to `into`: released ones first, most recently released first, then
+/// fresh ones in order (in bulk: a long context takes thousands of pages).
+fn take_pages(released: &mut Vec<u32>, fresh: &mut u32, n: usize, into: &mut Vec<u32>) {
+    let reused = n.min(released.len());
+    let from = released.len() - reused;
+    into.reserve(n);
+    into.extend(released[from..].iter().rev());
+    released.truncate(from);
+    let new = (n - reused) as u32;
+    into.extend(*fresh..*fresh + new);
+    *fresh += new;
+}
+
 impl KvPool {
     pub fn new(cfg: KvConfig) -> Self {
         Self {
@@ -93,11 +106,8 @@ impl KvPool {
 
     /// A free page: a released one if any, else the next never-used one. Callers check
     /// `free_pages()` first.
-    fn take_page(&mut self) -> u32 {
-        self.released.pop().unwrap_or_else(|| {
-            self.fresh += 1;
-            self.fresh - 1
-        })
+    fn take_pages(&mut self, n: usize, into: &mut Vec<u32>) {
+        take_pages(&mut self.released, &mut self.fresh, n, into);
     }
 
     /// Take a row and the pages for a context of `tokens` (plus the SWA reservation).
@@ -117,9 +127,17 @@ impl KvPool {
             pool: ROWS,
             capacity: self.cfg.index_rows as u64,
         })?;
-        let pages = (0..need).map(|_| self.take_page()).collect();
-        let swa = (0..swa).map(|_| self.take_page()).collect();
-        self.held.insert(id, Lease { row, pages, swa });
+        let (mut pages, mut swa_pages) = (Vec::new(), Vec::new());
+        self.take_pages(need, &mut pages);
+        self.take_pages(swa, &mut swa_pages);
+        self.held.insert(
+            id,
+            Lease {
+                row,
+                pages,
+                swa: swa_pages,
+            },
+        );
         Ok(row)
     }
 
@@ -142,9 +160,13 @@ impl KvPool {
                 capacity: self.cfg.total_pages as u64,
             });
         }
-        let new: Vec<u32> = (have..need).map(|_| self.take_page()).collect();
         if let Some(lease) = self.held.get_mut(&id) {
-            lease.pages.extend(new);
+            take_pages(
+                &mut self.released,
+                &mut self.fresh,
+                need - have,
+                &mut lease.pages,
+            );
         }
         Ok(true)
     }

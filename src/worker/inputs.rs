@@ -105,6 +105,48 @@ pub struct PassOutput {
 }
 
 impl PassOutput {
+    /// Empty every list (keeping its buffer) and stamp the pass; the rest is set by the pass.
+    pub(super) fn reset(&mut self, now: f64, pass: u64) {
+        let PassOutput {
+            now: n,
+            pass: p,
+            rejected,
+            cancelled,
+            admitted,
+            pauses,
+            resumes,
+            forced_resumes,
+            displaced,
+            token_limited,
+            kv_waiting,
+            batch,
+            first_tokens,
+            departed,
+            admission_count,
+            window,
+            queue_len,
+            paused,
+        } = self;
+        *n = now;
+        *p = pass;
+        rejected.clear();
+        cancelled.clear();
+        admitted.clear();
+        pauses.clear();
+        resumes.clear();
+        forced_resumes.clear();
+        displaced.clear();
+        token_limited.clear();
+        kv_waiting.clear();
+        batch.clear();
+        first_tokens.clear();
+        departed.clear();
+        *admission_count = 0;
+        *window = 0.0;
+        *queue_len = 0;
+        *paused = 0;
+    }
+
     /// The decisions alone (pauses, resumes, forced resumes, admissions, batch), for
     /// comparing runs.
     pub fn decisions(&self) -> Decisions {

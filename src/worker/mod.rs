@@ -90,6 +90,8 @@ struct Res {
     output_tokens: u32,
     decode_iters: u32,
     slot: u32,
+    /// Paused by the preemption controller (mirrors its decisions, checked by the invariants).
+    paused: bool,
     /// Tokens its KV pages hold (pages × tokens_per_block): the pool is asked only to grow.
     kv_capacity: u32,
 }
@@ -142,6 +144,12 @@ pub struct WorkerCore {
     /// Buffers reused every pass, so a pass allocates little.
     view_buf: Vec<Resident>,
     cand_buf: Vec<Candidate>,
+    /// Batch candidates of the second and third priority class, before they join `cand_buf`.
+    cand_forced: Vec<Candidate>,
+    cand_rest: Vec<Candidate>,
+    forced_buf: Vec<RequestId>,
+    plan_buf: batch::BatchPlan,
+    displaced_buf: Vec<RequestId>,
     pass_no: u64,
     totals: WorkerTotals,
     last_batch: usize,
@@ -168,6 +176,11 @@ impl WorkerCore {
             displaced: Vec::new(),
             view_buf: Vec::new(),
             cand_buf: Vec::new(),
+            cand_forced: Vec::new(),
+            cand_rest: Vec::new(),
+            forced_buf: Vec::new(),
+            plan_buf: batch::BatchPlan::default(),
+            displaced_buf: Vec::new(),
             pass_no: 0,
             totals: WorkerTotals::default(),
             last_batch: 0,
@@ -268,13 +281,17 @@ impl WorkerCore {
 
     /// One scheduling pass.
     pub fn pass(&mut self, inp: &PassInputs) -> PassOutput {
+        let mut out = PassOutput::default();
+        self.pass_into(inp, &mut out);
+        out
+    }
+
+    /// One scheduling pass into `out`, every field overwritten: a caller that keeps `out`
+    /// across passes reuses its buffers, and the pass then allocates next to nothing.
+    pub fn pass_into(&mut self, inp: &PassInputs, out: &mut PassOutput) {
         let now = inp.now;
         self.pass_no += 1;
-        let mut out = PassOutput {
-            now,
-            pass: self.pass_no,
-            ..PassOutput::default()
-        };
+        out.reset(now, self.pass_no);
 
         // Ingest: arrivals, step results, KV arrivals, cancellations.
         for a in &inp.arrivals {
@@ -336,7 +353,7 @@ impl WorkerCore {
                 cancelled.insert(id);
             }
         }
-        let mut departed = Vec::new();
+        let departed = &mut out.departed;
         let leaving: BTreeSet<RequestId> = finished.union(&cancelled).copied().collect();
         for id in leaving {
             if let Some(r) = self.residents.remove(&id) {
@@ -365,9 +382,19 @@ impl WorkerCore {
         let dec = self.preempt.step(&crate::policy::preemption::StepView {
             now,
             residents: &self.view_buf,
-            departed: &departed,
+            departed: &out.departed,
             queue: &self.queue,
         });
+        for id in &dec.pauses {
+            if let Some(r) = self.residents.get_mut(id) {
+                r.paused = true;
+            }
+        }
+        for id in dec.resumes.iter().chain(&dec.forced_resumes) {
+            if let Some(r) = self.residents.get_mut(id) {
+                r.paused = false;
+            }
+        }
         if let Some(d) = self.drafter.as_mut() {
             for id in &dec.pauses {
                 let _ = d.retain(*id);
@@ -403,6 +430,7 @@ impl WorkerCore {
                 output_tokens: 0,
                 decode_iters: 0,
                 slot,
+                paused: false,
                 kv_capacity: self.kv.pages_of(w.id).map_or(0, |p| p.len() as u32)
                     * self.params.kv.tokens_per_block,
             });
@@ -419,30 +447,47 @@ impl WorkerCore {
             self.queue.mark_left_behind();
         }
 
-        // Build the batch.
-        let forced: BTreeSet<RequestId> = dec.forced_resumes.iter().copied().collect();
+        // Build the batch. Walking the residents oldest admission first and splitting them
+        // by priority class yields the batch order already (first tokens, then forced
+        // resumes, then the rest, each oldest admission first), so nothing is sorted.
+        self.forced_buf.clear();
+        self.forced_buf.extend_from_slice(&dec.forced_resumes);
+        self.forced_buf.sort_unstable();
         self.cand_buf.clear();
-        self.cand_buf.extend(
-            self.residents
-                .values()
-                .filter(|r| r.kv_ready.is_some() && !self.preempt.is_paused(r.id))
-                .map(|r| Candidate {
-                    id: r.id,
-                    slot: r.slot,
-                    admit_time: r.admit_time,
-                    first_token_pending: r.first_token_time.is_none(),
-                    forced_resume: forced.contains(&r.id),
-                }),
-        );
+        self.cand_forced.clear();
+        self.cand_rest.clear();
+        for r in self.residents.by_admission() {
+            if r.kv_ready.is_none() || r.paused {
+                continue;
+            }
+            let c = Candidate {
+                id: r.id,
+                slot: r.slot,
+                admit_time: r.admit_time,
+                first_token_pending: r.first_token_time.is_none(),
+                forced_resume: !self.forced_buf.is_empty()
+                    && self.forced_buf.binary_search(&r.id).is_ok(),
+            };
+            if c.first_token_pending {
+                self.cand_buf.push(c);
+            } else if c.forced_resume {
+                self.cand_forced.push(c);
+            } else {
+                self.cand_rest.push(c);
+            }
+        }
+        self.cand_buf.extend_from_slice(&self.cand_forced);
+        self.cand_buf.extend_from_slice(&self.cand_rest);
         let limits = BatchLimits {
             max_batch_size: self.params.max_batch_size,
             max_num_tokens: self.params.max_num_tokens,
             tokens_per_request: self.params.tokens_per_step,
         };
-        let plan = batch::build(&mut self.cand_buf, &limits);
+        let plan = &mut self.plan_buf;
+        batch::build_sorted_into(&self.cand_buf, &limits, plan);
         self.batch_rows.clear();
         out.batch.reserve(plan.scheduled.len());
-        for (id, slot) in plan.scheduled.into_iter().zip(plan.scheduled_slots) {
+        for (&id, &slot) in plan.scheduled.iter().zip(&plan.scheduled_slots) {
             let Some(r) = self.residents.by_slot_mut(slot, id) else {
                 continue;
             };
@@ -479,12 +524,9 @@ impl WorkerCore {
                 first_token: first,
             });
         }
-        let mut now_displaced: Vec<RequestId> = plan
-            .displaced
-            .iter()
-            .chain(&plan.token_limited)
-            .copied()
-            .collect();
+        let now_displaced = &mut self.displaced_buf;
+        now_displaced.clear();
+        now_displaced.extend(plan.displaced.iter().chain(&plan.token_limited));
         if let Some(d) = self.drafter.as_mut() {
             now_displaced.sort_unstable();
             for id in &self.displaced {
@@ -492,25 +534,24 @@ impl WorkerCore {
                     d.unretain(*id);
                 }
             }
-            for id in &now_displaced {
+            for id in now_displaced.iter() {
                 let _ = d.retain(*id);
             }
         }
         self.totals.displaced += plan.displaced.len() as u64;
-        self.displaced = now_displaced;
+        std::mem::swap(&mut self.displaced, &mut self.displaced_buf);
         self.last_batch = out.batch.len();
 
-        out.displaced = plan.displaced;
-        out.token_limited = plan.token_limited;
+        out.displaced.extend_from_slice(&self.plan_buf.displaced);
+        out.token_limited
+            .extend_from_slice(&self.plan_buf.token_limited);
         out.pauses = dec.pauses;
         out.resumes = dec.resumes;
         out.forced_resumes = dec.forced_resumes;
         out.admission_count = dec.admission_count;
         out.window = dec.window;
-        out.departed = departed;
         out.queue_len = self.queue.len();
         out.paused = self.preempt.paused_count();
-        out
     }
 
     /// Invariants every pass must keep (checked by property tests).
@@ -549,6 +590,16 @@ impl WorkerCore {
             .find(|id| !self.residents.contains_key(id))
         {
             return Err(format!("paused request {id} is not resident"));
+        }
+        if let Some(r) = self
+            .residents
+            .values()
+            .find(|r| r.paused != self.preempt.is_paused(r.id))
+        {
+            return Err(format!(
+                "request {}: the table's paused flag disagrees with the controller",
+                r.id
+            ));
         }
         self.kv.check_invariants()?;
         if let Some(d) = &self.drafter {

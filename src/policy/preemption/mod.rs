@@ -137,7 +137,7 @@ pub enum PauseKind {
     Sacrifice,
 }
 
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Copy, Default)]
 struct Record {
     pauses: u32,
     slack_pauses: u32,
@@ -146,6 +146,41 @@ struct Record {
     paused_total: f64,
     iters_at_resume: u32,
     paused: Option<(f64, PauseKind)>,
+}
+
+/// A paused request's place in the resume lane: (sacrificed, laxity) in target mode,
+/// (false, paused since) otherwise; ties by id.
+type LaneKey = (bool, f64);
+
+fn lane_order(a: &(LaneKey, PausedRow), b: &(LaneKey, PausedRow)) -> std::cmp::Ordering {
+    a.0 .0
+        .cmp(&b.0 .0)
+        .then(a.0 .1.total_cmp(&b.0 .1))
+        .then(a.1.id.cmp(&b.1.id))
+}
+
+/// A paused request as one pass sees it.
+#[derive(Debug, Clone, Copy)]
+struct PausedRow<'a> {
+    id: RequestId,
+    resident: Option<&'a Resident>,
+    record: Option<Record>,
+}
+
+/// Advance an id-ordered iterator to `id` and return its item there, if any. Called with
+/// ascending ids, a run over two id-ordered sequences is one merge.
+fn merge_find<I, T>(
+    it: &mut std::iter::Peekable<I>,
+    id: RequestId,
+    key: impl Fn(&T) -> RequestId,
+) -> Option<T>
+where
+    I: Iterator<Item = T>,
+{
+    while it.peek().is_some_and(|x| key(x) < id) {
+        it.next();
+    }
+    it.next_if(|x| key(x) == id)
 }
 
 impl Record {
@@ -338,12 +373,9 @@ impl GenPreemption {
         }
     }
 
-    fn rate_state(&self, r: &Resident, now: f64) -> Option<RateState> {
+    fn rate_state(r: &Resident, rec: Option<&Record>, now: f64) -> Option<RateState> {
         let ft = r.first_token_time?;
-        let paused = self
-            .records
-            .get(&r.id)
-            .map_or(0.0, |rec| rec.paused_through(now));
+        let paused = rec.map_or(0.0, |rec| rec.paused_through(now));
         Some(RateState {
             first_token_time: ft,
             max_tokens: r.max_tokens,
@@ -352,10 +384,9 @@ impl GenPreemption {
         })
     }
 
-    fn laxity_of(&self, r: &Resident, now: f64, target: f64) -> f64 {
+    fn laxity_of(&self, r: &Resident, rec: Option<&Record>, now: f64, target: f64) -> f64 {
         let fallback = self.stats.r0().unwrap_or(target);
-        self.rate_state(r, now)
-            .map_or(f64::INFINITY, |s| laxity(&s, now, target, fallback))
+        Self::rate_state(r, rec, now).map_or(f64::INFINITY, |s| laxity(&s, now, target, fallback))
     }
 
     /// Track: account every request that left since the last pass.
@@ -403,75 +434,75 @@ impl GenPreemption {
         }
     }
 
-    fn lookup(residents: &[Resident], id: RequestId) -> Option<&Resident> {
-        residents
-            .binary_search_by_key(&id, |r| r.id)
-            .ok()
-            .map(|i| &residents[i])
+    /// Every paused request with its resident row (`None`: no longer resident), record and
+    /// resume-lane key. Paused ids, records and residents are all in id order, so this is
+    /// one merge, with no search per request.
+    fn paused_rows<'a>(
+        &self,
+        residents: &'a [Resident],
+        now: f64,
+    ) -> Vec<(LaneKey, PausedRow<'a>)> {
+        let mut res = residents.iter().peekable();
+        let mut recs = self.records.iter().peekable();
+        self.paused
+            .iter()
+            .map(|&id| {
+                let row = PausedRow {
+                    id,
+                    resident: merge_find(&mut res, id, |r| r.id),
+                    record: merge_find(&mut recs, id, |(k, _)| **k).map(|(_, r)| *r),
+                };
+                (self.lane_key(&row, now), row)
+            })
+            .collect()
     }
 
-    /// Paused requests in the mode's resume order.
-    fn resume_lane(&self, v: &StepView) -> Vec<RequestId> {
-        let mut lane: Vec<RequestId> = self.paused.iter().copied().collect();
+    /// A paused request's key in the mode's resume order (see `lane_order`).
+    fn lane_key(&self, row: &PausedRow, now: f64) -> LaneKey {
         match self.params.mode {
+            // Least slack first; sacrificed requests after every other paused request.
             Mode::TargetOutputTps(t) => {
-                let key = |id: RequestId| {
-                    let sacrificed = self.records.get(&id).is_some_and(|r| r.sacrificed);
-                    let lax = Self::lookup(v.residents, id)
-                        .map_or(f64::INFINITY, |r| self.laxity_of(r, v.now, t));
-                    (sacrificed, lax)
-                };
-                let mut keyed: Vec<_> = lane.iter().map(|&id| (key(id), id)).collect();
-                // Least slack first; sacrificed requests after every other paused request.
-                keyed.sort_by(|a, b| {
-                    a.0 .0
-                        .cmp(&b.0 .0)
-                        .then(a.0 .1.total_cmp(&b.0 .1))
-                        .then(a.1.cmp(&b.1))
+                let sacrificed = row.record.is_some_and(|r| r.sacrificed);
+                let lax = row.resident.map_or(f64::INFINITY, |r| {
+                    self.laxity_of(r, row.record.as_ref(), now, t)
                 });
-                lane = keyed.into_iter().map(|(_, id)| id).collect();
+                (sacrificed, lax)
             }
-            _ => {
-                // Oldest pause first.
-                let since = |id: &RequestId| {
-                    self.records
-                        .get(id)
-                        .and_then(|r| r.paused)
-                        .map_or(0.0, |p| p.0)
-                };
-                lane.sort_by(|a, b| since(a).total_cmp(&since(b)).then(a.cmp(b)));
-            }
+            // Oldest pause first.
+            _ => (
+                false,
+                row.record.and_then(|r| r.paused).map_or(0.0, |p| p.0),
+            ),
         }
-        lane
     }
 
-    fn forced_due(&self, id: RequestId, v: &StepView) -> bool {
-        let Some(rec) = self.records.get(&id) else {
+    fn forced_due(&self, row: &PausedRow, now: f64) -> bool {
+        let Some(rec) = row.record else {
             return true;
         };
         let Some((since, kind)) = rec.paused else {
             return false;
         };
-        if v.now - since >= self.max_pause() {
+        if now - since >= self.max_pause() {
             return true;
         }
         match (self.params.mode, kind) {
             (Mode::TargetOutputTps(t), PauseKind::Slack) => {
                 let d = self.stats.d().unwrap_or(0.0);
-                Self::lookup(v.residents, id).is_some_and(|r| {
-                    self.laxity_of(r, v.now, t) <= SLACK_FORCED_RESUME_FRACTION_OF_D * d
+                row.resident.is_some_and(|r| {
+                    self.laxity_of(r, Some(&rec), now, t) <= SLACK_FORCED_RESUME_FRACTION_OF_D * d
                 })
             }
             _ => false,
         }
     }
 
-    fn resume(&mut self, id: RequestId, v: &StepView) {
-        self.paused.remove(&id);
-        let iters = Self::lookup(v.residents, id).map_or(0, |r| r.decode_iters);
-        if let Some(rec) = self.records.get_mut(&id) {
+    fn resume(&mut self, row: &PausedRow, now: f64) {
+        self.paused.remove(&row.id);
+        let iters = row.resident.map_or(0, |r| r.decode_iters);
+        if let Some(rec) = self.records.get_mut(&row.id) {
             if let Some((since, _)) = rec.paused.take() {
-                rec.paused_total += (v.now - since).max(0.0);
+                rec.paused_total += (now - since).max(0.0);
             }
             rec.iters_at_resume = iters;
         }
@@ -494,42 +525,50 @@ impl GenPreemption {
         self.paused.insert(id);
     }
 
+    /// Unpaused residents eligible for a pause under the mode-independent rules, with their
+    /// records. One merge over residents, paused ids and records (all in id order).
+    fn eligible<'s, 'a: 's>(
+        &'s self,
+        v: &StepView<'a>,
+    ) -> impl Iterator<Item = (&'a Resident, Option<Record>)> + 's {
+        let el = self.eligibility(v.now);
+        let now = v.now;
+        let mut paused = self.paused.iter().peekable();
+        let mut recs = self.records.iter().peekable();
+        v.residents.iter().filter_map(move |r| {
+            let is_paused = merge_find(&mut paused, r.id, |id| **id).is_some();
+            let rec = merge_find(&mut recs, r.id, |(k, _)| **k).map(|(_, x)| *x);
+            if is_paused {
+                return None;
+            }
+            let iters = r.decode_iters - rec.map_or(0, |x| x.iters_at_resume.min(r.decode_iters));
+            let unpaused =
+                Self::rate_state(r, rec.as_ref(), now).map_or(0.0, |s| s.unpaused_decode_s);
+            el.eligible(r, iters, unpaused).then_some((r, rec))
+        })
+    }
+
     /// The victim for this pass, if any request is eligible under the mode.
     fn choose_victim(&self, v: &StepView) -> Option<(RequestId, PauseKind)> {
-        let el = self.eligibility(v.now);
         let key = self.params.victim_key;
-        let eligible = v
-            .residents
-            .iter()
-            .filter(|r| !self.paused.contains(&r.id))
-            .filter(|r| {
-                let rec = self.records.get(&r.id);
-                let iters =
-                    r.decode_iters - rec.map_or(0, |x| x.iters_at_resume.min(r.decode_iters));
-                let unpaused = self
-                    .rate_state(r, v.now)
-                    .map_or(0.0, |s| s.unpaused_decode_s);
-                el.eligible(r, iters, unpaused)
-            });
         match self.params.mode {
             Mode::Off => None,
-            Mode::TpotBudget(_) => eligible
-                .filter(|r| {
-                    self.records.get(&r.id).map_or(0, |x| x.pauses) < BUDGET_PAUSES_PER_REQUEST
-                })
-                .min_by(|a, b| key.cmp(a, b))
-                .map(|r| (r.id, PauseKind::Budget)),
+            Mode::TpotBudget(_) => self
+                .eligible(v)
+                .filter(|(_, rec)| rec.map_or(0, |x| x.pauses) < BUDGET_PAUSES_PER_REQUEST)
+                .min_by(|a, b| key.cmp(a.0, b.0))
+                .map(|(r, _)| (r.id, PauseKind::Budget)),
             Mode::TargetOutputTps(t) => {
                 let d = self.stats.d().unwrap_or(0.0);
-                let cands: Vec<(&Resident, f64, Record)> = eligible
-                    .map(|r| {
-                        (
-                            r,
-                            self.laxity_of(r, v.now, t),
-                            self.records.get(&r.id).cloned().unwrap_or_default(),
-                        )
-                    })
-                    .collect();
+                let mut cands: Vec<(&Resident, f64, Record)> =
+                    Vec::with_capacity(v.residents.len());
+                cands.extend(self.eligible(v).map(|(r, rec)| {
+                    (
+                        r,
+                        self.laxity_of(r, rec.as_ref(), v.now, t),
+                        rec.unwrap_or_default(),
+                    )
+                }));
                 let tier1 = cands
                     .iter()
                     .filter(|(_, lax, rec)| {
@@ -574,16 +613,14 @@ impl GenPreemption {
         let formed = v.queue.target_formed();
         self.track(v.departed, formed);
         // A paused id that is no longer resident (left without a departure record) is dropped.
-        let gone: Vec<_> = self
-            .paused
-            .iter()
-            .copied()
-            .filter(|id| Self::lookup(v.residents, *id).is_none())
-            .collect();
-        for id in gone {
-            self.paused.remove(&id);
-            self.records.remove(&id);
-        }
+        let mut rows = self.paused_rows(v.residents, v.now);
+        rows.retain(|(_, row)| {
+            if row.resident.is_none() {
+                self.paused.remove(&row.id);
+                self.records.remove(&row.id);
+            }
+            row.resident.is_some()
+        });
 
         let mut dec = PreemptDecision::default();
         // Every paused id is resident now (the gone ones were dropped), so occupancy needs
@@ -592,10 +629,9 @@ impl GenPreemption {
 
         if !self.params.mode.is_on() {
             // Off (or disabled at run time): nothing stays paused.
-            let all: Vec<_> = self.paused.iter().copied().collect();
-            for id in all {
-                self.resume(id, v);
-                dec.forced_resumes.push(id);
+            for (_, row) in &rows {
+                self.resume(row, v.now);
+                dec.forced_resumes.push(row.id);
                 active += 1;
             }
             self.count(&dec);
@@ -605,18 +641,32 @@ impl GenPreemption {
 
         // Resume: paused requests take free slots ahead of any admission, in lane order;
         // past the maximum pause (or, in target mode, out of laxity) they resume regardless.
-        let lane = self.resume_lane(v);
-        let free = self.params.max_active.saturating_sub(active) as usize;
-        for (i, id) in lane.into_iter().enumerate() {
-            if i < free {
-                self.resume(id, v);
-                dec.resumes.push(id);
-                active += 1;
-            } else if self.forced_due(id, v) {
-                self.resume(id, v);
-                dec.forced_resumes.push(id);
-                active += 1;
-            }
+        // A row's record is read before any resume of this pass touches it: each resume
+        // changes only its own record.
+        // Only the order of the rows that take free slots and of the forced resumes shows,
+        // so only those are sorted (the key is a total order: any sort gives one result).
+        let mut lane = rows;
+        let free = (self.params.max_active.saturating_sub(active) as usize).min(lane.len());
+        if free > 0 && free < lane.len() {
+            lane.select_nth_unstable_by(free - 1, lane_order);
+        }
+        let (first, rest) = lane.split_at_mut(free);
+        first.sort_unstable_by(lane_order);
+        for (_, row) in first.iter() {
+            self.resume(row, v.now);
+            dec.resumes.push(row.id);
+            active += 1;
+        }
+        let mut forced: Vec<_> = rest
+            .iter()
+            .filter(|(_, row)| self.forced_due(row, v.now))
+            .copied()
+            .collect();
+        forced.sort_unstable_by(lane_order);
+        for (_, row) in &forced {
+            self.resume(row, v.now);
+            dec.forced_resumes.push(row.id);
+            active += 1;
         }
 
         // Pause: one per pass, only when the pause frees the slot the at-risk head needs.
@@ -638,7 +688,6 @@ impl GenPreemption {
         dec.admission_count = active;
         dec
     }
-
     fn count(&mut self, dec: &PreemptDecision) {
         let (p, r, f) = (
             dec.pauses.len() as u64,
