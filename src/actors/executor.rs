@@ -83,8 +83,13 @@ pub struct Executor {
     stat_interval: Option<Duration>,
     live: BTreeMap<RequestId, Live>,
     pending: PassInputs,
+    /// The last pass's decisions; its buffers are reused by the next pass.
+    out: PassOutput,
     /// The batch of the step in flight.
     stepping: Option<(u64, Vec<BatchRow>)>,
+    /// Buffers of finished steps, reused so a steady pass allocates little.
+    spare_batch: Vec<BatchRow>,
+    spare_rows: Vec<StepRow>,
     pass_queued: bool,
     poll_queued: bool,
     last_step: Option<(f64, usize)>,
@@ -106,7 +111,10 @@ impl Executor {
             stat_interval: init.stat_interval,
             live: BTreeMap::new(),
             pending: PassInputs::default(),
+            out: PassOutput::default(),
             stepping: None,
+            spare_batch: Vec::new(),
+            spare_rows: Vec::new(),
             pass_queued: false,
             poll_queued: false,
             last_step: None,
@@ -162,14 +170,21 @@ impl Executor {
     }
 
     fn pass(&mut self, ctx: &mut Context<Self>) {
-        let mut inp = std::mem::take(&mut self.pending);
-        inp.now = self.clock.now();
-        let out = self.core.pass(&inp);
+        self.pending.now = self.clock.now();
+        let mut out = std::mem::take(&mut self.out);
+        self.core.pass_into(&self.pending, &mut out);
         self.shared.passes.fetch_add(1, Ordering::Relaxed);
-        self.apply(&out, ctx);
         if let Some(r) = self.record.as_mut() {
-            r.push((inp, out));
+            r.push((self.pending.clone(), out.clone()));
         }
+        let p = &mut self.pending;
+        p.arrivals.clear();
+        p.cancellations.clear();
+        p.kv_ready.clear();
+        p.stepped.clear();
+        p.step_s = None;
+        self.apply(&out, ctx);
+        self.out = out;
     }
 
     fn apply(&mut self, out: &PassOutput, ctx: &mut Context<Self>) {
@@ -244,10 +259,10 @@ impl Executor {
         self.metrics(out);
         if !out.batch.is_empty() {
             let needs_pages = self.gpu.as_ref().is_none_or(|g| g.needs_pages);
-            let rows = out
-                .batch
-                .iter()
-                .map(|b| StepRow {
+            let mut rows = std::mem::take(&mut self.spare_rows);
+            rows.clear();
+            rows.extend(out.batch.iter().map(|b| {
+                StepRow {
                     id: b.id,
                     slot: b.slot,
                     context_len: b.context_len,
@@ -257,9 +272,12 @@ impl Executor {
                         false => None,
                     }
                     .unwrap_or_default(),
-                })
-                .collect();
-            self.stepping = Some((out.pass, out.batch.clone()));
+                }
+            }));
+            let mut batch = std::mem::take(&mut self.spare_batch);
+            batch.clear();
+            batch.extend_from_slice(&out.batch);
+            self.stepping = Some((out.pass, batch));
             self.gpu_send(GpuMsg::Step(Step {
                 pass: out.pass,
                 rows,
@@ -429,6 +447,9 @@ impl Handler<Cancel> for Executor {
 impl Handler<StepDone> for Executor {
     type Result = ();
     fn handle(&mut self, msg: StepDone, ctx: &mut Context<Self>) {
+        if self.spare_rows.capacity() < msg.rows.capacity() {
+            self.spare_rows = msg.rows;
+        }
         let Some((pass, batch)) = self.stepping.take() else {
             return; // a step of a batch already failed and released
         };
@@ -448,6 +469,7 @@ impl Handler<StepDone> for Executor {
             }
             Err(e) => self.fail_batch(&batch, &format!("decode step failed: {e}")),
         }
+        self.spare_batch = batch;
         self.kick(ctx);
     }
 }

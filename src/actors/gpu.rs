@@ -145,6 +145,7 @@ fn run(
                 executor.do_send(StepDone {
                     pass: s.pass,
                     result,
+                    rows: s.rows,
                 });
             }
             GpuMsg::Capacity(reply) => {

@@ -32,6 +32,8 @@ pub struct Cancel(pub RequestId);
 pub struct StepDone {
     pub pass: u64,
     pub result: Result<StepOutput, BackendError>,
+    /// The step's rows, handed back so the executor reuses their buffer.
+    pub rows: Vec<StepRow>,
 }
 
 /// An admitted request's context (KV) is resident.

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Paired AIPerf / loadgen runs against a fresh `genslot serve` (embedded default) per run, in
+# blocks of (AIPerf, loadgen, loadgen, AIPerf), each tool on the same synthetic closed loop:
+# 8 lanes, 64 prompt / 32 output tokens, 200 requests. With PIN=1 the server runs on CPU 0 and
+# the client on CPU 1, so the client's own CPU use cannot slow the server's decode loop.
+# Usage: AIPERF=path/to/aiperf TOKDIR=dir-with-tokenizer.json OUT=dir SEEDS="11 12" \
+#          tools/loadgen/scripts/aiperf_pairs.sh
+# Prints one row per pair: TTFT p50 and mean ITL of both tools and their differences.
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+: "${AIPERF:?set AIPERF to the aiperf executable}" "${TOKDIR:?set TOKDIR}" "${OUT:?set OUT}"
+SEEDS=${SEEDS:-"11 12"}
+PORT=${PORT:-18000}
+PIN=${PIN:-1}
+GENSLOT=${GENSLOT:-target/release/genslot}
+LOADGEN=${LOADGEN:-target/release/loadgen}
+server_cpu=(); client_cpu=()
+if [ "$PIN" = 1 ]; then server_cpu=(taskset -c 0); client_cpu=(taskset -c 1); fi
+mkdir -p "$OUT"
+
+serve() {
+  "${server_cpu[@]}" "$GENSLOT" serve --port "$PORT" > "$OUT/serve-$1.log" 2>&1 &
+  SERVER=$!
+  for _ in $(seq 1 100); do
+    curl -sf "http://127.0.0.1:$PORT/health" > /dev/null && return 0
+    sleep 0.1
+  done
+  echo "server did not start" >&2; return 1
+}
+stop() { kill "$SERVER" 2>/dev/null; wait "$SERVER" 2>/dev/null || true; }
+
+aiperf_run() {  # seed
+  serve "aiperf-$1"
+  "${client_cpu[@]}" "$AIPERF" profile --model genslot --url "http://127.0.0.1:$PORT" \
+    --endpoint-type completions --streaming --tokenizer "$TOKDIR" --isl 64 --osl 32 \
+    --request-count 200 --concurrency 8 --random-seed "$1" --ui none \
+    --output-artifact-dir "$OUT/aiperf-$1" --extra-inputs ignore_eos:true \
+    --use-server-token-count > "$OUT/aiperf-$1.log" 2>&1
+  stop
+  cp "$OUT/aiperf-$1/profile_export_aiperf.json" "$OUT/aiperf-$1.json"
+}
+loadgen_run() {  # seed
+  serve "loadgen-$1"
+  "${client_cpu[@]}" "$LOADGEN" --url "http://127.0.0.1:$PORT" --fixed 64,32 --concurrency 8 \
+    --max-requests 200 --seed "$1" --json "$OUT/loadgen-$1.json" > "$OUT/loadgen-$1.log" 2>&1
+  stop
+}
+
+seeds=($SEEDS)
+for ((i = 0; i + 1 < ${#seeds[@]}; i += 2)); do
+  a=${seeds[i]}; b=${seeds[i + 1]}
+  aiperf_run "$a"; loadgen_run "$a"; loadgen_run "$b"; aiperf_run "$b"
+done
+python3 - "$OUT" $SEEDS <<'PY'
+import json, sys
+out, seeds = sys.argv[1], sys.argv[2:]
+print("seed  aiperf_ttft_p50  loadgen_ttft_p50  d_ttft%  aiperf_itl  loadgen_itl  d_itl%")
+for s in seeds:
+    a = json.load(open(f"{out}/aiperf-{s}.json"))
+    l = json.load(open(f"{out}/loadgen-{s}.json"))
+    at, lt = a["time_to_first_token"]["p50"], l["time_to_first_token"]["p50"]
+    ai, li = a["inter_token_latency"]["avg"], l["inter_token_latency"]["avg"]
+    print(f"{s:>4}  {at:15.1f}  {lt:16.1f}  {100*(lt-at)/at:+7.1f}  {ai:10.2f}  {li:11.2f}  {100*(li-ai)/ai:+6.1f}")
+PY
