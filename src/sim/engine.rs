@@ -4,7 +4,7 @@
 //! server does, and the step-time model advances the clock.
 
 use std::cmp::Ordering;
-use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::Arc;
 
 use crate::policy::admission::AdmissionParams;
@@ -14,11 +14,13 @@ use crate::policy::{AdmissionPolicy, Mode};
 use crate::pools::PoolReport;
 use crate::worker::{Arrival, KvReady, PassInputs, PassOutput, Stepped, WorkerCore, WorkerParams};
 use crate::workload::{
-    AgentxReplay, Issue, OpenLoopReplay, OpenLoopRules, Replay, ReplayRules, Session, TimedRequest,
+    AgentxReplay, Issue, OpenLoopReplay, OpenLoopRules, PrefixHashes, Replay, ReplayRules, Session,
+    TimedRequest,
 };
 
 use super::arm::ArmSpec;
 use super::plant::Plant;
+use super::requests::Requests;
 
 /// Where the requests come from.
 #[derive(Debug, Clone)]
@@ -211,17 +213,14 @@ fn replay_for(spec: &RunSpec) -> Result<Box<dyn Replay>, String> {
 
 /// Tokens already cached on the context servers: the longest common prefix (in blocks) with
 /// the previous prompt of the same session instance and depth.
-fn uncached_tokens(cache: &mut HashMap<(u64, u32), Vec<u64>>, is: &Issue) -> u32 {
+fn uncached_tokens(cache: &mut HashMap<(u64, u32), PrefixHashes>, is: &Issue) -> u32 {
     if is.block_size == 0 || is.hash_ids.is_empty() {
         return is.input_tokens;
     }
     let key = (is.instance, is.depth);
-    let lcp = cache.get(&key).map_or(0, |prev| {
-        prev.iter()
-            .zip(&is.hash_ids)
-            .take_while(|(a, b)| a == b)
-            .count()
-    });
+    let lcp = cache
+        .get(&key)
+        .map_or(0, |prev| prev.common_prefix_len(&is.hash_ids));
     cache.insert(key, is.hash_ids.clone());
     is.input_tokens
         .saturating_sub((lcp as u64 * is.block_size as u64).min(u32::MAX as u64) as u32)
@@ -241,11 +240,10 @@ pub fn run(spec: &RunSpec, arm: &ResolvedArm, keep_trace: bool) -> Result<RunRes
         seq += 1;
         heap.push(Timed { at, seq, ev });
     };
-    let mut reqs: BTreeMap<u64, Req> = BTreeMap::new();
+    let mut reqs: Requests<Req> = Requests::default();
     let mut ctx_free = plant.context.servers.max(1);
     let mut ctx_queue: VecDeque<(u64, u32)> = VecDeque::new();
-    let mut prefix: HashMap<(u64, u32), Vec<u64>> = HashMap::new();
-    let mut uncached: HashMap<u64, u32> = HashMap::new();
+    let mut prefix: HashMap<(u64, u32), PrefixHashes> = HashMap::new();
 
     let mut pending = PassInputs::default();
     let mut stepping = false;
@@ -306,8 +304,7 @@ pub fn run(spec: &RunSpec, arm: &ResolvedArm, keep_trace: bool) -> Result<RunRes
                         first: None,
                         acc: 0.0,
                     },
-                );
-                uncached.insert(is.id, u);
+                )?;
                 if ctx_free > 0 {
                     ctx_free -= 1;
                     push(
@@ -326,7 +323,6 @@ pub fn run(spec: &RunSpec, arm: &ResolvedArm, keep_trace: bool) -> Result<RunRes
         };
         match ev {
             Ev::CtxDone(id) => {
-                uncached.remove(&id);
                 if let Some((next, u)) = ctx_queue.pop_front() {
                     push(
                         &mut heap,
@@ -336,7 +332,7 @@ pub fn run(spec: &RunSpec, arm: &ResolvedArm, keep_trace: bool) -> Result<RunRes
                 } else {
                     ctx_free += 1;
                 }
-                if let Some(r) = reqs.get(&id) {
+                if let Some(r) = reqs.get(id) {
                     pending.arrivals.push(Arrival {
                         id,
                         arrival: r.sent,
@@ -364,8 +360,13 @@ pub fn run(spec: &RunSpec, arm: &ResolvedArm, keep_trace: bool) -> Result<RunRes
         }
         // A pass, then the step it schedules.
         pending.now = now;
-        let inp = std::mem::take(&mut pending);
-        let o = worker.pass(&inp);
+        let o = worker.pass(&pending);
+        // Keep the input vectors' capacity for the next pass.
+        pending.arrivals.clear();
+        pending.cancellations.clear();
+        pending.kv_ready.clear();
+        pending.stepped.clear();
+        pending.step_s = None;
         out.passes += 1;
         let in_window = now >= spec.warmup_s && now < spec.duration_s;
         if !captured && now >= spec.duration_s {
@@ -392,18 +393,18 @@ pub fn run(spec: &RunSpec, arm: &ResolvedArm, keep_trace: bool) -> Result<RunRes
         }
         for id in &o.rejected {
             // Queue full: the request fails; its lane moves on.
-            if let Some(r) = reqs.remove(id) {
+            if let Some(r) = reqs.remove(*id) {
                 measured_open -= r.measured as u64;
             }
             let _ = replay.on_complete(*id, now);
         }
         for f in &o.first_tokens {
-            if let Some(r) = reqs.get_mut(&f.id) {
+            if let Some(r) = reqs.get_mut(f.id) {
                 r.first = Some(now);
             }
         }
         for d in &o.departed {
-            if let Some(r) = reqs.remove(&d.id) {
+            if let Some(r) = reqs.remove(d.id) {
                 if r.measured {
                     measured_open -= 1;
                     let first = r.first.unwrap_or(now);
@@ -430,24 +431,20 @@ pub fn run(spec: &RunSpec, arm: &ResolvedArm, keep_trace: bool) -> Result<RunRes
                 window_steps += 1;
             }
             let tps = plant.step.tokens_per_step;
-            pending.stepped = o
-                .batch
-                .iter()
-                .map(|row| {
-                    let r = reqs.get_mut(&row.id);
-                    let tokens = r.map_or(1, |r| {
-                        let before = r.acc.floor();
-                        r.acc += tps;
-                        (r.acc.floor() - before) as u32
-                    });
-                    Stepped {
-                        id: row.id,
-                        tokens,
-                        stop: false,
-                        token_ids: Vec::new(),
-                    }
-                })
-                .collect();
+            pending.stepped.extend(o.batch.iter().map(|row| {
+                let tokens = reqs.get_mut(row.id).map_or(1, |r| {
+                    // `acc` is never negative, so truncation is `floor` without the libm call.
+                    let before = r.acc as u64;
+                    r.acc += tps;
+                    (r.acc as u64 - before).min(u64::from(u32::MAX)) as u32
+                });
+                Stepped {
+                    id: row.id,
+                    tokens,
+                    stop: false,
+                    token_ids: Vec::new(),
+                }
+            }));
             pending.step_s = Some(step);
             push(&mut heap, now + step, Ev::Step);
             stepping = true;

@@ -8,6 +8,7 @@ pub mod engine;
 pub mod plant;
 pub mod presets;
 pub mod report;
+mod requests;
 pub mod svg;
 
 use std::collections::VecDeque;

@@ -21,8 +21,9 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use super::error::ReplayError;
-use super::issue::{drain_due, scoped_hash, Issue, Pending, Replay};
+use super::issue::{drain_due, Issue, Pending, Replay};
 use super::plan::{build, Cut, Node};
+use super::prefix::PrefixHashes;
 use super::types::Session;
 
 /// The AgentX replay settings.
@@ -254,12 +255,7 @@ impl AgentxReplay {
             depth: st.node.depth,
             input_tokens: st.node.input_tokens,
             max_tokens: st.node.output_tokens.max(1),
-            hash_ids: st
-                .node
-                .hash_ids
-                .iter()
-                .map(|h| scoped_hash(l.instance, h))
-                .collect(),
+            hash_ids: PrefixHashes::scoped(Arc::clone(&st.node.hash_ids), l.instance),
             block_size: self.sessions[l.session].block_size,
             warmup: st.node.warmup,
             send_at: (st.last_done + st.node.gap).max(now),
