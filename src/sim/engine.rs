@@ -19,6 +19,7 @@ use crate::workload::{
 };
 
 use super::arm::ArmSpec;
+use super::pages;
 use super::plant::Plant;
 use super::requests::Requests;
 
@@ -144,8 +145,17 @@ struct Req {
     acc: f64,
 }
 
-/// Builds the worker for an arm: the same setup decision and sizing as the server.
+/// Builds the worker for an arm: the same setup decision and sizing as the server, with KV
+/// pages as large as provably change no decision (see `pages`).
 pub fn worker_params(spec: &RunSpec, arm: &ResolvedArm) -> (WorkerParams, Option<String>) {
+    params_with(spec, arm, true)
+}
+
+fn params_with(
+    spec: &RunSpec,
+    arm: &ResolvedArm,
+    large_pages: bool,
+) -> (WorkerParams, Option<String>) {
     let max_batch = arm.spec.max_batch_size.unwrap_or(spec.plant.max_batch_size);
     let max_active = arm.spec.max_active.unwrap_or(max_batch);
     let mut admission = spec.admission;
@@ -182,6 +192,13 @@ pub fn worker_params(spec: &RunSpec, arm: &ResolvedArm) -> (WorkerParams, Option
     p.max_num_tokens = p.max_num_tokens.max(max_batch * p.tokens_per_step);
     if let Some(v) = arm.spec.victim {
         p.victim_key = v;
+    }
+    if large_pages {
+        let max_req =
+            pages::max_request_tokens(&spec.workload, spec.plant.output_scale, p.tokens_per_step);
+        let page = pages::page_tokens(spec.plant.kv_tokens, p.kv.index_rows, max_req);
+        p.kv.tokens_per_block = page;
+        p.kv.total_pages = (spec.plant.kv_tokens / u64::from(page)).min(u64::from(u32::MAX)) as u32;
     }
     (p, warning)
 }
@@ -228,7 +245,16 @@ fn uncached_tokens(cache: &mut HashMap<(u64, u32), PrefixHashes>, is: &Issue) ->
 
 /// Run one arm for one seed. `keep_trace` records every pass's decisions.
 pub fn run(spec: &RunSpec, arm: &ResolvedArm, keep_trace: bool) -> Result<RunResult, String> {
-    let (params, warning) = worker_params(spec, arm);
+    run_with(spec, arm, keep_trace, true)
+}
+
+fn run_with(
+    spec: &RunSpec,
+    arm: &ResolvedArm,
+    keep_trace: bool,
+    large_pages: bool,
+) -> Result<RunResult, String> {
+    let (params, warning) = params_with(spec, arm, large_pages);
     let mut worker = WorkerCore::new(params);
     let mut replay = replay_for(spec)?;
     let plant = &spec.plant;
@@ -484,4 +510,65 @@ pub fn run(spec: &RunSpec, arm: &ResolvedArm, keep_trace: bool) -> Result<RunRes
         0.0
     };
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::presets;
+    use crate::workload::{SynthParams, SyntheticAgentic};
+
+    fn spec() -> RunSpec {
+        let mut plant = presets::reference();
+        plant.max_batch_size = 8;
+        plant.output_scale = 1.0;
+        RunSpec {
+            plant,
+            admission: AdmissionParams {
+                min_samples: 10,
+                target_window: 100,
+                ..AdmissionParams::default()
+            },
+            workload: Workload::Sessions(Arc::from(
+                SyntheticAgentic::new(SynthParams::default()).generate(60, 11),
+            )),
+            concurrency: 24,
+            duration_s: 400.0,
+            warmup_s: 50.0,
+            seed: 3,
+        }
+    }
+
+    #[test]
+    fn large_pages_make_every_decision_the_server_pages_make() {
+        let spec = spec();
+        for mode in [Mode::Off, Mode::TpotBudget(0.1)] {
+            let arm = ResolvedArm {
+                spec: ArmSpec::control(),
+                mode,
+            };
+            let (large, _) = params_with(&spec, &arm, true);
+            let (server, _) = params_with(&spec, &arm, false);
+            assert!(large.kv.tokens_per_block > server.kv.tokens_per_block);
+            let a = run_with(&spec, &arm, true, true).unwrap();
+            let b = run_with(&spec, &arm, true, false).unwrap();
+            assert!(a.trace.iter().any(|o| !o.admitted.is_empty()));
+            assert_eq!(a.trace, b.trace, "{mode:?}");
+            assert_eq!(a.records, b.records, "{mode:?}");
+        }
+    }
+
+    #[test]
+    fn a_pool_that_can_fill_keeps_the_server_pages() {
+        let mut spec = spec();
+        // 8 rows of the synthetic workload's largest requests do not fit in 1M tokens.
+        spec.plant.kv_tokens = 1_000_000;
+        let arm = ResolvedArm {
+            spec: ArmSpec::control(),
+            mode: Mode::Off,
+        };
+        let (p, _) = worker_params(&spec, &arm);
+        assert_eq!(p.kv.tokens_per_block, pages::SERVER_PAGE_TOKENS);
+        assert_eq!(p.kv.total_pages, 1_000_000 / pages::SERVER_PAGE_TOKENS);
+    }
 }

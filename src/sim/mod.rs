@@ -5,6 +5,7 @@
 pub mod arm;
 pub mod cli;
 pub mod engine;
+pub mod pages;
 pub mod plant;
 pub mod presets;
 pub mod report;
