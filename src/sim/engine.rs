@@ -143,6 +143,8 @@ struct Req {
     first: Option<f64>,
     /// Fractional tokens-per-step accumulator (speculative decoding).
     acc: f64,
+    /// Whole tokens emitted so far: `floor(acc)` (`acc` is never negative, so truncation).
+    emitted: u64,
 }
 
 /// Builds the worker for an arm: the same setup decision and sizing as the server, with KV
@@ -329,6 +331,7 @@ fn run_with(
                         measured,
                         first: None,
                         acc: 0.0,
+                        emitted: 0,
                     },
                 )?;
                 if ctx_free > 0 {
@@ -459,10 +462,11 @@ fn run_with(
             let tps = plant.step.tokens_per_step;
             pending.stepped.extend(o.batch.iter().map(|row| {
                 let tokens = reqs.get_mut(row.id).map_or(1, |r| {
-                    // `acc` is never negative, so truncation is `floor` without the libm call.
-                    let before = r.acc as u64;
                     r.acc += tps;
-                    (r.acc as u64 - before).min(u64::from(u32::MAX)) as u32
+                    let now_emitted = r.acc as u64;
+                    let tokens = now_emitted.saturating_sub(r.emitted);
+                    r.emitted = now_emitted;
+                    tokens.min(u64::from(u32::MAX)) as u32
                 });
                 Stepped {
                     id: row.id,
