@@ -188,8 +188,8 @@ fn subagents_run_in_the_parent_lane_and_the_parent_waits_for_their_result() {
     let r3 = one(&mut e, 40.0); // 45 - (30 + 5) after the sub-agent's last request
     assert_eq!((r3.depth, r3.input_tokens), (0, 2000));
     assert_eq!(
-        s0.hash_ids.first(),
-        Some(&s1.hash_ids[0]),
+        s0.hash_ids.to_vec().first(),
+        Some(&s1.hash_ids.to_vec()[0]),
         "sub-agent turns share a prefix"
     );
 }
@@ -351,10 +351,11 @@ fn concurrent_replays_of_one_session_do_not_share_prefix_hashes() {
     let a2 = one(&mut e, 5.0);
     assert_eq!(a2.instance, a.instance);
     assert_eq!(
-        a2.hash_ids[..16],
-        a.hash_ids[..],
+        a2.hash_ids.to_vec()[..16],
+        a.hash_ids.to_vec()[..],
         "turns of one replay share their prefix"
     );
+    assert_eq!(a2.hash_ids.common_prefix_len(&a.hash_ids), 16);
     assert_ne!(b.instance, a.instance);
 }
 

@@ -200,6 +200,15 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
             "speed: {:.0} simulated s per wall s per core, {:.2e} events/s, {} runs in {:.1} s wall",
             r.speed.simulated_s_per_wall_s, r.speed.events_per_s, r.speed.runs, r.speed.wall_s
         );
+        if r.speed.arms.len() > 1 {
+            let per_arm: Vec<String> = r
+                .speed
+                .arms
+                .iter()
+                .map(|a| format!("{} {:.0}", a.name, a.simulated_s_per_wall_s))
+                .collect();
+            println!("speed per arm: {}", per_arm.join(", "));
+        }
         if let Some(base) = &args.svg {
             let path = svg_path(base, c, loads.len() > 1);
             let title = format!("TTFT CDF, c{c}, preset {}, {} seeds", r.preset, r.seeds);

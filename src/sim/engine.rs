@@ -4,7 +4,7 @@
 //! server does, and the step-time model advances the clock.
 
 use std::cmp::Ordering;
-use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::Arc;
 
 use crate::policy::admission::AdmissionParams;
@@ -14,11 +14,14 @@ use crate::policy::{AdmissionPolicy, Mode};
 use crate::pools::PoolReport;
 use crate::worker::{Arrival, KvReady, PassInputs, PassOutput, Stepped, WorkerCore, WorkerParams};
 use crate::workload::{
-    AgentxReplay, Issue, OpenLoopReplay, OpenLoopRules, Replay, ReplayRules, Session, TimedRequest,
+    AgentxReplay, Issue, OpenLoopReplay, OpenLoopRules, PrefixHashes, Replay, ReplayRules, Session,
+    TimedRequest,
 };
 
 use super::arm::ArmSpec;
+use super::pages;
 use super::plant::Plant;
+use super::requests::Requests;
 
 /// Where the requests come from.
 #[derive(Debug, Clone)]
@@ -140,10 +143,21 @@ struct Req {
     first: Option<f64>,
     /// Fractional tokens-per-step accumulator (speculative decoding).
     acc: f64,
+    /// Whole tokens emitted so far: `floor(acc)` (`acc` is never negative, so truncation).
+    emitted: u64,
 }
 
-/// Builds the worker for an arm: the same setup decision and sizing as the server.
+/// Builds the worker for an arm: the same setup decision and sizing as the server, with KV
+/// pages as large as provably change no decision (see `pages`).
 pub fn worker_params(spec: &RunSpec, arm: &ResolvedArm) -> (WorkerParams, Option<String>) {
+    params_with(spec, arm, true)
+}
+
+fn params_with(
+    spec: &RunSpec,
+    arm: &ResolvedArm,
+    large_pages: bool,
+) -> (WorkerParams, Option<String>) {
     let max_batch = arm.spec.max_batch_size.unwrap_or(spec.plant.max_batch_size);
     let max_active = arm.spec.max_active.unwrap_or(max_batch);
     let mut admission = spec.admission;
@@ -181,6 +195,13 @@ pub fn worker_params(spec: &RunSpec, arm: &ResolvedArm) -> (WorkerParams, Option
     if let Some(v) = arm.spec.victim {
         p.victim_key = v;
     }
+    if large_pages {
+        let max_req =
+            pages::max_request_tokens(&spec.workload, spec.plant.output_scale, p.tokens_per_step);
+        let page = pages::page_tokens(spec.plant.kv_tokens, p.kv.index_rows, max_req);
+        p.kv.tokens_per_block = page;
+        p.kv.total_pages = (spec.plant.kv_tokens / u64::from(page)).min(u64::from(u32::MAX)) as u32;
+    }
     (p, warning)
 }
 
@@ -211,17 +232,14 @@ fn replay_for(spec: &RunSpec) -> Result<Box<dyn Replay>, String> {
 
 /// Tokens already cached on the context servers: the longest common prefix (in blocks) with
 /// the previous prompt of the same session instance and depth.
-fn uncached_tokens(cache: &mut HashMap<(u64, u32), Vec<u64>>, is: &Issue) -> u32 {
+fn uncached_tokens(cache: &mut HashMap<(u64, u32), PrefixHashes>, is: &Issue) -> u32 {
     if is.block_size == 0 || is.hash_ids.is_empty() {
         return is.input_tokens;
     }
     let key = (is.instance, is.depth);
-    let lcp = cache.get(&key).map_or(0, |prev| {
-        prev.iter()
-            .zip(&is.hash_ids)
-            .take_while(|(a, b)| a == b)
-            .count()
-    });
+    let lcp = cache
+        .get(&key)
+        .map_or(0, |prev| prev.common_prefix_len(&is.hash_ids));
     cache.insert(key, is.hash_ids.clone());
     is.input_tokens
         .saturating_sub((lcp as u64 * is.block_size as u64).min(u32::MAX as u64) as u32)
@@ -229,7 +247,16 @@ fn uncached_tokens(cache: &mut HashMap<(u64, u32), Vec<u64>>, is: &Issue) -> u32
 
 /// Run one arm for one seed. `keep_trace` records every pass's decisions.
 pub fn run(spec: &RunSpec, arm: &ResolvedArm, keep_trace: bool) -> Result<RunResult, String> {
-    let (params, warning) = worker_params(spec, arm);
+    run_with(spec, arm, keep_trace, true)
+}
+
+fn run_with(
+    spec: &RunSpec,
+    arm: &ResolvedArm,
+    keep_trace: bool,
+    large_pages: bool,
+) -> Result<RunResult, String> {
+    let (params, warning) = params_with(spec, arm, large_pages);
     let mut worker = WorkerCore::new(params);
     let mut replay = replay_for(spec)?;
     let plant = &spec.plant;
@@ -241,11 +268,10 @@ pub fn run(spec: &RunSpec, arm: &ResolvedArm, keep_trace: bool) -> Result<RunRes
         seq += 1;
         heap.push(Timed { at, seq, ev });
     };
-    let mut reqs: BTreeMap<u64, Req> = BTreeMap::new();
+    let mut reqs: Requests<Req> = Requests::default();
     let mut ctx_free = plant.context.servers.max(1);
     let mut ctx_queue: VecDeque<(u64, u32)> = VecDeque::new();
-    let mut prefix: HashMap<(u64, u32), Vec<u64>> = HashMap::new();
-    let mut uncached: HashMap<u64, u32> = HashMap::new();
+    let mut prefix: HashMap<(u64, u32), PrefixHashes> = HashMap::new();
 
     let mut pending = PassInputs::default();
     let mut stepping = false;
@@ -305,9 +331,9 @@ pub fn run(spec: &RunSpec, arm: &ResolvedArm, keep_trace: bool) -> Result<RunRes
                         measured,
                         first: None,
                         acc: 0.0,
+                        emitted: 0,
                     },
-                );
-                uncached.insert(is.id, u);
+                )?;
                 if ctx_free > 0 {
                     ctx_free -= 1;
                     push(
@@ -326,7 +352,6 @@ pub fn run(spec: &RunSpec, arm: &ResolvedArm, keep_trace: bool) -> Result<RunRes
         };
         match ev {
             Ev::CtxDone(id) => {
-                uncached.remove(&id);
                 if let Some((next, u)) = ctx_queue.pop_front() {
                     push(
                         &mut heap,
@@ -336,7 +361,7 @@ pub fn run(spec: &RunSpec, arm: &ResolvedArm, keep_trace: bool) -> Result<RunRes
                 } else {
                     ctx_free += 1;
                 }
-                if let Some(r) = reqs.get(&id) {
+                if let Some(r) = reqs.get(id) {
                     pending.arrivals.push(Arrival {
                         id,
                         arrival: r.sent,
@@ -364,8 +389,13 @@ pub fn run(spec: &RunSpec, arm: &ResolvedArm, keep_trace: bool) -> Result<RunRes
         }
         // A pass, then the step it schedules.
         pending.now = now;
-        let inp = std::mem::take(&mut pending);
-        let o = worker.pass(&inp);
+        let o = worker.pass(&pending);
+        // Keep the input vectors' capacity for the next pass.
+        pending.arrivals.clear();
+        pending.cancellations.clear();
+        pending.kv_ready.clear();
+        pending.stepped.clear();
+        pending.step_s = None;
         out.passes += 1;
         let in_window = now >= spec.warmup_s && now < spec.duration_s;
         if !captured && now >= spec.duration_s {
@@ -392,18 +422,18 @@ pub fn run(spec: &RunSpec, arm: &ResolvedArm, keep_trace: bool) -> Result<RunRes
         }
         for id in &o.rejected {
             // Queue full: the request fails; its lane moves on.
-            if let Some(r) = reqs.remove(id) {
+            if let Some(r) = reqs.remove(*id) {
                 measured_open -= r.measured as u64;
             }
             let _ = replay.on_complete(*id, now);
         }
         for f in &o.first_tokens {
-            if let Some(r) = reqs.get_mut(&f.id) {
+            if let Some(r) = reqs.get_mut(f.id) {
                 r.first = Some(now);
             }
         }
         for d in &o.departed {
-            if let Some(r) = reqs.remove(&d.id) {
+            if let Some(r) = reqs.remove(d.id) {
                 if r.measured {
                     measured_open -= 1;
                     let first = r.first.unwrap_or(now);
@@ -430,24 +460,21 @@ pub fn run(spec: &RunSpec, arm: &ResolvedArm, keep_trace: bool) -> Result<RunRes
                 window_steps += 1;
             }
             let tps = plant.step.tokens_per_step;
-            pending.stepped = o
-                .batch
-                .iter()
-                .map(|row| {
-                    let r = reqs.get_mut(&row.id);
-                    let tokens = r.map_or(1, |r| {
-                        let before = r.acc.floor();
-                        r.acc += tps;
-                        (r.acc.floor() - before) as u32
-                    });
-                    Stepped {
-                        id: row.id,
-                        tokens,
-                        stop: false,
-                        token_ids: Vec::new(),
-                    }
-                })
-                .collect();
+            pending.stepped.extend(o.batch.iter().map(|row| {
+                let tokens = reqs.get_mut(row.id).map_or(1, |r| {
+                    r.acc += tps;
+                    let now_emitted = r.acc as u64;
+                    let tokens = now_emitted.saturating_sub(r.emitted);
+                    r.emitted = now_emitted;
+                    tokens.min(u64::from(u32::MAX)) as u32
+                });
+                Stepped {
+                    id: row.id,
+                    tokens,
+                    stop: false,
+                    token_ids: Vec::new(),
+                }
+            }));
             pending.step_s = Some(step);
             push(&mut heap, now + step, Ev::Step);
             stepping = true;
@@ -487,4 +514,65 @@ pub fn run(spec: &RunSpec, arm: &ResolvedArm, keep_trace: bool) -> Result<RunRes
         0.0
     };
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::presets;
+    use crate::workload::{SynthParams, SyntheticAgentic};
+
+    fn spec() -> RunSpec {
+        let mut plant = presets::reference();
+        plant.max_batch_size = 8;
+        plant.output_scale = 1.0;
+        RunSpec {
+            plant,
+            admission: AdmissionParams {
+                min_samples: 10,
+                target_window: 100,
+                ..AdmissionParams::default()
+            },
+            workload: Workload::Sessions(Arc::from(
+                SyntheticAgentic::new(SynthParams::default()).generate(60, 11),
+            )),
+            concurrency: 24,
+            duration_s: 400.0,
+            warmup_s: 50.0,
+            seed: 3,
+        }
+    }
+
+    #[test]
+    fn large_pages_make_every_decision_the_server_pages_make() {
+        let spec = spec();
+        for mode in [Mode::Off, Mode::TpotBudget(0.1)] {
+            let arm = ResolvedArm {
+                spec: ArmSpec::control(),
+                mode,
+            };
+            let (large, _) = params_with(&spec, &arm, true);
+            let (server, _) = params_with(&spec, &arm, false);
+            assert!(large.kv.tokens_per_block > server.kv.tokens_per_block);
+            let a = run_with(&spec, &arm, true, true).unwrap();
+            let b = run_with(&spec, &arm, true, false).unwrap();
+            assert!(a.trace.iter().any(|o| !o.admitted.is_empty()));
+            assert_eq!(a.trace, b.trace, "{mode:?}");
+            assert_eq!(a.records, b.records, "{mode:?}");
+        }
+    }
+
+    #[test]
+    fn a_pool_that_can_fill_keeps_the_server_pages() {
+        let mut spec = spec();
+        // 8 rows of the synthetic workload's largest requests do not fit in 1M tokens.
+        spec.plant.kv_tokens = 1_000_000;
+        let arm = ResolvedArm {
+            spec: ArmSpec::control(),
+            mode: Mode::Off,
+        };
+        let (p, _) = worker_params(&spec, &arm);
+        assert_eq!(p.kv.tokens_per_block, pages::SERVER_PAGE_TOKENS);
+        assert_eq!(p.kv.total_pages, 1_000_000 / pages::SERVER_PAGE_TOKENS);
+    }
 }

@@ -5,9 +5,11 @@
 pub mod arm;
 pub mod cli;
 pub mod engine;
+pub mod pages;
 pub mod plant;
 pub mod presets;
 pub mod report;
+mod requests;
 pub mod svg;
 
 use std::collections::VecDeque;
@@ -25,14 +27,27 @@ use crate::policy::Mode;
 /// T for `target_output_tps=auto`: the control's mean per-request output rate / 1.10.
 pub const AUTO_TARGET_DIVISOR: f64 = 1.10;
 
+/// How fast the simulation ran. Rates are per core: simulated seconds (or events, passes)
+/// summed over runs, divided by the summed wall time of the runs themselves (each run's
+/// replay and worker set-up included; trace loading and reporting excluded).
 #[derive(Debug, Clone, Serialize)]
 pub struct Speed {
-    /// Simulated seconds per wall second, per core (summed over runs).
     pub simulated_s_per_wall_s: f64,
     pub events_per_s: f64,
     pub passes_per_s: f64,
     pub runs: usize,
+    /// Wall time of the whole experiment, all threads, from the first run's start.
     pub wall_s: f64,
+    /// The same rates for each arm's runs alone.
+    pub arms: Vec<ArmSpeed>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ArmSpeed {
+    pub name: String,
+    pub simulated_s_per_wall_s: f64,
+    pub passes_per_s: f64,
+    pub runs: usize,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -218,17 +233,34 @@ pub fn run_experiment(exp: &Experiment) -> Result<ExperimentResult, String> {
             ));
         }
     }
-    let (sim_s, job_wall, events, passes) =
+    let totals = |arm: Option<usize>| {
         results
             .iter()
-            .fold((0.0, 0.0, 0u64, 0u64), |acc, (_, _, r, w)| {
+            .filter(|(a, _, _, _)| arm.is_none_or(|i| i == *a))
+            .fold((0.0, 0.0, 0u64, 0u64, 0usize), |acc, (_, _, r, w)| {
                 (
                     acc.0 + r.simulated_s,
                     acc.1 + w,
                     acc.2 + r.events,
                     acc.3 + r.passes,
+                    acc.4 + 1,
                 )
-            });
+            })
+    };
+    let (sim_s, job_wall, events, passes, _) = totals(None);
+    let arm_speeds = arms
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            let (sim_s, wall, _, passes, runs) = totals(Some(i));
+            ArmSpeed {
+                name: a.name.clone(),
+                simulated_s_per_wall_s: sim_s / wall.max(1e-9),
+                passes_per_s: passes as f64 / wall.max(1e-9),
+                runs,
+            }
+        })
+        .collect();
     Ok(ExperimentResult {
         concurrency: exp.base.concurrency,
         seeds: exp.seeds,
@@ -244,6 +276,7 @@ pub fn run_experiment(exp: &Experiment) -> Result<ExperimentResult, String> {
             passes_per_s: passes as f64 / job_wall.max(1e-9),
             runs: results.len(),
             wall_s: wall,
+            arms: arm_speeds,
         },
         ttft_samples: samples,
         warnings,

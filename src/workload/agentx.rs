@@ -21,8 +21,9 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use super::error::ReplayError;
-use super::issue::{drain_due, scoped_hash, Issue, Pending, Replay};
+use super::issue::{drain_due, Issue, Pending, Replay};
 use super::plan::{build, Cut, Node};
+use super::prefix::PrefixHashes;
 use super::types::Session;
 
 /// The AgentX replay settings.
@@ -71,9 +72,8 @@ impl ReplayRules {
     }
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 struct NodeState {
-    node: Node,
     preds_left: u32,
     /// Latest completion among finished predecessors (the tree start for anchored nodes).
     last_done: f64,
@@ -83,6 +83,9 @@ struct NodeState {
 struct Lane {
     instance: u64,
     session: usize,
+    /// The tree's plan (shared with every other replay of the same session and cut).
+    plan: Arc<[Node]>,
+    /// Per node of `plan`.
     nodes: Vec<NodeState>,
     remaining: usize,
 }
@@ -105,6 +108,12 @@ pub struct AgentxReplay {
     next_id: u64,
     next_instance: u64,
     drawing: bool,
+    /// Plans of whole sessions (replayed from turn 0), built on first use: every tree after a
+    /// lane's first replays a whole session, and building its plan anew each time was most
+    /// of the replay's cost.
+    whole_plans: Vec<Option<Arc<[Node]>>>,
+    /// Nodes made ready by one completion (reused).
+    ready: Vec<usize>,
 }
 
 impl AgentxReplay {
@@ -119,6 +128,7 @@ impl AgentxReplay {
             return Err(ReplayError::NoSessions);
         }
         let order = (0..sessions.len()).collect::<Vec<_>>();
+        let whole_plans = vec![None; sessions.len()];
         Ok(Self {
             order_pos: order.len(),
             order,
@@ -132,6 +142,8 @@ impl AgentxReplay {
             next_id: 0,
             next_instance: 0,
             drawing: true,
+            whole_plans,
+            ready: Vec::new(),
         })
     }
 
@@ -208,30 +220,26 @@ impl AgentxReplay {
                     first_is_warmup: false,
                 }
             };
-            let nodes = build(session, cut, self.rules.idle_cap_s);
-            if nodes.is_empty() {
+            let plan = self.plan(s, session, cut);
+            if plan.is_empty() {
                 continue;
             }
             let instance = self.next_instance;
             self.next_instance += 1;
-            let states: Vec<NodeState> = nodes
-                .into_iter()
-                .map(|node| NodeState {
-                    preds_left: node.preds,
-                    last_done: if node.anchored {
-                        now
-                    } else {
-                        f64::NEG_INFINITY
-                    },
-                    node,
-                })
-                .collect();
-            self.lanes[lane] = Lane {
-                instance,
-                session: s,
-                remaining: states.len(),
-                nodes: states,
-            };
+            let l = &mut self.lanes[lane];
+            l.nodes.clear();
+            l.nodes.extend(plan.iter().map(|node| NodeState {
+                preds_left: node.preds,
+                last_done: if node.anchored {
+                    now
+                } else {
+                    f64::NEG_INFINITY
+                },
+            }));
+            l.instance = instance;
+            l.session = s;
+            l.remaining = plan.len();
+            l.plan = plan;
             for i in 0..self.lanes[lane].nodes.len() {
                 if self.lanes[lane].nodes[i].preds_left == 0 {
                     self.schedule(lane, i, now);
@@ -241,9 +249,27 @@ impl AgentxReplay {
         }
     }
 
+    /// The plan for `session` cut at `cut`; whole-session plans are built once.
+    fn plan(&mut self, s: usize, session: &Session, cut: Cut) -> Arc<[Node]> {
+        let whole = cut.first == 0 && !cut.first_is_warmup;
+        if whole {
+            if let Some(Some(p)) = self.whole_plans.get(s) {
+                return Arc::clone(p);
+            }
+        }
+        let plan: Arc<[Node]> = Arc::from(build(session, cut, self.rules.idle_cap_s));
+        if whole {
+            if let Some(slot) = self.whole_plans.get_mut(s) {
+                *slot = Some(Arc::clone(&plan));
+            }
+        }
+        plan
+    }
+
     fn schedule(&mut self, lane: usize, node: usize, now: f64) {
         let l = &self.lanes[lane];
         let st = &l.nodes[node];
+        let n = &l.plan[node];
         let id = self.next_id;
         self.next_id += 1;
         let issue = Issue {
@@ -251,18 +277,13 @@ impl AgentxReplay {
             lane: Some(lane),
             session: l.session,
             instance: l.instance,
-            depth: st.node.depth,
-            input_tokens: st.node.input_tokens,
-            max_tokens: st.node.output_tokens.max(1),
-            hash_ids: st
-                .node
-                .hash_ids
-                .iter()
-                .map(|h| scoped_hash(l.instance, h))
-                .collect(),
+            depth: n.depth,
+            input_tokens: n.input_tokens,
+            max_tokens: n.output_tokens.max(1),
+            hash_ids: PrefixHashes::scoped(Arc::clone(&n.hash_ids), l.instance),
             block_size: self.sessions[l.session].block_size,
-            warmup: st.node.warmup,
-            send_at: (st.last_done + st.node.gap).max(now),
+            warmup: n.warmup,
+            send_at: (st.last_done + n.gap).max(now),
         };
         self.pending.insert(id, (lane, node));
         self.heap.push(Pending(issue));
@@ -299,16 +320,22 @@ impl Replay for AgentxReplay {
             .in_flight
             .remove(&id)
             .ok_or(ReplayError::UnknownIssue(id))?;
-        let succs = std::mem::take(&mut self.lanes[lane].nodes[node].node.succs);
-        self.lanes[lane].remaining -= 1;
-        for next in succs {
-            let st = &mut self.lanes[lane].nodes[next];
+        let l = &mut self.lanes[lane];
+        l.remaining -= 1;
+        let mut ready = std::mem::take(&mut self.ready);
+        ready.clear();
+        for &next in &l.plan[node].succs {
+            let st = &mut l.nodes[next];
             st.preds_left -= 1;
             st.last_done = st.last_done.max(now);
             if st.preds_left == 0 {
-                self.schedule(lane, next, now);
+                ready.push(next);
             }
         }
+        for &next in &ready {
+            self.schedule(lane, next, now);
+        }
+        self.ready = ready;
         if self.lanes[lane].remaining == 0 && self.drawing {
             self.begin_tree(lane, now, false);
         }

@@ -3,6 +3,7 @@
 use std::cmp::Ordering;
 
 use super::error::ReplayError;
+use super::prefix::PrefixHashes;
 
 /// One request to send.
 #[derive(Debug, Clone, PartialEq)]
@@ -24,8 +25,8 @@ pub struct Issue {
     pub max_tokens: u32,
     /// Prefix-block ids. Closed loop: scoped to the tree instance (shared by the root and its
     /// sub-agents, distinct across instances, so concurrent replays of one trace do not share
-    /// cache). Open loop: as recorded.
-    pub hash_ids: Vec<u64>,
+    /// cache). Open loop: as recorded. Compact; `to_vec()` expands them.
+    pub hash_ids: PrefixHashes,
     /// Tokens per hash block (0 when there are no hashes).
     pub block_size: u32,
     /// A warm-up turn (primes the cache before the lane's random start point); callers
@@ -87,12 +88,4 @@ pub(crate) fn drain_due(heap: &mut std::collections::BinaryHeap<Pending>, now: f
         }
     }
     out
-}
-
-/// Scopes a trace-local hash id to one replay instance (splitmix64 finaliser of a mix).
-pub(crate) fn scoped_hash(instance: u64, local: u64) -> u64 {
-    let mut z = local ^ instance.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use super::error::ReplayError;
 use super::issue::{Issue, Replay};
+use super::prefix::PrefixHashes;
 use super::types::TimedRequest;
 
 /// Open-loop settings.
@@ -122,7 +123,7 @@ impl Replay for OpenLoopReplay {
                 depth: 0,
                 input_tokens: r.input_tokens,
                 max_tokens: r.output_tokens.max(1),
-                hash_ids: r.hash_ids.to_vec(),
+                hash_ids: PrefixHashes::recorded(Arc::new(r.hash_ids.clone())),
                 block_size: r.block_size,
                 warmup: false,
                 send_at,

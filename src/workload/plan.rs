@@ -6,13 +6,16 @@
 //! its predecessors)`, clamped to `[0, idle_cap]`. Nodes with no predecessor are gated by the
 //! tree start instead, with the gap measured from the recorded time the start stands for.
 
+use std::sync::Arc;
+
 use super::types::{HashIds, Session};
 
 #[derive(Debug, Clone)]
 pub(crate) struct Node {
     pub input_tokens: u32,
     pub output_tokens: u32,
-    pub hash_ids: HashIds,
+    /// Shared with every issue of this node, so issuing copies no ids.
+    pub hash_ids: Arc<HashIds>,
     pub depth: u32,
     pub warmup: bool,
     /// Number of predecessors.
@@ -127,7 +130,7 @@ impl Builder {
             self.nodes.push(Node {
                 input_tokens: r.input_tokens,
                 output_tokens: r.output_tokens,
-                hash_ids: r.hash_ids.clone(),
+                hash_ids: Arc::new(r.hash_ids.clone()),
                 depth,
                 warmup: cut.first_is_warmup && i == cut.first,
                 preds: 0,

@@ -91,7 +91,7 @@ impl HashIds {
     pub fn iter(&self) -> impl Iterator<Item = u64> + '_ {
         self.runs
             .iter()
-            .flat_map(|r| (0..u64::from(r.len)).map(move |i| r.start + i))
+            .flat_map(|r| (0..u64::from(r.len)).map(move |i| r.start.wrapping_add(i)))
     }
 
     pub fn to_vec(&self) -> Vec<u64> {

@@ -37,7 +37,7 @@ impl<R: Replay> ReplaySource<R> {
             conversation: i.lane.map(|_| i.instance),
             input_tokens: i.input_tokens,
             max_tokens: i.max_tokens,
-            hash_ids: i.hash_ids,
+            hash_ids: i.hash_ids.to_vec(),
             block_size: i.block_size,
             prefix_salt: self.salt,
             warmup: i.warmup,
