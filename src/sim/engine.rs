@@ -274,6 +274,8 @@ fn run_with(
     let mut prefix: HashMap<(u64, u32), PrefixHashes> = HashMap::new();
 
     let mut pending = PassInputs::default();
+    // The pass's decisions; its buffers are reused by the next pass.
+    let mut o = crate::worker::PassOutput::default();
     let mut stepping = false;
     let mut poll_pending = false;
     let mut captured = false;
@@ -389,7 +391,7 @@ fn run_with(
         }
         // A pass, then the step it schedules.
         pending.now = now;
-        let o = worker.pass(&pending);
+        worker.pass_into(&pending, &mut o);
         // Keep the input vectors' capacity for the next pass.
         pending.arrivals.clear();
         pending.cancellations.clear();
@@ -488,7 +490,7 @@ fn run_with(
             );
         }
         if keep_trace {
-            out.trace.push(o);
+            out.trace.push(o.clone());
         }
     }
     out.unfinished = measured_open;
