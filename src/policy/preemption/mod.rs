@@ -4,10 +4,9 @@
 //! running means D and R0, which the admission queue needs too.
 
 pub mod controller;
+pub mod idmap;
 pub mod objective;
 pub mod victim;
-
-use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
@@ -15,6 +14,7 @@ use super::admission::{AdmissionQueue, GUARD_FRACTION_OF_D};
 use super::stats::RunningMean;
 use super::RequestId;
 use controller::WindowGain;
+use idmap::IdMap;
 use objective::{laxity, met_target, Credit, RateState};
 use victim::{
     largest_slack_first, Eligibility, VictimKey, MIN_DECODE_BEFORE_D_S, MIN_DECODE_FRACTION_OF_D,
@@ -274,8 +274,8 @@ pub struct GenPreemption {
     stats: DecodeStats,
     gain: WindowGain,
     credit: Credit,
-    records: BTreeMap<RequestId, Record>,
-    paused: BTreeSet<RequestId>,
+    records: IdMap<Record>,
+    paused: IdMap<()>,
     window: StatWindow,
     totals: Totals,
     last_window: f64,
@@ -293,8 +293,8 @@ impl GenPreemption {
             stats: DecodeStats::default(),
             gain: WindowGain::new(budget, params.g0),
             credit: Credit::default(),
-            records: BTreeMap::new(),
-            paused: BTreeSet::new(),
+            records: IdMap::default(),
+            paused: IdMap::default(),
             window: StatWindow::default(),
             totals: Totals::default(),
             last_window: 0.0,
@@ -320,10 +320,10 @@ impl GenPreemption {
         matches!(self.params.mode, Mode::TargetOutputTps(_)).then(|| self.credit.value())
     }
     pub fn is_paused(&self, id: RequestId) -> bool {
-        self.paused.contains(&id)
+        self.paused.contains(id)
     }
     pub fn paused_ids(&self) -> impl Iterator<Item = RequestId> + '_ {
-        self.paused.iter().copied()
+        self.paused.ids()
     }
     pub fn paused_count(&self) -> usize {
         self.paused.len()
@@ -333,15 +333,15 @@ impl GenPreemption {
     }
     /// Whether the request was ever sacrificed (target mode), for reporting.
     pub fn sacrificed(&self, id: RequestId) -> bool {
-        self.records.get(&id).is_some_and(|r| r.sacrificed)
+        self.records.get(id).is_some_and(|r| r.sacrificed)
     }
     /// Pauses so far for a resident request.
     pub fn pauses_of(&self, id: RequestId) -> u32 {
-        self.records.get(&id).map_or(0, |r| r.pauses)
+        self.records.get(id).map_or(0, |r| r.pauses)
     }
     /// Seconds a resident request has spent paused, up to `now`.
     pub fn paused_seconds(&self, id: RequestId, now: f64) -> f64 {
-        self.records.get(&id).map_or(0.0, |r| r.paused_through(now))
+        self.records.get(id).map_or(0.0, |r| r.paused_through(now))
     }
 
     /// Turn preemption off at run time (supervisor). Paused requests resume at the next step.
@@ -392,8 +392,8 @@ impl GenPreemption {
     /// Track: account every request that left since the last pass.
     fn track(&mut self, departed: &[Departure], target_formed: bool) {
         for dep in departed {
-            let rec = self.records.remove(&dep.id).unwrap_or_default();
-            self.paused.remove(&dep.id);
+            let rec = self.records.remove(dep.id).unwrap_or_default();
+            self.paused.remove(dep.id);
             if !dep.completed {
                 continue;
             }
@@ -445,12 +445,12 @@ impl GenPreemption {
         let mut res = residents.iter().peekable();
         let mut recs = self.records.iter().peekable();
         self.paused
-            .iter()
-            .map(|&id| {
+            .ids()
+            .map(|id| {
                 let row = PausedRow {
                     id,
                     resident: merge_find(&mut res, id, |r| r.id),
-                    record: merge_find(&mut recs, id, |(k, _)| **k).map(|(_, r)| *r),
+                    record: merge_find(&mut recs, id, |(k, _)| *k).map(|(_, r)| *r),
                 };
                 (self.lane_key(&row, now), row)
             })
@@ -498,9 +498,9 @@ impl GenPreemption {
     }
 
     fn resume(&mut self, row: &PausedRow, now: f64) {
-        self.paused.remove(&row.id);
+        self.paused.remove(row.id);
         let iters = row.resident.map_or(0, |r| r.decode_iters);
-        if let Some(rec) = self.records.get_mut(&row.id) {
+        if let Some(rec) = self.records.get_mut(row.id) {
             if let Some((since, _)) = rec.paused.take() {
                 rec.paused_total += (now - since).max(0.0);
             }
@@ -509,7 +509,7 @@ impl GenPreemption {
     }
 
     fn pause(&mut self, id: RequestId, kind: PauseKind, now: f64) {
-        let rec = self.records.entry(id).or_default();
+        let rec = self.records.get_or_insert_with(id, Record::default);
         rec.pauses += 1;
         match kind {
             PauseKind::Slack => rec.slack_pauses += 1,
@@ -522,7 +522,7 @@ impl GenPreemption {
             PauseKind::Budget => {}
         }
         rec.paused = Some((now, kind));
-        self.paused.insert(id);
+        self.paused.get_or_insert_with(id, || ());
     }
 
     /// Unpaused residents eligible for a pause under the mode-independent rules, with their
@@ -533,11 +533,11 @@ impl GenPreemption {
     ) -> impl Iterator<Item = (&'a Resident, Option<Record>)> + 's {
         let el = self.eligibility(v.now);
         let now = v.now;
-        let mut paused = self.paused.iter().peekable();
+        let mut paused = self.paused.ids().peekable();
         let mut recs = self.records.iter().peekable();
         v.residents.iter().filter_map(move |r| {
-            let is_paused = merge_find(&mut paused, r.id, |id| **id).is_some();
-            let rec = merge_find(&mut recs, r.id, |(k, _)| **k).map(|(_, x)| *x);
+            let is_paused = merge_find(&mut paused, r.id, |id| *id).is_some();
+            let rec = merge_find(&mut recs, r.id, |(k, _)| *k).map(|(_, x)| *x);
             if is_paused {
                 return None;
             }
@@ -559,47 +559,47 @@ impl GenPreemption {
                 .min_by(|a, b| key.cmp(a.0, b.0))
                 .map(|(r, _)| (r.id, PauseKind::Budget)),
             Mode::TargetOutputTps(t) => {
+                // The three tiers' candidates in one walk, each laxity computed once. Every
+                // order is total (ties by id), so keeping the strictly smaller one gives
+                // what a separate minimum per tier gives.
                 let d = self.stats.d().unwrap_or(0.0);
-                let mut cands: Vec<(&Resident, f64, Record)> =
-                    Vec::with_capacity(v.residents.len());
-                cands.extend(self.eligible(v).map(|(r, rec)| {
-                    (
-                        r,
-                        self.laxity_of(r, rec.as_ref(), v.now, t),
-                        rec.unwrap_or_default(),
-                    )
-                }));
-                let tier1 = cands
-                    .iter()
-                    .filter(|(_, lax, rec)| {
-                        !rec.sacrificed
-                            && rec.slack_pauses < SLACK_PAUSES_PER_REQUEST
-                            && *lax >= SLACK_TIER_MIN_FRACTION_OF_D * d
-                    })
-                    .min_by(|a, b| largest_slack_first((a.1, a.0.id), (b.1, b.0.id)));
-                if let Some((r, _, _)) = tier1 {
+                let mut slack: Option<(f64, &Resident)> = None;
+                let mut below: Option<&Resident> = None;
+                let mut sacrifice: Option<&Resident> = None;
+                let better = |best: Option<&Resident>, r: &Resident| {
+                    best.is_none_or(|b| key.cmp(r, b) == std::cmp::Ordering::Less)
+                };
+                for (r, rec) in self.eligible(v) {
+                    let lax = self.laxity_of(r, rec.as_ref(), v.now, t);
+                    let rec = rec.unwrap_or_default();
+                    if !rec.sacrificed
+                        && rec.slack_pauses < SLACK_PAUSES_PER_REQUEST
+                        && lax >= SLACK_TIER_MIN_FRACTION_OF_D * d
+                        && slack.is_none_or(|(bl, b)| {
+                            largest_slack_first((lax, r.id), (bl, b.id)) == std::cmp::Ordering::Less
+                        })
+                    {
+                        slack = Some((lax, r));
+                    }
+                    if rec.below_pauses < BELOW_PAUSES_PER_REQUEST {
+                        if (lax < 0.0 || rec.sacrificed) && better(below, r) {
+                            below = Some(r);
+                        }
+                        if !rec.sacrificed && better(sacrifice, r) {
+                            sacrifice = Some(r);
+                        }
+                    }
+                }
+                if let Some((_, r)) = slack {
                     return Some((r.id, PauseKind::Slack));
                 }
-                let tier2 = cands
-                    .iter()
-                    .filter(|(_, lax, rec)| {
-                        (*lax < 0.0 || rec.sacrificed)
-                            && rec.below_pauses < BELOW_PAUSES_PER_REQUEST
-                    })
-                    .min_by(|a, b| key.cmp(a.0, b.0));
-                if let Some((r, _, _)) = tier2 {
+                if let Some(r) = below {
                     return Some((r.id, PauseKind::Below));
                 }
                 if !self.credit.can_sacrifice() {
                     return None;
                 }
-                cands
-                    .iter()
-                    .filter(|(_, _, rec)| {
-                        !rec.sacrificed && rec.below_pauses < BELOW_PAUSES_PER_REQUEST
-                    })
-                    .min_by(|a, b| key.cmp(a.0, b.0))
-                    .map(|(r, _, _)| (r.id, PauseKind::Sacrifice))
+                sacrifice.map(|r| (r.id, PauseKind::Sacrifice))
             }
         }
     }
@@ -616,8 +616,8 @@ impl GenPreemption {
         let mut rows = self.paused_rows(v.residents, v.now);
         rows.retain(|(_, row)| {
             if row.resident.is_none() {
-                self.paused.remove(&row.id);
-                self.records.remove(&row.id);
+                self.paused.remove(row.id);
+                self.records.remove(row.id);
             }
             row.resident.is_some()
         });
@@ -729,12 +729,12 @@ impl GenPreemption {
     /// Paused requests with their counts and ages, for the debug endpoint.
     pub fn paused_view(&self, now: f64) -> Vec<PausedView> {
         self.paused
-            .iter()
+            .ids()
             .filter_map(|id| {
                 let rec = self.records.get(id)?;
                 let (since, kind) = rec.paused?;
                 Some(PausedView {
-                    id: *id,
+                    id,
                     kind,
                     paused_for_s: now - since,
                     pauses: rec.pauses,
