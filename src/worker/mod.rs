@@ -382,6 +382,7 @@ impl WorkerCore {
         let dec = self.preempt.step(&crate::policy::preemption::StepView {
             now,
             residents: &self.view_buf,
+            by_admission: Some(self.residents.admission_order()),
             departed: &out.departed,
             queue: &self.queue,
         });

@@ -17,7 +17,8 @@ use controller::WindowGain;
 use idmap::IdMap;
 use objective::{laxity, met_target, Credit, RateState};
 use victim::{
-    largest_slack_first, Eligibility, VictimKey, MIN_DECODE_BEFORE_D_S, MIN_DECODE_FRACTION_OF_D,
+    largest_slack_first, longest_resident_first, Eligibility, VictimKey, MIN_DECODE_BEFORE_D_S,
+    MIN_DECODE_FRACTION_OF_D,
 };
 
 /// Completions the running means D and R0 cover.
@@ -103,11 +104,24 @@ pub struct Departure {
     pub output_tokens: u32,
 }
 
+/// A resident's place in admission order.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AdmitRow {
+    pub admit_time: f64,
+    pub id: RequestId,
+    /// The caller's own handle for the row (the worker's sequence slot); unused here.
+    pub slot: u32,
+}
+
 /// What one pass gives the controller. `residents` is sorted by id.
 #[derive(Debug, Clone, Copy)]
 pub struct StepView<'a> {
     pub now: f64,
     pub residents: &'a [Resident],
+    /// The same residents oldest admission first (ties by id), when the caller keeps that
+    /// order: with the default victim key, `tpot_budget` then stops at the first eligible
+    /// admission instead of scanning every resident.
+    pub by_admission: Option<&'a [AdmitRow]>,
     pub departed: &'a [Departure],
     pub queue: &'a AdmissionQueue,
 }
@@ -548,16 +562,57 @@ impl GenPreemption {
         })
     }
 
+    /// `tpot_budget` under the default key (earliest admission; ties newest arrival, then
+    /// higher id), walking residents oldest admission first: the victim is among the first
+    /// eligible request's admission-time peers, so the walk ends with that group.
+    fn longest_resident_victim(
+        &self,
+        v: &StepView,
+        by_admission: &[AdmitRow],
+    ) -> Option<(RequestId, PauseKind)> {
+        debug_assert_eq!(by_admission.len(), v.residents.len());
+        let el = self.eligibility(v.now);
+        let mut best: Option<&Resident> = None;
+        for row in by_admission {
+            if best.is_some_and(|b| b.admit_time.total_cmp(&row.admit_time).is_lt()) {
+                break;
+            }
+            if self.paused.contains(row.id) {
+                continue;
+            }
+            let Ok(i) = v.residents.binary_search_by_key(&row.id, |r| r.id) else {
+                continue;
+            };
+            let r = &v.residents[i];
+            let rec = self.records.get(row.id);
+            if rec.map_or(0, |x| x.pauses) >= BUDGET_PAUSES_PER_REQUEST {
+                continue;
+            }
+            let iters = r.decode_iters - rec.map_or(0, |x| x.iters_at_resume.min(r.decode_iters));
+            let unpaused = Self::rate_state(r, rec, v.now).map_or(0.0, |s| s.unpaused_decode_s);
+            if el.eligible(r, iters, unpaused)
+                && best.is_none_or(|b| longest_resident_first(r, b).is_lt())
+            {
+                best = Some(r);
+            }
+        }
+        best.map(|r| (r.id, PauseKind::Budget))
+    }
+
     /// The victim for this pass, if any request is eligible under the mode.
     fn choose_victim(&self, v: &StepView) -> Option<(RequestId, PauseKind)> {
         let key = self.params.victim_key;
         match self.params.mode {
             Mode::Off => None,
-            Mode::TpotBudget(_) => self
-                .eligible(v)
-                .filter(|(_, rec)| rec.map_or(0, |x| x.pauses) < BUDGET_PAUSES_PER_REQUEST)
-                .min_by(|a, b| key.cmp(a.0, b.0))
-                .map(|(r, _)| (r.id, PauseKind::Budget)),
+            Mode::TpotBudget(_) => {
+                if let (VictimKey::LongestResident, Some(order)) = (key, v.by_admission) {
+                    return self.longest_resident_victim(v, order);
+                }
+                self.eligible(v)
+                    .filter(|(_, rec)| rec.map_or(0, |x| x.pauses) < BUDGET_PAUSES_PER_REQUEST)
+                    .min_by(|a, b| key.cmp(a.0, b.0))
+                    .map(|(r, _)| (r.id, PauseKind::Budget))
+            }
             Mode::TargetOutputTps(t) => {
                 // The three tiers' candidates in one walk, each laxity computed once. Every
                 // order is total (ties by id), so keeping the strictly smaller one gives

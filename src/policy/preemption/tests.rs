@@ -56,6 +56,7 @@ fn step(
     p.step(&StepView {
         now,
         residents,
+        by_admission: None,
         departed,
         queue: q,
     })
