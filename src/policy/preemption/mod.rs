@@ -448,14 +448,10 @@ impl GenPreemption {
         }
     }
 
-    /// Every paused request with its resident row (`None`: no longer resident), record and
-    /// resume-lane key. Paused ids, records and residents are all in id order, so this is
-    /// one merge, with no search per request.
-    fn paused_rows<'a>(
-        &self,
-        residents: &'a [Resident],
-        now: f64,
-    ) -> Vec<(LaneKey, PausedRow<'a>)> {
+    /// Every paused request with its resident row (`None`: no longer resident) and record,
+    /// its resume-lane key left unset (`with_lane_keys`). Paused ids, records and residents
+    /// are all in id order, so this is one merge, with no search per request.
+    fn paused_rows<'a>(&self, residents: &'a [Resident]) -> Vec<(LaneKey, PausedRow<'a>)> {
         let mut res = residents.iter().peekable();
         let mut recs = self.records.iter().peekable();
         self.paused
@@ -466,9 +462,17 @@ impl GenPreemption {
                     resident: merge_find(&mut res, id, |r| r.id),
                     record: merge_find(&mut recs, id, |(k, _)| *k).map(|(_, r)| *r),
                 };
-                (self.lane_key(&row, now), row)
+                ((false, 0.0), row)
             })
             .collect()
+    }
+
+    /// Sets the resume-lane key of each row. A key reads only its own row's copy of the
+    /// record, so it is the same before or after other rows resume.
+    fn with_lane_keys(&self, rows: &mut [(LaneKey, PausedRow)], now: f64) {
+        for (key, row) in rows.iter_mut() {
+            *key = self.lane_key(row, now);
+        }
     }
 
     /// A paused request's key in the mode's resume order (see `lane_order`).
@@ -668,7 +672,7 @@ impl GenPreemption {
         let formed = v.queue.target_formed();
         self.track(v.departed, formed);
         // A paused id that is no longer resident (left without a departure record) is dropped.
-        let mut rows = self.paused_rows(v.residents, v.now);
+        let mut rows = self.paused_rows(v.residents);
         rows.retain(|(_, row)| {
             if row.resident.is_none() {
                 self.paused.remove(row.id);
@@ -699,9 +703,13 @@ impl GenPreemption {
         // A row's record is read before any resume of this pass touches it: each resume
         // changes only its own record.
         // Only the order of the rows that take free slots and of the forced resumes shows,
-        // so only those are sorted (the key is a total order: any sort gives one result).
+        // so only those are sorted (the key is a total order: any sort gives one result),
+        // and with no free slot only the forced resumes need their keys.
         let mut lane = rows;
         let free = (self.params.max_active.saturating_sub(active) as usize).min(lane.len());
+        if free > 0 {
+            self.with_lane_keys(&mut lane, v.now);
+        }
         if free > 0 && free < lane.len() {
             lane.select_nth_unstable_by(free - 1, lane_order);
         }
@@ -717,6 +725,9 @@ impl GenPreemption {
             .filter(|(_, row)| self.forced_due(row, v.now))
             .copied()
             .collect();
+        if free == 0 {
+            self.with_lane_keys(&mut forced, v.now);
+        }
         forced.sort_unstable_by(lane_order);
         for (_, row) in &forced {
             self.resume(row, v.now);
