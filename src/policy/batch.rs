@@ -81,19 +81,21 @@ pub fn build_sorted_into(cands: &[Candidate], limits: &BatchLimits, plan: &mut B
     plan.scheduled_slots.clear();
     plan.displaced.clear();
     plan.token_limited.clear();
+    // Every request costs the same tokens, so the plan is a split: the first `k` are
+    // scheduled, the rest displaced when the batch is full and token-limited otherwise.
     let per = limits.tokens_per_request.max(1);
-    let mut tokens = 0u32;
-    for c in cands.iter() {
-        if plan.scheduled.len() as u32 >= limits.max_batch_size {
-            plan.displaced.push(c.id);
-        } else if tokens + per > limits.max_num_tokens {
-            plan.token_limited.push(c.id);
-        } else {
-            tokens += per;
-            plan.scheduled.push(c.id);
-            plan.scheduled_slots.push(c.slot);
-        }
-    }
+    let by_tokens = (limits.max_num_tokens / per) as usize;
+    let by_size = limits.max_batch_size as usize;
+    let k = cands.len().min(by_size).min(by_tokens);
+    let (taken, rest) = cands.split_at(k);
+    plan.scheduled.extend(taken.iter().map(|c| c.id));
+    plan.scheduled_slots.extend(taken.iter().map(|c| c.slot));
+    let left_out = if k >= by_size {
+        &mut plan.displaced
+    } else {
+        &mut plan.token_limited
+    };
+    left_out.extend(rest.iter().map(|c| c.id));
 }
 
 #[cfg(test)]

@@ -15,8 +15,6 @@ pub use inputs::{
 };
 pub use snapshot::{ResidentView, WorkerSnapshot};
 
-use std::collections::BTreeSet;
-
 use serde::Serialize;
 
 use crate::policy::admission::{AdmissionParams, AdmissionQueue, QueueError, Waiter};
@@ -148,6 +146,8 @@ pub struct WorkerCore {
     cand_forced: Vec<Candidate>,
     cand_rest: Vec<Candidate>,
     forced_buf: Vec<RequestId>,
+    finished_buf: Vec<RequestId>,
+    leaving_buf: Vec<RequestId>,
     plan_buf: batch::BatchPlan,
     displaced_buf: Vec<RequestId>,
     pass_no: u64,
@@ -179,6 +179,8 @@ impl WorkerCore {
             cand_forced: Vec::new(),
             cand_rest: Vec::new(),
             forced_buf: Vec::new(),
+            finished_buf: Vec::new(),
+            leaving_buf: Vec::new(),
             plan_buf: batch::BatchPlan::default(),
             displaced_buf: Vec::new(),
             pass_no: 0,
@@ -313,7 +315,9 @@ impl WorkerCore {
         if let Some(s) = inp.step_s {
             self.queue.observe_step(s);
         }
-        let mut finished: BTreeSet<RequestId> = BTreeSet::new();
+        // Finished and leaving ids, sorted and deduplicated once (reused buffers).
+        let mut finished = std::mem::take(&mut self.finished_buf);
+        finished.clear();
         for (i, st) in inp.stepped.iter().enumerate() {
             let by_slot = self
                 .batch_rows
@@ -331,7 +335,7 @@ impl WorkerCore {
                     let _ = d.push_tokens(st.id, &st.token_ids);
                 }
                 if st.stop || r.output_tokens >= r.max_tokens {
-                    finished.insert(st.id);
+                    finished.push(st.id);
                 }
             }
         }
@@ -344,20 +348,25 @@ impl WorkerCore {
                 }
             }
         }
-        let mut cancelled: BTreeSet<RequestId> = BTreeSet::new();
+        finished.sort_unstable();
+        finished.dedup();
+        let mut leaving = std::mem::take(&mut self.leaving_buf);
+        leaving.clear();
+        leaving.extend_from_slice(&finished);
         for &id in &inp.cancellations {
             if self.queue.cancel(id) {
                 self.totals.cancelled += 1;
                 out.cancelled.push(id);
-            } else if self.residents.contains_key(&id) && !finished.contains(&id) {
-                cancelled.insert(id);
+            } else if self.residents.contains_key(&id) && finished.binary_search(&id).is_err() {
+                leaving.push(id);
             }
         }
+        leaving.sort_unstable();
+        leaving.dedup();
         let departed = &mut out.departed;
-        let leaving: BTreeSet<RequestId> = finished.union(&cancelled).copied().collect();
-        for id in leaving {
+        for &id in &leaving {
             if let Some(r) = self.residents.remove(&id) {
-                let completed = finished.contains(&id);
+                let completed = finished.binary_search(&id).is_ok();
                 if completed {
                     self.totals.completed += 1;
                 } else {
@@ -374,6 +383,8 @@ impl WorkerCore {
                 self.release_all(id);
             }
         }
+        self.finished_buf = finished;
+        self.leaving_buf = leaving;
 
         // Track, resume, pause. W₀ uses D as of the previous pass.
         self.queue.refresh(now, self.preempt.d());
@@ -382,6 +393,7 @@ impl WorkerCore {
         let dec = self.preempt.step(&crate::policy::preemption::StepView {
             now,
             residents: &self.view_buf,
+            by_admission: Some(self.residents.admission_order()),
             departed: &out.departed,
             queue: &self.queue,
         });

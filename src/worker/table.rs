@@ -7,6 +7,7 @@
 use std::cmp::Ordering;
 
 use super::Res;
+use crate::policy::preemption::AdmitRow;
 use crate::policy::RequestId;
 
 #[derive(Debug, Clone, Default)]
@@ -14,12 +15,12 @@ pub(super) struct ResidentTable {
     slab: Vec<Option<Res>>,
     /// (id, slot), in id order.
     index: Vec<(RequestId, u32)>,
-    /// (admit_time, id, slot), oldest admission first; ties by id, as the batch orders them.
-    by_admit: Vec<(f64, RequestId, u32)>,
+    /// Oldest admission first; ties by id, as the batch and the controller order them.
+    by_admit: Vec<AdmitRow>,
 }
 
-fn admit_order(a: &(f64, RequestId, u32), admit_time: f64, id: RequestId) -> Ordering {
-    a.0.total_cmp(&admit_time).then(a.1.cmp(&id))
+fn admit_order(a: &AdmitRow, admit_time: f64, id: RequestId) -> Ordering {
+    a.admit_time.total_cmp(&admit_time).then(a.id.cmp(&id))
 }
 
 impl ResidentTable {
@@ -66,7 +67,14 @@ impl ResidentTable {
         let at = self
             .by_admit
             .partition_point(|e| admit_order(e, r.admit_time, r.id) == Ordering::Less);
-        self.by_admit.insert(at, (r.admit_time, r.id, r.slot));
+        self.by_admit.insert(
+            at,
+            AdmitRow {
+                admit_time: r.admit_time,
+                id: r.id,
+                slot: r.slot,
+            },
+        );
         self.slab[slot] = Some(r);
     }
 
@@ -97,8 +105,11 @@ impl ResidentTable {
 
     /// Records oldest admission first (ties by id).
     pub fn by_admission(&self) -> impl Iterator<Item = &Res> {
-        self.by_admit
-            .iter()
-            .filter_map(|&(_, id, s)| self.at(s, id))
+        self.by_admit.iter().filter_map(|a| self.at(a.slot, a.id))
+    }
+
+    /// Residents oldest admission first (ties by id), as rows.
+    pub fn admission_order(&self) -> &[AdmitRow] {
+        &self.by_admit
     }
 }

@@ -4,10 +4,9 @@
 //! running means D and R0, which the admission queue needs too.
 
 pub mod controller;
+pub mod idmap;
 pub mod objective;
 pub mod victim;
-
-use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
@@ -15,9 +14,11 @@ use super::admission::{AdmissionQueue, GUARD_FRACTION_OF_D};
 use super::stats::RunningMean;
 use super::RequestId;
 use controller::WindowGain;
+use idmap::IdMap;
 use objective::{laxity, met_target, Credit, RateState};
 use victim::{
-    largest_slack_first, Eligibility, VictimKey, MIN_DECODE_BEFORE_D_S, MIN_DECODE_FRACTION_OF_D,
+    largest_slack_first, longest_resident_first, Eligibility, VictimKey, MIN_DECODE_BEFORE_D_S,
+    MIN_DECODE_FRACTION_OF_D,
 };
 
 /// Completions the running means D and R0 cover.
@@ -103,11 +104,24 @@ pub struct Departure {
     pub output_tokens: u32,
 }
 
+/// A resident's place in admission order.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AdmitRow {
+    pub admit_time: f64,
+    pub id: RequestId,
+    /// The caller's own handle for the row (the worker's sequence slot); unused here.
+    pub slot: u32,
+}
+
 /// What one pass gives the controller. `residents` is sorted by id.
 #[derive(Debug, Clone, Copy)]
 pub struct StepView<'a> {
     pub now: f64,
     pub residents: &'a [Resident],
+    /// The same residents oldest admission first (ties by id), when the caller keeps that
+    /// order: with the default victim key, `tpot_budget` then stops at the first eligible
+    /// admission instead of scanning every resident.
+    pub by_admission: Option<&'a [AdmitRow]>,
     pub departed: &'a [Departure],
     pub queue: &'a AdmissionQueue,
 }
@@ -274,8 +288,8 @@ pub struct GenPreemption {
     stats: DecodeStats,
     gain: WindowGain,
     credit: Credit,
-    records: BTreeMap<RequestId, Record>,
-    paused: BTreeSet<RequestId>,
+    records: IdMap<Record>,
+    paused: IdMap<()>,
     window: StatWindow,
     totals: Totals,
     last_window: f64,
@@ -293,8 +307,8 @@ impl GenPreemption {
             stats: DecodeStats::default(),
             gain: WindowGain::new(budget, params.g0),
             credit: Credit::default(),
-            records: BTreeMap::new(),
-            paused: BTreeSet::new(),
+            records: IdMap::default(),
+            paused: IdMap::default(),
             window: StatWindow::default(),
             totals: Totals::default(),
             last_window: 0.0,
@@ -320,10 +334,10 @@ impl GenPreemption {
         matches!(self.params.mode, Mode::TargetOutputTps(_)).then(|| self.credit.value())
     }
     pub fn is_paused(&self, id: RequestId) -> bool {
-        self.paused.contains(&id)
+        self.paused.contains(id)
     }
     pub fn paused_ids(&self) -> impl Iterator<Item = RequestId> + '_ {
-        self.paused.iter().copied()
+        self.paused.ids()
     }
     pub fn paused_count(&self) -> usize {
         self.paused.len()
@@ -333,15 +347,15 @@ impl GenPreemption {
     }
     /// Whether the request was ever sacrificed (target mode), for reporting.
     pub fn sacrificed(&self, id: RequestId) -> bool {
-        self.records.get(&id).is_some_and(|r| r.sacrificed)
+        self.records.get(id).is_some_and(|r| r.sacrificed)
     }
     /// Pauses so far for a resident request.
     pub fn pauses_of(&self, id: RequestId) -> u32 {
-        self.records.get(&id).map_or(0, |r| r.pauses)
+        self.records.get(id).map_or(0, |r| r.pauses)
     }
     /// Seconds a resident request has spent paused, up to `now`.
     pub fn paused_seconds(&self, id: RequestId, now: f64) -> f64 {
-        self.records.get(&id).map_or(0.0, |r| r.paused_through(now))
+        self.records.get(id).map_or(0.0, |r| r.paused_through(now))
     }
 
     /// Turn preemption off at run time (supervisor). Paused requests resume at the next step.
@@ -392,8 +406,8 @@ impl GenPreemption {
     /// Track: account every request that left since the last pass.
     fn track(&mut self, departed: &[Departure], target_formed: bool) {
         for dep in departed {
-            let rec = self.records.remove(&dep.id).unwrap_or_default();
-            self.paused.remove(&dep.id);
+            let rec = self.records.remove(dep.id).unwrap_or_default();
+            self.paused.remove(dep.id);
             if !dep.completed {
                 continue;
             }
@@ -434,27 +448,31 @@ impl GenPreemption {
         }
     }
 
-    /// Every paused request with its resident row (`None`: no longer resident), record and
-    /// resume-lane key. Paused ids, records and residents are all in id order, so this is
-    /// one merge, with no search per request.
-    fn paused_rows<'a>(
-        &self,
-        residents: &'a [Resident],
-        now: f64,
-    ) -> Vec<(LaneKey, PausedRow<'a>)> {
+    /// Every paused request with its resident row (`None`: no longer resident) and record,
+    /// its resume-lane key left unset (`with_lane_keys`). Paused ids, records and residents
+    /// are all in id order, so this is one merge, with no search per request.
+    fn paused_rows<'a>(&self, residents: &'a [Resident]) -> Vec<(LaneKey, PausedRow<'a>)> {
         let mut res = residents.iter().peekable();
         let mut recs = self.records.iter().peekable();
         self.paused
-            .iter()
-            .map(|&id| {
+            .ids()
+            .map(|id| {
                 let row = PausedRow {
                     id,
                     resident: merge_find(&mut res, id, |r| r.id),
-                    record: merge_find(&mut recs, id, |(k, _)| **k).map(|(_, r)| *r),
+                    record: merge_find(&mut recs, id, |(k, _)| *k).map(|(_, r)| *r),
                 };
-                (self.lane_key(&row, now), row)
+                ((false, 0.0), row)
             })
             .collect()
+    }
+
+    /// Sets the resume-lane key of each row. A key reads only its own row's copy of the
+    /// record, so it is the same before or after other rows resume.
+    fn with_lane_keys(&self, rows: &mut [(LaneKey, PausedRow)], now: f64) {
+        for (key, row) in rows.iter_mut() {
+            *key = self.lane_key(row, now);
+        }
     }
 
     /// A paused request's key in the mode's resume order (see `lane_order`).
@@ -498,9 +516,9 @@ impl GenPreemption {
     }
 
     fn resume(&mut self, row: &PausedRow, now: f64) {
-        self.paused.remove(&row.id);
+        self.paused.remove(row.id);
         let iters = row.resident.map_or(0, |r| r.decode_iters);
-        if let Some(rec) = self.records.get_mut(&row.id) {
+        if let Some(rec) = self.records.get_mut(row.id) {
             if let Some((since, _)) = rec.paused.take() {
                 rec.paused_total += (now - since).max(0.0);
             }
@@ -509,7 +527,7 @@ impl GenPreemption {
     }
 
     fn pause(&mut self, id: RequestId, kind: PauseKind, now: f64) {
-        let rec = self.records.entry(id).or_default();
+        let rec = self.records.get_or_insert_with(id, Record::default);
         rec.pauses += 1;
         match kind {
             PauseKind::Slack => rec.slack_pauses += 1,
@@ -522,7 +540,7 @@ impl GenPreemption {
             PauseKind::Budget => {}
         }
         rec.paused = Some((now, kind));
-        self.paused.insert(id);
+        self.paused.get_or_insert_with(id, || ());
     }
 
     /// Unpaused residents eligible for a pause under the mode-independent rules, with their
@@ -533,11 +551,11 @@ impl GenPreemption {
     ) -> impl Iterator<Item = (&'a Resident, Option<Record>)> + 's {
         let el = self.eligibility(v.now);
         let now = v.now;
-        let mut paused = self.paused.iter().peekable();
+        let mut paused = self.paused.ids().peekable();
         let mut recs = self.records.iter().peekable();
         v.residents.iter().filter_map(move |r| {
-            let is_paused = merge_find(&mut paused, r.id, |id| **id).is_some();
-            let rec = merge_find(&mut recs, r.id, |(k, _)| **k).map(|(_, x)| *x);
+            let is_paused = merge_find(&mut paused, r.id, |id| *id).is_some();
+            let rec = merge_find(&mut recs, r.id, |(k, _)| *k).map(|(_, x)| *x);
             if is_paused {
                 return None;
             }
@@ -548,58 +566,99 @@ impl GenPreemption {
         })
     }
 
+    /// `tpot_budget` under the default key (earliest admission; ties newest arrival, then
+    /// higher id), walking residents oldest admission first: the victim is among the first
+    /// eligible request's admission-time peers, so the walk ends with that group.
+    fn longest_resident_victim(
+        &self,
+        v: &StepView,
+        by_admission: &[AdmitRow],
+    ) -> Option<(RequestId, PauseKind)> {
+        debug_assert_eq!(by_admission.len(), v.residents.len());
+        let el = self.eligibility(v.now);
+        let mut best: Option<&Resident> = None;
+        for row in by_admission {
+            if best.is_some_and(|b| b.admit_time.total_cmp(&row.admit_time).is_lt()) {
+                break;
+            }
+            if self.paused.contains(row.id) {
+                continue;
+            }
+            let Ok(i) = v.residents.binary_search_by_key(&row.id, |r| r.id) else {
+                continue;
+            };
+            let r = &v.residents[i];
+            let rec = self.records.get(row.id);
+            if rec.map_or(0, |x| x.pauses) >= BUDGET_PAUSES_PER_REQUEST {
+                continue;
+            }
+            let iters = r.decode_iters - rec.map_or(0, |x| x.iters_at_resume.min(r.decode_iters));
+            let unpaused = Self::rate_state(r, rec, v.now).map_or(0.0, |s| s.unpaused_decode_s);
+            if el.eligible(r, iters, unpaused)
+                && best.is_none_or(|b| longest_resident_first(r, b).is_lt())
+            {
+                best = Some(r);
+            }
+        }
+        best.map(|r| (r.id, PauseKind::Budget))
+    }
+
     /// The victim for this pass, if any request is eligible under the mode.
     fn choose_victim(&self, v: &StepView) -> Option<(RequestId, PauseKind)> {
         let key = self.params.victim_key;
         match self.params.mode {
             Mode::Off => None,
-            Mode::TpotBudget(_) => self
-                .eligible(v)
-                .filter(|(_, rec)| rec.map_or(0, |x| x.pauses) < BUDGET_PAUSES_PER_REQUEST)
-                .min_by(|a, b| key.cmp(a.0, b.0))
-                .map(|(r, _)| (r.id, PauseKind::Budget)),
+            Mode::TpotBudget(_) => {
+                if let (VictimKey::LongestResident, Some(order)) = (key, v.by_admission) {
+                    return self.longest_resident_victim(v, order);
+                }
+                self.eligible(v)
+                    .filter(|(_, rec)| rec.map_or(0, |x| x.pauses) < BUDGET_PAUSES_PER_REQUEST)
+                    .min_by(|a, b| key.cmp(a.0, b.0))
+                    .map(|(r, _)| (r.id, PauseKind::Budget))
+            }
             Mode::TargetOutputTps(t) => {
+                // The three tiers' candidates in one walk, each laxity computed once. Every
+                // order is total (ties by id), so keeping the strictly smaller one gives
+                // what a separate minimum per tier gives.
                 let d = self.stats.d().unwrap_or(0.0);
-                let mut cands: Vec<(&Resident, f64, Record)> =
-                    Vec::with_capacity(v.residents.len());
-                cands.extend(self.eligible(v).map(|(r, rec)| {
-                    (
-                        r,
-                        self.laxity_of(r, rec.as_ref(), v.now, t),
-                        rec.unwrap_or_default(),
-                    )
-                }));
-                let tier1 = cands
-                    .iter()
-                    .filter(|(_, lax, rec)| {
-                        !rec.sacrificed
-                            && rec.slack_pauses < SLACK_PAUSES_PER_REQUEST
-                            && *lax >= SLACK_TIER_MIN_FRACTION_OF_D * d
-                    })
-                    .min_by(|a, b| largest_slack_first((a.1, a.0.id), (b.1, b.0.id)));
-                if let Some((r, _, _)) = tier1 {
+                let mut slack: Option<(f64, &Resident)> = None;
+                let mut below: Option<&Resident> = None;
+                let mut sacrifice: Option<&Resident> = None;
+                let better = |best: Option<&Resident>, r: &Resident| {
+                    best.is_none_or(|b| key.cmp(r, b) == std::cmp::Ordering::Less)
+                };
+                for (r, rec) in self.eligible(v) {
+                    let lax = self.laxity_of(r, rec.as_ref(), v.now, t);
+                    let rec = rec.unwrap_or_default();
+                    if !rec.sacrificed
+                        && rec.slack_pauses < SLACK_PAUSES_PER_REQUEST
+                        && lax >= SLACK_TIER_MIN_FRACTION_OF_D * d
+                        && slack.is_none_or(|(bl, b)| {
+                            largest_slack_first((lax, r.id), (bl, b.id)) == std::cmp::Ordering::Less
+                        })
+                    {
+                        slack = Some((lax, r));
+                    }
+                    if rec.below_pauses < BELOW_PAUSES_PER_REQUEST {
+                        if (lax < 0.0 || rec.sacrificed) && better(below, r) {
+                            below = Some(r);
+                        }
+                        if !rec.sacrificed && better(sacrifice, r) {
+                            sacrifice = Some(r);
+                        }
+                    }
+                }
+                if let Some((_, r)) = slack {
                     return Some((r.id, PauseKind::Slack));
                 }
-                let tier2 = cands
-                    .iter()
-                    .filter(|(_, lax, rec)| {
-                        (*lax < 0.0 || rec.sacrificed)
-                            && rec.below_pauses < BELOW_PAUSES_PER_REQUEST
-                    })
-                    .min_by(|a, b| key.cmp(a.0, b.0));
-                if let Some((r, _, _)) = tier2 {
+                if let Some(r) = below {
                     return Some((r.id, PauseKind::Below));
                 }
                 if !self.credit.can_sacrifice() {
                     return None;
                 }
-                cands
-                    .iter()
-                    .filter(|(_, _, rec)| {
-                        !rec.sacrificed && rec.below_pauses < BELOW_PAUSES_PER_REQUEST
-                    })
-                    .min_by(|a, b| key.cmp(a.0, b.0))
-                    .map(|(r, _, _)| (r.id, PauseKind::Sacrifice))
+                sacrifice.map(|r| (r.id, PauseKind::Sacrifice))
             }
         }
     }
@@ -613,11 +672,11 @@ impl GenPreemption {
         let formed = v.queue.target_formed();
         self.track(v.departed, formed);
         // A paused id that is no longer resident (left without a departure record) is dropped.
-        let mut rows = self.paused_rows(v.residents, v.now);
+        let mut rows = self.paused_rows(v.residents);
         rows.retain(|(_, row)| {
             if row.resident.is_none() {
-                self.paused.remove(&row.id);
-                self.records.remove(&row.id);
+                self.paused.remove(row.id);
+                self.records.remove(row.id);
             }
             row.resident.is_some()
         });
@@ -644,9 +703,13 @@ impl GenPreemption {
         // A row's record is read before any resume of this pass touches it: each resume
         // changes only its own record.
         // Only the order of the rows that take free slots and of the forced resumes shows,
-        // so only those are sorted (the key is a total order: any sort gives one result).
+        // so only those are sorted (the key is a total order: any sort gives one result),
+        // and with no free slot only the forced resumes need their keys.
         let mut lane = rows;
         let free = (self.params.max_active.saturating_sub(active) as usize).min(lane.len());
+        if free > 0 {
+            self.with_lane_keys(&mut lane, v.now);
+        }
         if free > 0 && free < lane.len() {
             lane.select_nth_unstable_by(free - 1, lane_order);
         }
@@ -662,6 +725,9 @@ impl GenPreemption {
             .filter(|(_, row)| self.forced_due(row, v.now))
             .copied()
             .collect();
+        if free == 0 {
+            self.with_lane_keys(&mut forced, v.now);
+        }
         forced.sort_unstable_by(lane_order);
         for (_, row) in &forced {
             self.resume(row, v.now);
@@ -729,12 +795,12 @@ impl GenPreemption {
     /// Paused requests with their counts and ages, for the debug endpoint.
     pub fn paused_view(&self, now: f64) -> Vec<PausedView> {
         self.paused
-            .iter()
+            .ids()
             .filter_map(|id| {
                 let rec = self.records.get(id)?;
                 let (since, kind) = rec.paused?;
                 Some(PausedView {
-                    id: *id,
+                    id,
                     kind,
                     paused_for_s: now - since,
                     pauses: rec.pauses,

@@ -56,6 +56,7 @@ fn step(
     p.step(&StepView {
         now,
         residents,
+        by_admission: None,
         departed,
         queue: q,
     })
@@ -130,6 +131,69 @@ fn tpot_budget_victim_is_the_longest_resident_ties_newest_arrival() {
     let mut p = tpot();
     let d = step(&mut p, now, &rs, &[], &late_queue(now));
     assert_eq!(d.pauses, vec![1]);
+}
+
+/// The residents oldest admission first (ties by id), as the worker's table keeps them.
+fn admission_order(rs: &[Resident]) -> Vec<AdmitRow> {
+    let mut order: Vec<AdmitRow> = rs
+        .iter()
+        .map(|r| AdmitRow {
+            admit_time: r.admit_time,
+            id: r.id,
+            slot: 0,
+        })
+        .collect();
+    order.sort_by(|a, b| a.admit_time.total_cmp(&b.admit_time).then(a.id.cmp(&b.id)));
+    order
+}
+
+#[test]
+fn admission_order_walk_picks_the_full_scans_victim() {
+    let now = 100.0;
+    let mut cases = Vec::new();
+    // Three admitted together (newest arrival: 2); one later.
+    let mut rs = full_house();
+    for (i, arrival) in [(0, -1.0), (1, -3.0), (2, 0.5)] {
+        rs[i].admit_time = 0.0;
+        rs[i].arrival = arrival;
+    }
+    cases.push(rs.clone());
+    // The tie group's best is ineligible: the next in the group wins, not a later admission.
+    rs[2].first_token_time = None;
+    cases.push(rs.clone());
+    // Nobody in the oldest group is eligible: the walk goes on to the next admission.
+    rs[0].output_tokens = rs[0].max_tokens - 1;
+    rs[1].decode_iters = 10;
+    rs[1].first_token_time = Some(now - 1.0);
+    cases.push(rs.clone());
+    // Nobody is eligible at all.
+    rs[3].first_token_time = None;
+    cases.push(rs);
+    for (i, rs) in cases.iter().enumerate() {
+        let scan = step(&mut tpot(), now, rs, &[], &late_queue(now));
+        let order = admission_order(rs);
+        let walk = tpot().step(&StepView {
+            now,
+            residents: rs,
+            by_admission: Some(&order),
+            departed: &[],
+            queue: &late_queue(now),
+        });
+        assert_eq!(walk, scan, "case {i}");
+    }
+    let order = admission_order(&cases[1]);
+    let d = tpot().step(&StepView {
+        now,
+        residents: &cases[1],
+        by_admission: Some(&order),
+        departed: &[],
+        queue: &late_queue(now),
+    });
+    assert_eq!(
+        d.pauses,
+        vec![0],
+        "newest arrival of the eligible tied requests"
+    );
 }
 
 #[test]

@@ -1,0 +1,149 @@
+//! The policy bench's live workload, run for a fixed number of passes per mode, printing a
+//! hash of every pass's decisions (pauses, resumes, forced resumes, admissions, batch,
+//! admission count). Two builds that print the same hashes made the same decisions; the
+//! fixed pass count also makes it a stable subject for instruction counting:
+//!
+//! `cargo run --release --example pass_decisions -- [passes] [residents] [waiters] [mode]`
+//! (mode: `tpot_budget` or `target_output_tps`; both when left out).
+
+use genslot::policy::admission::AdmissionParams;
+use genslot::policy::preemption::paused_cap;
+use genslot::policy::Mode;
+use genslot::worker::{
+    Arrival, KvReady, PassInputs, PassOutput, Stepped, WorkerCore, WorkerParams,
+};
+
+/// Decode step length, seconds (as in `benches/policy.rs`).
+const STEP_S: f64 = 0.03;
+
+/// FNV-1a over u64 words: stable across builds and toolchains, unlike `DefaultHasher`.
+struct Fnv(u64);
+
+impl Fnv {
+    fn word(&mut self, x: u64) {
+        for b in x.to_le_bytes() {
+            self.0 = (self.0 ^ b as u64).wrapping_mul(0x100_0000_01b3);
+        }
+    }
+    fn ids(&mut self, ids: impl Iterator<Item = u64>) {
+        let mut n = 0;
+        for id in ids {
+            self.word(id);
+            n += 1;
+        }
+        self.word(n);
+    }
+}
+
+struct Run {
+    core: WorkerCore,
+    inp: PassInputs,
+    out: PassOutput,
+    next_id: u64,
+}
+
+impl Run {
+    fn new(residents: u32, waiters: u64, mode: Mode) -> Self {
+        let mut p = WorkerParams::simple(residents, mode, paused_cap(residents), 1u64 << 34);
+        p.admission = AdmissionParams {
+            min_samples: 10,
+            max_waiting: 1 << 16,
+            ..AdmissionParams::default()
+        };
+        let mut r = Run {
+            core: WorkerCore::new(p),
+            inp: PassInputs {
+                step_s: Some(STEP_S),
+                ..PassInputs::default()
+            },
+            out: PassOutput::default(),
+            next_id: 0,
+        };
+        for _ in 0..waiters {
+            r.arrive();
+        }
+        r
+    }
+
+    fn arrive(&mut self) {
+        self.next_id += 1;
+        let id = self.next_id;
+        self.inp.arrivals.push(Arrival {
+            id,
+            arrival: self.inp.now - 0.5,
+            context_tokens: 1000 + (id % 97) as u32 * 1000,
+            max_tokens: 200 + (id * 37 % 800) as u32,
+        });
+    }
+
+    fn step(&mut self) {
+        self.core.pass_into(&self.inp, &mut self.out);
+        let (inp, out) = (&mut self.inp, &self.out);
+        inp.arrivals.clear();
+        inp.kv_ready.clear();
+        inp.kv_ready.extend(out.admitted.iter().map(|a| KvReady {
+            id: a.id,
+            at: out.now,
+        }));
+        inp.stepped.clear();
+        inp.stepped.extend(out.batch.iter().map(|r| Stepped {
+            id: r.id,
+            tokens: 1,
+            stop: false,
+            token_ids: Vec::new(),
+        }));
+        inp.now += STEP_S;
+        for _ in 0..out.admitted.len() + out.rejected.len() {
+            self.arrive();
+        }
+    }
+
+    fn hash_into(&self, h: &mut Fnv) {
+        let o = &self.out;
+        h.ids(o.pauses.iter().copied());
+        h.ids(o.resumes.iter().copied());
+        h.ids(o.forced_resumes.iter().copied());
+        h.ids(o.admitted.iter().map(|a| a.id));
+        h.ids(o.batch.iter().map(|b| b.id));
+        h.word(o.admission_count as u64);
+    }
+}
+
+fn arg(args: &[String], i: usize, default: u64) -> Result<u64, String> {
+    args.get(i).map_or(Ok(default), |s| {
+        s.parse().map_err(|e| format!("argument {i} ({s:?}): {e}"))
+    })
+}
+
+fn main() -> Result<(), String> {
+    let args: Vec<String> = std::env::args().collect();
+    let passes = arg(&args, 1, 20_000)?;
+    let residents = u32::try_from(arg(&args, 2, 256)?).map_err(|e| e.to_string())?;
+    let waiters = arg(&args, 3, 2048)?;
+    let only = args.get(4);
+    for (name, mode) in [
+        ("tpot_budget", Mode::TpotBudget(0.1)),
+        ("target_output_tps", Mode::TargetOutputTps(20.0)),
+    ] {
+        if only.is_some_and(|m| m != name) {
+            continue;
+        }
+        let mut run = Run::new(residents, waiters, mode);
+        let mut h = Fnv(0xcbf2_9ce4_8422_2325);
+        let (mut pauses, mut resumes, mut forced, mut admitted) = (0, 0, 0, 0);
+        for _ in 0..passes {
+            run.step();
+            run.hash_into(&mut h);
+            pauses += run.out.pauses.len();
+            resumes += run.out.resumes.len();
+            forced += run.out.forced_resumes.len();
+            admitted += run.out.admitted.len();
+        }
+        println!(
+            "{name} {residents}res {waiters}wait {passes} passes: hash {:016x} \
+             ({pauses} pauses, {resumes} resumes, {forced} forced, {admitted} admitted)",
+            h.0
+        );
+    }
+    Ok(())
+}
