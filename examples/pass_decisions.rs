@@ -6,15 +6,11 @@
 //! `cargo run --release --example pass_decisions -- [passes] [residents] [waiters] [mode]`
 //! (mode: `tpot_budget` or `target_output_tps`; both when left out).
 
-use genslot::policy::admission::AdmissionParams;
-use genslot::policy::preemption::paused_cap;
 use genslot::policy::Mode;
-use genslot::worker::{
-    Arrival, KvReady, PassInputs, PassOutput, Stepped, WorkerCore, WorkerParams,
-};
 
-/// Decode step length, seconds (as in `benches/policy.rs`).
-const STEP_S: f64 = 0.03;
+#[path = "../benches/support/live_workload.rs"]
+mod live_workload;
+use live_workload::LiveWorkload;
 
 /// FNV-1a over u64 words: stable across builds and toolchains, unlike `DefaultHasher`.
 struct Fnv(u64);
@@ -35,71 +31,11 @@ impl Fnv {
     }
 }
 
-struct Run {
-    core: WorkerCore,
-    inp: PassInputs,
-    out: PassOutput,
-    next_id: u64,
-}
+struct Run(LiveWorkload);
 
 impl Run {
-    fn new(residents: u32, waiters: u64, mode: Mode) -> Self {
-        let mut p = WorkerParams::simple(residents, mode, paused_cap(residents), 1u64 << 34);
-        p.admission = AdmissionParams {
-            min_samples: 10,
-            max_waiting: 1 << 16,
-            ..AdmissionParams::default()
-        };
-        let mut r = Run {
-            core: WorkerCore::new(p),
-            inp: PassInputs {
-                step_s: Some(STEP_S),
-                ..PassInputs::default()
-            },
-            out: PassOutput::default(),
-            next_id: 0,
-        };
-        for _ in 0..waiters {
-            r.arrive();
-        }
-        r
-    }
-
-    fn arrive(&mut self) {
-        self.next_id += 1;
-        let id = self.next_id;
-        self.inp.arrivals.push(Arrival {
-            id,
-            arrival: self.inp.now - 0.5,
-            context_tokens: 1000 + (id % 97) as u32 * 1000,
-            max_tokens: 200 + (id * 37 % 800) as u32,
-        });
-    }
-
-    fn step(&mut self) {
-        self.core.pass_into(&self.inp, &mut self.out);
-        let (inp, out) = (&mut self.inp, &self.out);
-        inp.arrivals.clear();
-        inp.kv_ready.clear();
-        inp.kv_ready.extend(out.admitted.iter().map(|a| KvReady {
-            id: a.id,
-            at: out.now,
-        }));
-        inp.stepped.clear();
-        inp.stepped.extend(out.batch.iter().map(|r| Stepped {
-            id: r.id,
-            tokens: 1,
-            stop: false,
-            token_ids: Vec::new(),
-        }));
-        inp.now += STEP_S;
-        for _ in 0..out.admitted.len() + out.rejected.len() {
-            self.arrive();
-        }
-    }
-
     fn hash_into(&self, h: &mut Fnv) {
-        let o = &self.out;
+        let o = &self.0.out;
         h.ids(o.pauses.iter().copied());
         h.ids(o.resumes.iter().copied());
         h.ids(o.forced_resumes.iter().copied());
@@ -128,16 +64,17 @@ fn main() -> Result<(), String> {
         if only.is_some_and(|m| m != name) {
             continue;
         }
-        let mut run = Run::new(residents, waiters, mode);
+        let mut run = Run(LiveWorkload::new(residents, waiters, mode));
         let mut h = Fnv(0xcbf2_9ce4_8422_2325);
         let (mut pauses, mut resumes, mut forced, mut admitted) = (0, 0, 0, 0);
         for _ in 0..passes {
-            run.step();
+            run.0.step();
             run.hash_into(&mut h);
-            pauses += run.out.pauses.len();
-            resumes += run.out.resumes.len();
-            forced += run.out.forced_resumes.len();
-            admitted += run.out.admitted.len();
+            let o = &run.0.out;
+            pauses += o.pauses.len();
+            resumes += o.resumes.len();
+            forced += o.forced_resumes.len();
+            admitted += o.admitted.len();
         }
         println!(
             "{name} {residents}res {waiters}wait {passes} passes: hash {:016x} \
