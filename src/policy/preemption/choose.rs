@@ -1,0 +1,133 @@
+//! Which request to pause this pass: the mode-independent eligibility walk and each mode's
+//! victim choice (SPEC §4.3, "Pause"). The orderings themselves are key functions in
+//! `victim.rs`; this file walks the residents with them.
+
+use super::victim::{largest_slack_first, longest_resident_first, VictimKey};
+use super::{
+    merge_find, AdmitRow, GenPreemption, Mode, PauseKind, Record, Resident, StepView,
+    BELOW_PAUSES_PER_REQUEST, BUDGET_PAUSES_PER_REQUEST, SLACK_PAUSES_PER_REQUEST,
+    SLACK_TIER_MIN_FRACTION_OF_D,
+};
+use crate::policy::RequestId;
+
+impl GenPreemption {
+    /// Unpaused residents eligible for a pause under the mode-independent rules, with their
+    /// records. One merge over residents, paused ids and records (all in id order).
+    fn eligible<'s, 'a: 's>(
+        &'s self,
+        v: &StepView<'a>,
+    ) -> impl Iterator<Item = (&'a Resident, Option<Record>)> + 's {
+        let el = self.eligibility(v.now);
+        let now = v.now;
+        let mut paused = self.paused.ids().peekable();
+        let mut recs = self.records.iter().peekable();
+        v.residents.iter().filter_map(move |r| {
+            let is_paused = merge_find(&mut paused, r.id, |id| *id).is_some();
+            let rec = merge_find(&mut recs, r.id, |(k, _)| *k).map(|(_, x)| *x);
+            if is_paused {
+                return None;
+            }
+            let iters = r.decode_iters - rec.map_or(0, |x| x.iters_at_resume.min(r.decode_iters));
+            let unpaused =
+                Self::rate_state(r, rec.as_ref(), now).map_or(0.0, |s| s.unpaused_decode_s);
+            el.eligible(r, iters, unpaused).then_some((r, rec))
+        })
+    }
+
+    /// `tpot_budget` under the default key (earliest admission; ties newest arrival, then
+    /// higher id), walking residents oldest admission first: the victim is among the first
+    /// eligible request's admission-time peers, so the walk ends with that group.
+    fn longest_resident_victim(
+        &self,
+        v: &StepView,
+        by_admission: &[AdmitRow],
+    ) -> Option<(RequestId, PauseKind)> {
+        debug_assert_eq!(by_admission.len(), v.residents.len());
+        let el = self.eligibility(v.now);
+        let mut best: Option<&Resident> = None;
+        for row in by_admission {
+            if best.is_some_and(|b| b.admit_time.total_cmp(&row.admit_time).is_lt()) {
+                break;
+            }
+            if self.paused.contains(row.id) {
+                continue;
+            }
+            let Ok(i) = v.residents.binary_search_by_key(&row.id, |r| r.id) else {
+                continue;
+            };
+            let r = &v.residents[i];
+            let rec = self.records.get(row.id);
+            if rec.map_or(0, |x| x.pauses) >= BUDGET_PAUSES_PER_REQUEST {
+                continue;
+            }
+            let iters = r.decode_iters - rec.map_or(0, |x| x.iters_at_resume.min(r.decode_iters));
+            let unpaused = Self::rate_state(r, rec, v.now).map_or(0.0, |s| s.unpaused_decode_s);
+            if el.eligible(r, iters, unpaused)
+                && best.is_none_or(|b| longest_resident_first(r, b).is_lt())
+            {
+                best = Some(r);
+            }
+        }
+        best.map(|r| (r.id, PauseKind::Budget))
+    }
+
+    /// The victim for this pass, if any request is eligible under the mode.
+    pub(super) fn choose_victim(&self, v: &StepView) -> Option<(RequestId, PauseKind)> {
+        let key = self.params.victim_key;
+        match self.params.mode {
+            Mode::Off => None,
+            Mode::TpotBudget(_) => {
+                if let (VictimKey::LongestResident, Some(order)) = (key, v.by_admission) {
+                    return self.longest_resident_victim(v, order);
+                }
+                self.eligible(v)
+                    .filter(|(_, rec)| rec.map_or(0, |x| x.pauses) < BUDGET_PAUSES_PER_REQUEST)
+                    .min_by(|a, b| key.cmp(a.0, b.0))
+                    .map(|(r, _)| (r.id, PauseKind::Budget))
+            }
+            Mode::TargetOutputTps(t) => {
+                // The three tiers' candidates in one walk, each laxity computed once. Every
+                // order is total (ties by id), so keeping the strictly smaller one gives
+                // what a separate minimum per tier gives.
+                let d = self.stats.d().unwrap_or(0.0);
+                let mut slack: Option<(f64, &Resident)> = None;
+                let mut below: Option<&Resident> = None;
+                let mut sacrifice: Option<&Resident> = None;
+                let better = |best: Option<&Resident>, r: &Resident| {
+                    best.is_none_or(|b| key.cmp(r, b) == std::cmp::Ordering::Less)
+                };
+                for (r, rec) in self.eligible(v) {
+                    let lax = self.laxity_of(r, rec.as_ref(), v.now, t);
+                    let rec = rec.unwrap_or_default();
+                    if !rec.sacrificed
+                        && rec.slack_pauses < SLACK_PAUSES_PER_REQUEST
+                        && lax >= SLACK_TIER_MIN_FRACTION_OF_D * d
+                        && slack.is_none_or(|(bl, b)| {
+                            largest_slack_first((lax, r.id), (bl, b.id)) == std::cmp::Ordering::Less
+                        })
+                    {
+                        slack = Some((lax, r));
+                    }
+                    if rec.below_pauses < BELOW_PAUSES_PER_REQUEST {
+                        if (lax < 0.0 || rec.sacrificed) && better(below, r) {
+                            below = Some(r);
+                        }
+                        if !rec.sacrificed && better(sacrifice, r) {
+                            sacrifice = Some(r);
+                        }
+                    }
+                }
+                if let Some((_, r)) = slack {
+                    return Some((r.id, PauseKind::Slack));
+                }
+                if let Some(r) = below {
+                    return Some((r.id, PauseKind::Below));
+                }
+                if !self.credit.can_sacrifice() {
+                    return None;
+                }
+                sacrifice.map(|r| (r.id, PauseKind::Sacrifice))
+            }
+        }
+    }
+}
