@@ -177,12 +177,7 @@ impl Executor {
         if let Some(r) = self.record.as_mut() {
             r.push((self.pending.clone(), out.clone()));
         }
-        let p = &mut self.pending;
-        p.arrivals.clear();
-        p.cancellations.clear();
-        p.kv_ready.clear();
-        p.stepped.clear();
-        p.step_s = None;
+        self.pending.clear();
         self.apply(&out, ctx);
         self.out = out;
     }

@@ -392,12 +392,7 @@ fn run_with(
         // A pass, then the step it schedules.
         pending.now = now;
         worker.pass_into(&pending, &mut o);
-        // Keep the input vectors' capacity for the next pass.
-        pending.arrivals.clear();
-        pending.cancellations.clear();
-        pending.kv_ready.clear();
-        pending.stepped.clear();
-        pending.step_s = None;
+        pending.clear();
         out.passes += 1;
         let in_window = now >= spec.warmup_s && now < spec.duration_s;
         if !captured && now >= spec.duration_s {

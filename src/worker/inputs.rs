@@ -48,6 +48,18 @@ pub struct PassInputs {
     pub step_s: Option<f64>,
 }
 
+impl PassInputs {
+    /// Empties every input of the pass just run, keeping the vectors' capacity for the next
+    /// (`now` is set by the caller before each pass).
+    pub fn clear(&mut self) {
+        self.arrivals.clear();
+        self.cancellations.clear();
+        self.kv_ready.clear();
+        self.stepped.clear();
+        self.step_s = None;
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Admitted {
     pub id: RequestId,
