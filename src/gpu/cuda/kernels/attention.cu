@@ -7,6 +7,25 @@
 #define ATTN_THREADS 128
 #define ATTN_MIN_CHUNK 256
 
+// The context range [start, end) of split s of a row of `len` tokens: whole ATTN_TILE
+// tiles, at least ATTN_MIN_CHUNK tokens per split. Both attention kernels split this way.
+__device__ __forceinline__ void split_range(int len, int S, int s, int& start, int& end) {
+    const int per = max((len + S - 1) / S, ATTN_MIN_CHUNK);
+    const int chunk = (per + ATTN_TILE - 1) / ATTN_TILE * ATTN_TILE;
+    start = s * chunk;
+    end = min(len, start + chunk);
+}
+
+// An empty split's partials for the G heads at `ob` (the first head's (row, head, split)):
+// weight 0, so `attn_combine` skips them.
+template <int G>
+__device__ __forceinline__ void empty_split(float* part_ml, u64 ob, int S) {
+    if (threadIdx.x < G) {
+        part_ml[(ob + (u64)threadIdx.x * S) * 2] = NEG_INF;
+        part_ml[(ob + (u64)threadIdx.x * S) * 2 + 1] = 0.0f;
+    }
+}
+
 // Thread roles per tile: for scores, thread = (token, half of the heads), so one K row read
 // from shared memory serves several heads; for P.V, thread = (pair of dims, token group) and
 // reads a bf16 pair of V per token and four probabilities per float4, keeping the
@@ -35,18 +54,12 @@ __device__ __forceinline__ void attn_partial(const bf16_t* __restrict__ q, int q
     const int kvh = blockIdx.x, r = blockIdx.y, s = blockIdx.z;
     const int H = KV * G;
     const int tid = threadIdx.x;
-    const int len = lens[r];
-    const int per = max((len + S - 1) / S, ATTN_MIN_CHUNK);
-    const int chunk = (per + ATTN_TILE - 1) / ATTN_TILE * ATTN_TILE;
-    const int start = s * chunk;
-    const int end = min(len, start + chunk);
+    int start, end;
+    split_range(lens[r], S, s, start, end);
     const u64 ob = ((u64)r * H + (u64)kvh * G) * S + s;  // (row, head kvh*G, split)
 
     if (start >= end) {
-        if (tid < G) {
-            part_ml[(ob + (u64)tid * S) * 2] = NEG_INF;
-            part_ml[(ob + (u64)tid * S) * 2 + 1] = 0.0f;
-        }
+        empty_split<G>(part_ml, ob, S);
         return;
     }
     const int* table = page_table + (u64)r * table_stride;

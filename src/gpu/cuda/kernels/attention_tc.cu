@@ -83,18 +83,12 @@ __device__ __forceinline__ void attn_tc(const bf16_t* __restrict__ q, int q_stri
     const int kvh = blockIdx.x, r = blockIdx.y, s = blockIdx.z;
     const int H = KV * G;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int len = lens[r];
-    const int per = max((len + S - 1) / S, ATTN_MIN_CHUNK);
-    const int chunk = (per + ATTN_TILE - 1) / ATTN_TILE * ATTN_TILE;
-    const int start = s * chunk;
-    const int end = min(len, start + chunk);
+    int start, end;
+    split_range(lens[r], S, s, start, end);
     const u64 ob = ((u64)r * H + (u64)kvh * G) * S + s;
 
     if (start >= end) {
-        if (threadIdx.x < G) {
-            part_ml[(ob + (u64)threadIdx.x * S) * 2] = NEG_INF;
-            part_ml[(ob + (u64)threadIdx.x * S) * 2 + 1] = 0.0f;
-        }
+        empty_split<G>(part_ml, ob, S);
         return;
     }
     const int* table = page_table + (u64)r * table_stride;
