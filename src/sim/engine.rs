@@ -141,6 +141,13 @@ struct Req {
     max_tokens: u32,
     measured: bool,
     first: Option<f64>,
+}
+
+/// A resident request's token accounting, kept by slot: every decode row carries its slot,
+/// so the per-row lookup is an array index rather than an id search.
+#[derive(Debug, Clone, Copy, Default)]
+struct Tokens {
+    id: u64,
     /// Fractional tokens-per-step accumulator (speculative decoding).
     acc: f64,
     /// Whole tokens emitted so far: `floor(acc)` (`acc` is never negative, so truncation).
@@ -269,6 +276,7 @@ fn run_with(
         heap.push(Timed { at, seq, ev });
     };
     let mut reqs: Requests<Req> = Requests::default();
+    let mut tokens_by_slot: Vec<Tokens> = Vec::new();
     let mut ctx_free = plant.context.servers.max(1);
     let mut ctx_queue: VecDeque<(u64, u32)> = VecDeque::new();
     let mut prefix: HashMap<(u64, u32), PrefixHashes> = HashMap::new();
@@ -332,8 +340,6 @@ fn run_with(
                             .max(1),
                         measured,
                         first: None,
-                        acc: 0.0,
-                        emitted: 0,
                     },
                 )?;
                 if ctx_free > 0 {
@@ -411,6 +417,14 @@ fn run_with(
             window_passes += 1;
         }
         for a in &o.admitted {
+            let slot = a.slot as usize;
+            if tokens_by_slot.len() <= slot {
+                tokens_by_slot.resize(slot + 1, Tokens::default());
+            }
+            tokens_by_slot[slot] = Tokens {
+                id: a.id,
+                ..Tokens::default()
+            };
             push(
                 &mut heap,
                 now + plant.transfer.transfer_s(a.context_tokens),
@@ -449,22 +463,21 @@ fn run_with(
             let _ = replay.on_complete(d.id, now);
         }
         if !o.batch.is_empty() {
-            let kv: u64 = o.batch.iter().map(|r| r.context_len as u64).sum();
-            let step = plant.step.step_s(o.batch.len(), kv);
-            if in_window {
-                batch_sum += o.batch.len() as f64;
-                step_sum += step;
-                window_steps += 1;
-            }
             let tps = plant.step.tokens_per_step;
+            let mut kv = 0u64;
             pending.stepped.extend(o.batch.iter().map(|row| {
-                let tokens = reqs.get_mut(row.id).map_or(1, |r| {
-                    r.acc += tps;
-                    let now_emitted = r.acc as u64;
-                    let tokens = now_emitted.saturating_sub(r.emitted);
-                    r.emitted = now_emitted;
-                    tokens.min(u64::from(u32::MAX)) as u32
-                });
+                kv += row.context_len as u64;
+                let tokens = match tokens_by_slot.get_mut(row.slot as usize) {
+                    Some(t) if t.id == row.id => {
+                        t.acc += tps;
+                        let now_emitted = t.acc as u64;
+                        let tokens = now_emitted.saturating_sub(t.emitted);
+                        t.emitted = now_emitted;
+                        tokens.min(u64::from(u32::MAX)) as u32
+                    }
+                    // Every scheduled row was admitted into its slot first.
+                    _ => 1,
+                };
                 Stepped {
                     id: row.id,
                     tokens,
@@ -472,6 +485,12 @@ fn run_with(
                     token_ids: Vec::new(),
                 }
             }));
+            let step = plant.step.step_s(o.batch.len(), kv);
+            if in_window {
+                batch_sum += o.batch.len() as f64;
+                step_sum += step;
+                window_steps += 1;
+            }
             pending.step_s = Some(step);
             push(&mut heap, now + step, Ev::Step);
             stepping = true;
