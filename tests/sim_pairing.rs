@@ -59,6 +59,34 @@ fn same_seed_gives_byte_identical_json() {
     assert!(a.contains("\"pauses\""));
 }
 
+#[test]
+fn every_arm_has_a_first_seed_timeline_every_thirty_simulated_seconds() {
+    let arms = ArmSpec::parse_list("control,tpot_budget=0.10").unwrap();
+    let r = run_experiment(&Experiment {
+        base: spec(synthetic()),
+        arms,
+        seeds: 2,
+        threads: 1,
+        progress: false,
+    })
+    .unwrap();
+    let names: Vec<&str> = r.timelines.iter().map(|t| t.arm.as_str()).collect();
+    assert_eq!(names, ["control", "tpot_budget=0.10"]);
+    for t in &r.timelines {
+        assert_eq!(t.seed, 0);
+        assert!(t.points.len() >= 10, "{} points", t.points.len());
+        assert!(t.points.windows(2).all(|w| w[1].t_s > w[0].t_s));
+        assert!(t.points.iter().all(|p| p.t_s % 30.0 == 0.0));
+    }
+    let paused: usize = r.timelines[1].points.iter().map(|p| p.paused).sum();
+    let pauses: u64 = r.timelines[1].points.iter().map(|p| p.pauses).sum();
+    assert!(pauses > 0 && paused > 0, "the preempting arm pauses");
+    assert!(r.timelines[0]
+        .points
+        .iter()
+        .all(|p| p.paused == 0 && p.g.is_none()));
+}
+
 fn arm(text: &str, mode: Mode) -> ResolvedArm {
     ResolvedArm {
         spec: ArmSpec::parse(text).unwrap(),

@@ -7,7 +7,7 @@ use anyhow::{bail, Context};
 
 use super::arm::ArmSpec;
 use super::engine::{RunSpec, Workload};
-use super::{presets, report, run_experiment, svg, Experiment, ExperimentResult};
+use super::{presets, report, run_experiment, svg, timeline, Experiment, ExperimentResult};
 use crate::config::Config;
 use crate::policy::admission::AdmissionParams;
 use crate::workload::{load_trace, SynthParams, SyntheticAgentic, Trace};
@@ -65,6 +65,10 @@ pub struct SimArgs {
     pub json: Option<PathBuf>,
     #[arg(long)]
     pub svg: Option<PathBuf>,
+    /// Also draw each arm's first-seed timeline (X, waited-TTFT p90, paused, waiting every
+    /// 30 simulated seconds) to this SVG, and put the timelines into the JSON.
+    #[arg(long)]
+    pub timeline: Option<PathBuf>,
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
@@ -181,7 +185,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
             threads,
             progress: !args.quiet,
         };
-        let r = run_experiment(&exp).map_err(anyhow::Error::msg)?;
+        let mut r = run_experiment(&exp).map_err(anyhow::Error::msg)?;
         println!(
             "\n== c{c}, preset {}, {} seeds x {} s (first {} s unmeasured){} ==",
             r.preset,
@@ -214,6 +218,15 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
             let title = format!("TTFT CDF, c{c}, preset {}, {} seeds", r.preset, r.seeds);
             std::fs::write(&path, svg::ttft_cdf(&title, &r.ttft_samples))
                 .with_context(|| format!("writing {}", path.display()))?;
+        }
+        match &args.timeline {
+            Some(base) => {
+                let path = svg_path(base, c, loads.len() > 1);
+                let title = format!("Controller timeline, c{c}, preset {}, seed 0", r.preset);
+                std::fs::write(&path, timeline::svg(&title, &r.timelines))
+                    .with_context(|| format!("writing {}", path.display()))?;
+            }
+            None => r.timelines.clear(),
         }
         all.push(r);
     }

@@ -88,6 +88,8 @@ pub struct RunResult {
     pub trace: Vec<PassOutput>,
     /// Every issued request (only when asked for): what each arm was offered.
     pub issued: Vec<Issued>,
+    /// The controller's state every 30 simulated seconds.
+    pub timeline: Vec<super::timeline::TimelinePoint>,
 }
 
 /// One request the workload issued, for checking that arms see the same workload.
@@ -294,6 +296,7 @@ fn run_with(
     };
     let (mut batch_sum, mut step_sum, mut window_steps) = (0.0f64, 0.0f64, 0u64);
     let (mut paused_sum, mut window_passes) = (0.0f64, 0u64);
+    let mut timeline = super::timeline::Recorder::new();
 
     replay.start(0.0);
     let mut now = 0.0f64;
@@ -400,6 +403,7 @@ fn run_with(
         worker.pass_into(&pending, &mut o);
         pending.clear();
         out.passes += 1;
+        timeline.pass(&o, &worker);
         let in_window = now >= spec.warmup_s && now < spec.duration_s;
         if !captured && now >= spec.duration_s {
             // The controller's state at the end of the measured window (not after the drain).
@@ -508,6 +512,7 @@ fn run_with(
         }
     }
     out.unfinished = measured_open;
+    out.timeline = timeline.finish();
     out.mean_paused = if window_passes > 0 {
         paused_sum / window_passes as f64
     } else {

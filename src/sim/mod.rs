@@ -11,6 +11,7 @@ pub mod presets;
 pub mod report;
 mod requests;
 pub mod svg;
+pub mod timeline;
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
@@ -64,6 +65,9 @@ pub struct ExperimentResult {
     #[serde(skip)]
     pub ttft_samples: Vec<(String, Vec<f64>)>,
     pub warnings: Vec<String>,
+    /// Each arm's first-seed timeline, when the experiment asked for them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub timelines: Vec<timeline::ArmTimeline>,
 }
 
 pub struct Experiment {
@@ -280,5 +284,17 @@ pub fn run_experiment(exp: &Experiment) -> Result<ExperimentResult, String> {
         },
         ttft_samples: samples,
         warnings,
+        timelines: arms
+            .iter()
+            .enumerate()
+            .filter_map(|(i, a)| {
+                let (_, seed, r, _) = results.iter().find(|(arm, _, _, _)| *arm == i)?;
+                Some(timeline::ArmTimeline {
+                    arm: a.name.clone(),
+                    seed: *seed,
+                    points: r.timeline.clone(),
+                })
+            })
+            .collect(),
     })
 }
