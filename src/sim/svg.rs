@@ -101,8 +101,11 @@ pub fn ttft_cdf(title: &str, series: &[(String, Vec<f64>)]) -> String {
 /// `None` y breaks the line.
 pub struct Panel {
     pub y_label: String,
-    pub series: Vec<(String, Vec<(f64, Option<f64>)>)>,
+    pub series: Vec<Series>,
 }
+
+/// A named line: (x, y) points, `None` where there is no value.
+pub type Series = (String, Vec<(f64, Option<f64>)>);
 
 const PANEL_H: f64 = 170.0;
 const PANEL_GAP: f64 = 30.0;

@@ -96,19 +96,18 @@ pub struct ArmTimeline {
 
 /// The timeline chart: X and the interval's waited-TTFT p90, the paused count, the queue.
 pub fn svg(title: &str, timelines: &[ArmTimeline]) -> String {
-    use super::svg::{stacked, Panel};
-    let series =
-        |f: &dyn Fn(&TimelinePoint) -> Option<f64>| -> Vec<(String, Vec<(f64, Option<f64>)>)> {
-            timelines
-                .iter()
-                .map(|t| {
-                    (
-                        t.arm.clone(),
-                        t.points.iter().map(|p| (p.t_s, f(p))).collect(),
-                    )
-                })
-                .collect()
-        };
+    use super::svg::{stacked, Panel, Series};
+    let series = |f: &dyn Fn(&TimelinePoint) -> Option<f64>| -> Vec<Series> {
+        timelines
+            .iter()
+            .map(|t| {
+                (
+                    t.arm.clone(),
+                    t.points.iter().map(|p| (p.t_s, f(p))).collect(),
+                )
+            })
+            .collect()
+    };
     stacked(
         title,
         "simulated time (s)",
