@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
 # Paired AIPerf / loadgen runs against a fresh `genslot serve` (embedded default) per run, in
-# blocks of (AIPerf, loadgen, loadgen, AIPerf), each tool on the same synthetic closed loop:
-# 8 lanes, 64 prompt / 32 output tokens, 200 requests. With PIN=1 the server runs on CPU 0 and
-# the client on CPU 1, so the client's own CPU use cannot slow the server's decode loop.
-# Usage: AIPERF=path/to/aiperf TOKDIR=dir-with-tokenizer.json OUT=dir SEEDS="11 12" \
+# blocks of (AIPerf, loadgen, loadgen, AIPerf), each tool on the same synthetic load of 64 prompt
+# / 32 output tokens. By default a closed loop of 8 lanes and 200 requests; with RATE=R an open
+# loop of Poisson arrivals at R requests/s (AIPerf `--request-rate R --arrival-pattern poisson`,
+# loadgen `--request-rate R`, no concurrency cap in either) and 300 requests, so neither
+# tool's sends depend on the server's decode steps. REQUESTS overrides the request count.
+# With PIN=1 the server runs on CPU 0 and the client on CPU 1, so the client's own CPU use
+# cannot slow the server's decode loop.
+# An odd last seed runs as a single pair (AIPerf, loadgen).
+# Usage: AIPERF=path/to/aiperf TOKDIR=dir-with-tokenizer.json OUT=dir SEEDS="11 12" [RATE=4] \
 #          tools/loadgen/scripts/aiperf_pairs.sh
 # Prints one row per pair: TTFT p50 and mean ITL of both tools and their differences.
 set -euo pipefail
@@ -12,6 +17,17 @@ cd "$(dirname "$0")/../../.."
 SEEDS=${SEEDS:-"11 12"}
 PORT=${PORT:-18000}
 PIN=${PIN:-1}
+RATE=${RATE:-}
+if [ -n "$RATE" ]; then
+  REQUESTS=${REQUESTS:-300}
+  aiperf_load=(--request-rate "$RATE" --arrival-pattern poisson)
+  # Bounded by the request count, as AIPerf's run is, not by loadgen's default 120 s.
+  loadgen_load=(--request-rate "$RATE" --duration 1h)
+else
+  REQUESTS=${REQUESTS:-200}
+  aiperf_load=(--concurrency 8)
+  loadgen_load=(--concurrency 8)
+fi
 GENSLOT=${GENSLOT:-target/release/genslot}
 LOADGEN=${LOADGEN:-target/release/loadgen}
 server_cpu=(); client_cpu=()
@@ -33,7 +49,7 @@ aiperf_run() {  # seed
   serve "aiperf-$1"
   "${client_cpu[@]}" "$AIPERF" profile --model genslot --url "http://127.0.0.1:$PORT" \
     --endpoint-type completions --streaming --tokenizer "$TOKDIR" --isl 64 --osl 32 \
-    --request-count 200 --concurrency 8 --random-seed "$1" --ui none \
+    --request-count "$REQUESTS" "${aiperf_load[@]}" --random-seed "$1" --ui none \
     --output-artifact-dir "$OUT/aiperf-$1" --extra-inputs ignore_eos:true \
     --use-server-token-count > "$OUT/aiperf-$1.log" 2>&1
   stop
@@ -41,8 +57,8 @@ aiperf_run() {  # seed
 }
 loadgen_run() {  # seed
   serve "loadgen-$1"
-  "${client_cpu[@]}" "$LOADGEN" --url "http://127.0.0.1:$PORT" --fixed 64,32 --concurrency 8 \
-    --max-requests 200 --seed "$1" --json "$OUT/loadgen-$1.json" > "$OUT/loadgen-$1.log" 2>&1
+  "${client_cpu[@]}" "$LOADGEN" --url "http://127.0.0.1:$PORT" --fixed 64,32 "${loadgen_load[@]}" \
+    --max-requests "$REQUESTS" --seed "$1" --json "$OUT/loadgen-$1.json" > "$OUT/loadgen-$1.log" 2>&1
   stop
 }
 
@@ -51,6 +67,9 @@ for ((i = 0; i + 1 < ${#seeds[@]}; i += 2)); do
   a=${seeds[i]}; b=${seeds[i + 1]}
   aiperf_run "$a"; loadgen_run "$a"; loadgen_run "$b"; aiperf_run "$b"
 done
+if ((${#seeds[@]} % 2)); then  # an odd last seed: one pair, AIPerf first
+  aiperf_run "${seeds[-1]}"; loadgen_run "${seeds[-1]}"
+fi
 python3 - "$OUT" $SEEDS <<'PY'
 import json, sys
 out, seeds = sys.argv[1], sys.argv[2:]

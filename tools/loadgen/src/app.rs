@@ -9,6 +9,7 @@ use anyhow::{bail, Context};
 use crate::cli::{CompareArgs, RunArgs};
 use crate::client::{Endpoint, EndpointKind};
 use crate::compare::{compare_files, render};
+use crate::poisson::PoissonArrivals;
 use crate::record::RequestRecord;
 use crate::runner::{run, RunConfig};
 use crate::source::Source;
@@ -17,6 +18,25 @@ use crate::summary::{RunInfo, Summary};
 /// Builds the request source named on the command line; returns it with a description.
 pub fn build_source(args: &RunArgs) -> anyhow::Result<(Box<dyn Source>, String)> {
     let s = &args.source;
+    if let Some(rate) = args.request_rate {
+        if s.weka.is_some() || s.mooncake.is_some() || s.azure.is_some() {
+            bail!(
+                "--request-rate applies to --fixed and --synthetic only: --weka replays \
+                 closed-loop lanes, and --mooncake/--azure follow their timestamps \
+                 (speed them up with --rate-scale)"
+            );
+        }
+        if args.rate_scale != 1.0 {
+            bail!("--rate-scale scales trace timestamps; with --request-rate give the rate itself");
+        }
+        PoissonArrivals::new(rate, args.seed)?;
+        if args.concurrency == Some(0) {
+            bail!(
+                "--concurrency with --request-rate caps requests in flight and must be at least 1"
+            );
+        }
+        return crate::replay::build(args);
+    }
     let closed_loop = s.weka.is_some() || s.synthetic || s.fixed.is_some();
     if closed_loop && args.concurrency.is_none_or(|c| c == 0) {
         bail!("--concurrency (at least 1) is required for closed-loop lanes (--weka, --synthetic, --fixed)");
@@ -70,7 +90,10 @@ pub async fn run_command(args: &RunArgs) -> anyhow::Result<Summary> {
         endpoint: format!("{:?}", args.endpoint).to_lowercase(),
         model: args.model.clone(),
         source: description,
-        concurrency: args.concurrency.filter(|_| !source.open_loop()),
+        // Lanes in a closed loop, the in-flight cap with a request rate; nothing otherwise.
+        concurrency: args
+            .concurrency
+            .filter(|_| !source.open_loop() || args.request_rate.is_some()),
         rate_scale: args.rate_scale,
         seed: args.seed,
         duration_limit_s: args.duration.as_secs_f64(),
@@ -80,14 +103,16 @@ pub async fn run_command(args: &RunArgs) -> anyhow::Result<Summary> {
         } else {
             args.send_jitter.as_secs_f64() * 1e3
         },
+        request_rate: args.request_rate,
     };
-    let summary = Summary::from_records(
+    let mut summary = Summary::from_records(
         &out.records,
         out.stop_reason,
         out.wall_time_s,
         out.server_metrics,
         info,
     );
+    summary.arrivals_skipped = out.skipped_arrivals;
     if let Some(path) = &args.records {
         write_records(path, &out.records, out.epoch_ns)?;
     }

@@ -72,9 +72,15 @@ pub struct RunArgs {
     pub url: String,
     #[command(flatten)]
     pub source: SourceArgs,
-    /// Closed-loop lanes (required for --weka and --synthetic).
+    /// Closed-loop lanes (required for --weka, --synthetic and --fixed without
+    /// --request-rate). With --request-rate: a cap on requests in flight; an arrival that
+    /// finds the cap in flight is skipped, as in AIPerf.
     #[arg(long, short = 'c')]
     pub concurrency: Option<usize>,
+    /// Open loop for --fixed and --synthetic: Poisson arrivals at this many requests per
+    /// second (exponential inter-arrival times seeded by --seed), never waiting on responses.
+    #[arg(long, value_name = "R")]
+    pub request_rate: Option<f64>,
     /// Open loop: arrival-rate multiplier (2.0 sends the trace twice as fast).
     #[arg(long, default_value_t = 1.0)]
     pub rate_scale: f64,

@@ -1,7 +1,8 @@
 //! `loadgen`: drives any OpenAI-compatible server over HTTP/SSE with agentic traffic.
 //!
 //! - [`source`]: what to send when (closed-loop AgentX lanes, open-loop timestamps), on top of
-//!   `genslot::workload`'s trace loaders and replay engines ([`replay`] adapts them).
+//!   `genslot::workload`'s trace loaders and replay engines ([`replay`] adapts them);
+//!   [`poisson`]: open-loop arrivals at a request rate.
 //! - [`client`]: one streaming request, timed at the first content chunk.
 //! - [`runner`]: the bounded run loop, with [`jitter`] desynchronising closed-loop lanes;
 //!   [`summary`] / [`stats`]: AIPerf-named statistics;
@@ -12,6 +13,7 @@ pub mod cli;
 pub mod client;
 pub mod compare;
 pub mod jitter;
+pub mod poisson;
 pub mod prompt;
 pub mod record;
 pub mod replay;

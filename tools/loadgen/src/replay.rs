@@ -1,5 +1,6 @@
 //! Request sources built from `genslot::workload`: its trace loaders and its replay engines
-//! (AgentX closed-loop lanes, open-loop timestamps), adapted to the runner's [`Source`].
+//! (AgentX closed-loop lanes, open-loop timestamps), adapted to the runner's [`Source`], and
+//! the Poisson arrivals of `--request-rate` over fixed-length or synthetic requests.
 
 use std::sync::Arc;
 
@@ -10,6 +11,7 @@ use genslot::workload::{
 };
 
 use crate::cli::RunArgs;
+use crate::poisson::{PoissonArrivals, PoissonSource, Shape, Shapes};
 use crate::source::{Job, Source};
 
 /// Any `genslot::workload` replay engine as a [`Source`].
@@ -91,10 +93,60 @@ fn describe_rules(r: &ReplayRules) -> String {
     )
 }
 
+/// Open-loop Poisson arrivals at `rate` carrying fixed-length or synthetic requests.
+fn poisson(args: &RunArgs, rate: f64) -> anyhow::Result<(Box<dyn Source>, String)> {
+    let s = &args.source;
+    let (shapes, what) = if let Some((isl, osl)) = s.fixed {
+        let shapes = Shapes::Fixed {
+            input: isl,
+            output: osl,
+        };
+        (shapes, format!("fixed {isl} prompt / {osl} output tokens"))
+    } else if s.synthetic {
+        let sessions = SyntheticAgentic::new(SynthParams::default())
+            .generate(args.synthetic_sessions, args.seed);
+        let pool: Vec<Shape> = sessions
+            .iter()
+            .enumerate()
+            .flat_map(|(i, session)| {
+                session.all_requests().into_iter().map(move |(_, r)| Shape {
+                    input_tokens: r.input_tokens,
+                    output_tokens: r.output_tokens,
+                    hash_ids: r.hash_ids.to_vec(),
+                    block_size: session.block_size,
+                    session: Some(i),
+                })
+            })
+            .collect();
+        let what = format!(
+            "the {} requests of {} synthetic agentic sessions in order",
+            pool.len(),
+            args.synthetic_sessions
+        );
+        (Shapes::Pool(pool), what)
+    } else {
+        anyhow::bail!("--request-rate needs --fixed or --synthetic");
+    };
+    let arrivals = PoissonArrivals::new(rate, args.seed)?;
+    let source = PoissonSource::new(arrivals, shapes, args.concurrency, args.seed)
+        .context("Poisson arrivals")?;
+    let cap = match args.concurrency {
+        Some(c) => format!(", at most {c} in flight"),
+        None => String::new(),
+    };
+    Ok((
+        Box::new(source),
+        format!("{what}, open-loop Poisson arrivals at {rate} requests/s{cap}"),
+    ))
+}
+
 /// Builds the source named on the command line, with a one-line description.
 pub fn build(args: &RunArgs) -> anyhow::Result<(Box<dyn Source>, String)> {
     let s = &args.source;
     let salt = args.seed;
+    if let Some(rate) = args.request_rate {
+        return poisson(args, rate);
+    }
     if let Some((isl, osl)) = s.fixed {
         let c = args.concurrency.unwrap_or(1);
         let desc = format!("fixed {isl} prompt / {osl} output tokens, {c} lanes back to back");

@@ -51,6 +51,8 @@ pub struct RunOutput {
     pub server_metrics: Option<ServerDelta>,
     /// Requests that did not even report their cancellation (aborted; no record).
     pub abandoned: usize,
+    /// Arrivals the source dropped instead of sending (a capped open loop).
+    pub skipped_arrivals: u64,
 }
 
 /// How long the loop sleeps at most, so the progress bar and the stop checks stay live.
@@ -216,5 +218,6 @@ pub async fn run(source: &mut dyn Source, cfg: &RunConfig) -> anyhow::Result<Run
         epoch_ns,
         server_metrics,
         abandoned,
+        skipped_arrivals: source.skipped_arrivals(),
     })
 }

@@ -40,6 +40,10 @@ pub trait Source: Send {
     fn on_complete(&mut self, id: u64, now: f64);
     /// True for open-loop sources, whose arrivals do not wait on completions.
     fn open_loop(&self) -> bool;
+    /// Arrivals the source dropped instead of sending (a capped open loop).
+    fn skipped_arrivals(&self) -> u64 {
+        0
+    }
 }
 
 /// Closed-loop lanes of identical requests with a fixed end-to-start gap: the simplest

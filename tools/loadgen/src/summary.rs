@@ -38,6 +38,10 @@ pub struct RunInfo {
     /// summaries written before the jitter existed.
     #[serde(default)]
     pub send_jitter_ms: f64,
+    /// Open-loop Poisson arrivals at this many requests per second (`--request-rate`);
+    /// `concurrency` is then a cap on requests in flight, not a number of lanes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_rate: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -71,6 +75,10 @@ pub struct Summary {
     pub errors_by_kind: BTreeMap<String, u64>,
     /// Warm-up requests sent but left out of every statistic above.
     pub warmup_excluded: u64,
+    /// Arrivals dropped unsent because the concurrency cap was in flight (`--request-rate`
+    /// with `--concurrency`, as AIPerf does).
+    #[serde(default)]
+    pub arrivals_skipped: u64,
     pub warmup_errors: u64,
     /// True when requests were still in flight at the end and were cancelled.
     pub was_cancelled: bool,
@@ -142,6 +150,7 @@ impl Summary {
             total_osl: Scalar::new("tokens", total_osl as f64),
             errors_by_kind,
             warmup_excluded: (records.len() - measured.len()) as u64,
+            arrivals_skipped: 0,
             warmup_errors: records.iter().filter(|r| r.warmup && !r.ok()).count() as u64,
             was_cancelled: records.iter().any(
                 |r| matches!(&r.error, Some(e) if e.kind == crate::record::ErrorKind::Cancelled),
@@ -205,6 +214,13 @@ impl Summary {
             "{:<34} {:>10}",
             "warmup_excluded", self.warmup_excluded
         );
+        if self.arrivals_skipped > 0 {
+            let _ = writeln!(
+                out,
+                "{:<34} {:>10}",
+                "arrivals skipped (cap in flight)", self.arrivals_skipped
+            );
+        }
         for (kind, n) in &self.errors_by_kind {
             let _ = writeln!(out, "{:<34} {:>10}", format!("errors: {kind}"), n);
         }
@@ -281,6 +297,7 @@ mod tests {
             duration_limit_s: 10.0,
             max_requests: None,
             send_jitter_ms: 0.0,
+            request_rate: None,
         }
     }
 

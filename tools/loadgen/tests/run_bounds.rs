@@ -23,6 +23,7 @@ fn info() -> RunInfo {
         duration_limit_s: 0.0,
         max_requests: None,
         send_jitter_ms: 0.0,
+        request_rate: None,
     }
 }
 
