@@ -8,6 +8,7 @@ pub mod controller;
 pub mod idmap;
 mod lane;
 pub mod objective;
+mod tiers;
 pub mod victim;
 
 use serde::Serialize;
@@ -292,6 +293,8 @@ pub struct GenPreemption {
     window: StatWindow,
     totals: Totals,
     last_window: f64,
+    /// Where the next target-mode tier-1 walk starts (`tiers.rs`); no effect on decisions.
+    slack_hint: Option<RequestId>,
 }
 
 impl GenPreemption {
@@ -311,6 +314,7 @@ impl GenPreemption {
             window: StatWindow::default(),
             totals: Totals::default(),
             last_window: 0.0,
+            slack_hint: None,
         }
     }
 
