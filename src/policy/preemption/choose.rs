@@ -71,7 +71,7 @@ impl GenPreemption {
     }
 
     /// The victim for this pass, if any request is eligible under the mode.
-    pub(super) fn choose_victim(&mut self, v: &StepView) -> Option<(RequestId, PauseKind)> {
+    pub(super) fn choose_victim(&self, v: &StepView) -> Option<(RequestId, PauseKind)> {
         let key = self.params.victim_key;
         match self.params.mode {
             Mode::Off => None,
@@ -84,11 +84,7 @@ impl GenPreemption {
                     .min_by(|a, b| key.cmp(a.0, b.0))
                     .map(|(r, _)| (r.id, PauseKind::Budget))
             }
-            Mode::TargetOutputTps(t) => {
-                let choice = self.target_victim(v, t, self.slack_hint);
-                self.slack_hint = choice.hint;
-                choice.victim
-            }
+            Mode::TargetOutputTps(t) => self.target_victim(v, t),
         }
     }
 }

@@ -293,8 +293,6 @@ pub struct GenPreemption {
     window: StatWindow,
     totals: Totals,
     last_window: f64,
-    /// Where the next target-mode tier-1 walk starts (`tiers.rs`); no effect on decisions.
-    slack_hint: Option<RequestId>,
 }
 
 impl GenPreemption {
@@ -314,7 +312,6 @@ impl GenPreemption {
             window: StatWindow::default(),
             totals: Totals::default(),
             last_window: 0.0,
-            slack_hint: None,
         }
     }
 

@@ -6,10 +6,9 @@
 //! the exact one does. Tier 1 takes the largest laxity at or above 0.02 D, so a resident whose
 //! bound is below that floor, or below the best laxity found so far, cannot be its choice, and
 //! neither its eligibility nor its laxity is computed. The deadline depends only on the first
-//! token time and `max_tokens`, so the bound costs one division. The walk starts from a hint
-//! (the previous tier-1 walk's runner-up, usually the next victim), so the best is high from
-//! the first resident on; the hint changes how much is skipped, never the choice. Tiers 2 and
-//! 3 matter only when tier 1 has no candidate, and only then are walked.
+//! token time and `max_tokens`, so the bound costs one division. (Starting the walk at the
+//! previous pass's runner-up cost more in bookkeeping than it saved.) Tiers 2 and 3 matter
+//! only when tier 1 has no candidate, and only then are walked.
 
 use std::cmp::Ordering;
 
@@ -23,37 +22,6 @@ use crate::policy::RequestId;
 
 /// A tier-1 candidate: its laxity and id.
 type Slack = (f64, RequestId);
-
-/// The best and the runner-up tier-1 candidates seen so far.
-#[derive(Default)]
-struct Top2 {
-    best: Option<Slack>,
-    second: Option<Slack>,
-}
-
-impl Top2 {
-    fn offer(&mut self, c: Slack) {
-        let beats = |other: Option<Slack>| other.is_none_or(|o| largest_slack_first(c, o).is_lt());
-        if beats(self.best) {
-            self.second = self.best;
-            self.best = Some(c);
-        } else if self.best.is_some_and(|b| b.1 != c.1) && beats(self.second) {
-            self.second = Some(c);
-        }
-    }
-
-    /// Whether a resident whose laxity is at most `bound` may still be the best.
-    fn may_win(&self, bound: f64) -> bool {
-        !self.best.is_some_and(|(b, _)| bound < b)
-    }
-}
-
-/// What one pass's target-mode victim walk found.
-pub(super) struct TargetChoice {
-    pub victim: Option<(RequestId, PauseKind)>,
-    /// Where the next tier-1 walk should start.
-    pub hint: Option<RequestId>,
-}
 
 impl GenPreemption {
     /// Laxity of an unpaused resident that passes the mode-independent eligibility, `None`
@@ -72,63 +40,45 @@ impl GenPreemption {
             .then(|| laxity(&s, el.now, target, fallback_rate))
     }
 
-    /// The target-mode victim for this pass, walking from `hint`.
+    /// The target-mode victim for this pass.
     pub(super) fn target_victim(
         &self,
         v: &StepView,
         target: f64,
-        hint: Option<RequestId>,
-    ) -> TargetChoice {
+    ) -> Option<(RequestId, PauseKind)> {
         let el = self.eligibility(v.now);
         let fallback = self.stats.r0().unwrap_or(target);
         let floor = SLACK_TIER_MIN_FRACTION_OF_D * self.stats.d().unwrap_or(0.0);
-        let mut top = Top2::default();
-        // Offers `r` to tier 1 unless its bound rules it out; `rec` is its record, if any.
-        let consider = |top: &mut Top2, r: &Resident, rec: Option<&Record>| {
-            if rec.is_some_and(|x| x.sacrificed || x.slack_pauses >= SLACK_PAUSES_PER_REQUEST) {
-                return;
-            }
-            if let Some(lax) = Self::eligible_laxity(&el, r, rec, target, fallback) {
-                if lax >= floor {
-                    top.offer((lax, r.id));
-                }
-            }
-        };
-        let bound = |r: &Resident| {
-            r.first_token_time
-                .map(|ft| deadline(ft, r.max_tokens, target) - v.now)
-        };
-        let hinted = hint.and_then(|id| {
-            let i = v.residents.binary_search_by_key(&id, |r| r.id).ok()?;
-            (!self.paused.contains(id)).then(|| &v.residents[i])
-        });
-        if let Some(r) = hinted {
-            consider(&mut top, r, self.records.get(r.id));
-        }
+        let mut best: Option<Slack> = None;
         let mut paused = self.paused.ids().peekable();
         let mut recs = self.records.iter().peekable();
         for r in v.residents {
             // No first token: not eligible. A NaN bound rules nothing out.
-            let Some(b) = bound(r) else { continue };
-            if b < floor || !top.may_win(b) || hinted.is_some_and(|h| h.id == r.id) {
+            let Some(ft) = r.first_token_time else {
+                continue;
+            };
+            let bound = deadline(ft, r.max_tokens, target) - v.now;
+            if bound < floor || best.is_some_and(|(b, _)| bound < b) {
                 continue;
             }
             if merge_find(&mut paused, r.id, |id| *id).is_some() {
                 continue;
             }
             let rec = merge_find(&mut recs, r.id, |(k, _)| *k).map(|(_, x)| x);
-            consider(&mut top, r, rec);
-        }
-        if let Some((_, id)) = top.best {
-            return TargetChoice {
-                victim: Some((id, PauseKind::Slack)),
-                hint: top.second.map(|(_, id)| id),
+            if rec.is_some_and(|x| x.sacrificed || x.slack_pauses >= SLACK_PAUSES_PER_REQUEST) {
+                continue;
+            }
+            let Some(lax) = Self::eligible_laxity(&el, r, rec, target, fallback) else {
+                continue;
             };
+            if lax >= floor && best.is_none_or(|b| largest_slack_first((lax, r.id), b).is_lt()) {
+                best = Some((lax, r.id));
+            }
         }
-        TargetChoice {
-            victim: self.below_or_sacrifice(v, &el, target, fallback),
-            hint: None,
+        if let Some((_, id)) = best {
+            return Some((id, PauseKind::Slack));
         }
+        self.below_or_sacrifice(v, &el, target, fallback)
     }
 
     /// Tiers 2 and 3, for a pass whose tier 1 has no candidate.
