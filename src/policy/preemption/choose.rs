@@ -2,11 +2,10 @@
 //! victim choice (SPEC §4.3, "Pause"). The orderings themselves are key functions in
 //! `victim.rs`; this file walks the residents with them.
 
-use super::victim::{largest_slack_first, longest_resident_first, VictimKey};
+use super::victim::{longest_resident_first, VictimKey};
 use super::{
     merge_find, AdmitRow, GenPreemption, Mode, PauseKind, Record, Resident, StepView,
-    BELOW_PAUSES_PER_REQUEST, BUDGET_PAUSES_PER_REQUEST, SLACK_PAUSES_PER_REQUEST,
-    SLACK_TIER_MIN_FRACTION_OF_D,
+    BUDGET_PAUSES_PER_REQUEST,
 };
 use crate::policy::RequestId;
 
@@ -85,49 +84,7 @@ impl GenPreemption {
                     .min_by(|a, b| key.cmp(a.0, b.0))
                     .map(|(r, _)| (r.id, PauseKind::Budget))
             }
-            Mode::TargetOutputTps(t) => {
-                // The three tiers' candidates in one walk, each laxity computed once. Every
-                // order is total (ties by id), so keeping the strictly smaller one gives
-                // what a separate minimum per tier gives.
-                let d = self.stats.d().unwrap_or(0.0);
-                let mut slack: Option<(f64, &Resident)> = None;
-                let mut below: Option<&Resident> = None;
-                let mut sacrifice: Option<&Resident> = None;
-                let better = |best: Option<&Resident>, r: &Resident| {
-                    best.is_none_or(|b| key.cmp(r, b) == std::cmp::Ordering::Less)
-                };
-                for (r, rec) in self.eligible(v) {
-                    let lax = self.laxity_of(r, rec.as_ref(), v.now, t);
-                    let rec = rec.unwrap_or_default();
-                    if !rec.sacrificed
-                        && rec.slack_pauses < SLACK_PAUSES_PER_REQUEST
-                        && lax >= SLACK_TIER_MIN_FRACTION_OF_D * d
-                        && slack.is_none_or(|(bl, b)| {
-                            largest_slack_first((lax, r.id), (bl, b.id)) == std::cmp::Ordering::Less
-                        })
-                    {
-                        slack = Some((lax, r));
-                    }
-                    if rec.below_pauses < BELOW_PAUSES_PER_REQUEST {
-                        if (lax < 0.0 || rec.sacrificed) && better(below, r) {
-                            below = Some(r);
-                        }
-                        if !rec.sacrificed && better(sacrifice, r) {
-                            sacrifice = Some(r);
-                        }
-                    }
-                }
-                if let Some((_, r)) = slack {
-                    return Some((r.id, PauseKind::Slack));
-                }
-                if let Some(r) = below {
-                    return Some((r.id, PauseKind::Below));
-                }
-                if !self.credit.can_sacrifice() {
-                    return None;
-                }
-                sacrifice.map(|r| (r.id, PauseKind::Sacrifice))
-            }
+            Mode::TargetOutputTps(t) => self.target_victim(v, t),
         }
     }
 }

@@ -2,8 +2,9 @@
 //! mode's resume order, and when a pause must end regardless of free slots (SPEC §4.3,
 //! "Resume").
 
+use super::objective::laxity;
 use super::{
-    merge_find, GenPreemption, LaneKey, Mode, PauseKind, PausedRow, Resident,
+    merge_find, GenPreemption, LaneKey, Mode, PauseKind, PausedRow, Record, Resident,
     SLACK_FORCED_RESUME_FRACTION_OF_D,
 };
 
@@ -33,47 +34,81 @@ impl GenPreemption {
     /// Sets the resume-lane key of each row. A key reads only its own row's copy of the
     /// record, so it is the same before or after other rows resume.
     pub(super) fn with_lane_keys(&self, rows: &mut [(LaneKey, PausedRow)], now: f64) {
+        let rule = self.lane_rule(now);
         for (key, row) in rows.iter_mut() {
-            *key = self.lane_key(row, now);
+            *key = rule.key(row);
         }
     }
 
+    /// This pass's lane rule: the controller's running means read once, not once per
+    /// paused request.
+    pub(super) fn lane_rule(&self, now: f64) -> LaneRule {
+        let target = match self.params.mode {
+            Mode::TargetOutputTps(t) => Some(t),
+            _ => None,
+        };
+        LaneRule {
+            now,
+            max_pause: self.max_pause(),
+            target,
+            fallback_rate: target.map_or(0.0, |t| self.stats.r0().unwrap_or(t)),
+            slack_floor: SLACK_FORCED_RESUME_FRACTION_OF_D * self.stats.d().unwrap_or(0.0),
+        }
+    }
+}
+
+/// The resume order and the forced-resume rule for one pass (SPEC §4.3, "Resume").
+pub(super) struct LaneRule {
+    now: f64,
+    max_pause: f64,
+    /// T in target mode.
+    target: Option<f64>,
+    /// R0, or T before R0 exists: the rate of a request too young to have its own.
+    fallback_rate: f64,
+    /// 0.01 D: a slack-bounded pause ends when the laxity falls to it.
+    slack_floor: f64,
+}
+
+impl LaneRule {
+    fn laxity(&self, r: &Resident, rec: Option<&Record>, target: f64) -> f64 {
+        GenPreemption::rate_state(r, rec, self.now).map_or(f64::INFINITY, |s| {
+            laxity(&s, self.now, target, self.fallback_rate)
+        })
+    }
+
     /// A paused request's key in the mode's resume order (see `lane_order`).
-    fn lane_key(&self, row: &PausedRow, now: f64) -> LaneKey {
-        match self.params.mode {
+    fn key(&self, row: &PausedRow) -> LaneKey {
+        match self.target {
             // Least slack first; sacrificed requests after every other paused request.
-            Mode::TargetOutputTps(t) => {
+            Some(t) => {
                 let sacrificed = row.record.is_some_and(|r| r.sacrificed);
-                let lax = row.resident.map_or(f64::INFINITY, |r| {
-                    self.laxity_of(r, row.record.as_ref(), now, t)
-                });
+                let lax = row
+                    .resident
+                    .map_or(f64::INFINITY, |r| self.laxity(r, row.record.as_ref(), t));
                 (sacrificed, lax)
             }
             // Oldest pause first.
-            _ => (
+            None => (
                 false,
                 row.record.and_then(|r| r.paused).map_or(0.0, |p| p.0),
             ),
         }
     }
 
-    pub(super) fn forced_due(&self, row: &PausedRow, now: f64) -> bool {
+    pub(super) fn forced_due(&self, row: &PausedRow) -> bool {
         let Some(rec) = row.record else {
             return true;
         };
         let Some((since, kind)) = rec.paused else {
             return false;
         };
-        if now - since >= self.max_pause() {
+        if self.now - since >= self.max_pause {
             return true;
         }
-        match (self.params.mode, kind) {
-            (Mode::TargetOutputTps(t), PauseKind::Slack) => {
-                let d = self.stats.d().unwrap_or(0.0);
-                row.resident.is_some_and(|r| {
-                    self.laxity_of(r, Some(&rec), now, t) <= SLACK_FORCED_RESUME_FRACTION_OF_D * d
-                })
-            }
+        match (self.target, kind) {
+            (Some(t), PauseKind::Slack) => row
+                .resident
+                .is_some_and(|r| self.laxity(r, Some(&rec), t) <= self.slack_floor),
             _ => false,
         }
     }

@@ -8,6 +8,7 @@ pub mod controller;
 pub mod idmap;
 mod lane;
 pub mod objective;
+mod tiers;
 pub mod victim;
 
 use serde::Serialize;
@@ -17,7 +18,7 @@ use super::stats::RunningMean;
 use super::RequestId;
 use controller::WindowGain;
 use idmap::IdMap;
-use objective::{laxity, met_target, Credit, RateState};
+use objective::{met_target, Credit, RateState};
 use victim::{Eligibility, VictimKey, MIN_DECODE_BEFORE_D_S, MIN_DECODE_FRACTION_OF_D};
 
 /// Completions the running means D and R0 cover.
@@ -397,11 +398,6 @@ impl GenPreemption {
         })
     }
 
-    fn laxity_of(&self, r: &Resident, rec: Option<&Record>, now: f64, target: f64) -> f64 {
-        let fallback = self.stats.r0().unwrap_or(target);
-        Self::rate_state(r, rec, now).map_or(f64::INFINITY, |s| laxity(&s, now, target, fallback))
-    }
-
     /// Track: account every request that left since the last pass.
     fn track(&mut self, departed: &[Departure], target_formed: bool) {
         for dep in departed {
@@ -532,9 +528,10 @@ impl GenPreemption {
             dec.resumes.push(row.id);
             active += 1;
         }
+        let rule = self.lane_rule(v.now);
         let mut forced: Vec<_> = rest
             .iter()
-            .filter(|(_, row)| self.forced_due(row, v.now))
+            .filter(|(_, row)| rule.forced_due(row))
             .copied()
             .collect();
         if free == 0 {

@@ -26,11 +26,16 @@ pub fn own_rate(r: &RateState, fallback: f64) -> f64 {
     }
 }
 
+/// The time by which a request must finish to keep T: first token + (max_tokens − 1) / T.
+pub fn deadline(first_token_time: f64, max_tokens: u32, target_tps: f64) -> f64 {
+    first_token_time + max_tokens.saturating_sub(1) as f64 / target_tps
+}
+
 /// Laxity: deadline − projected finish, where the deadline is first token +
 /// (max_tokens − 1) / T and the projected finish is now + remaining ÷ own unpaused rate.
 /// It is how long the request can still be paused and finish at or above T.
 pub fn laxity(r: &RateState, now: f64, target_tps: f64, fallback_rate: f64) -> f64 {
-    let deadline = r.first_token_time + r.max_tokens.saturating_sub(1) as f64 / target_tps;
+    let deadline = deadline(r.first_token_time, r.max_tokens, target_tps);
     let remaining = r.max_tokens.saturating_sub(r.output_tokens) as f64;
     let rate = own_rate(r, fallback_rate);
     let projected = if rate > 0.0 {

@@ -711,3 +711,150 @@ fn target_resume_lane_puts_sacrificed_requests_last() {
     let d = w.step(&mut p, 31.0, &quiet(31.0, None), &[gone]);
     assert_eq!(d.resumes, vec![3]);
 }
+
+// ---- target_output_tps: the bounded tier walk against a full scan ----
+
+/// Every tier's choice by a full scan: each eligible unpaused resident's laxity computed and
+/// compared, as the controller did before `tiers.rs` (the specification of the choice).
+fn full_scan_target_victim(
+    p: &GenPreemption,
+    v: &StepView,
+    t: f64,
+) -> Option<(RequestId, PauseKind)> {
+    let d = p.stats.d().unwrap_or(0.0);
+    let el = p.eligibility(v.now);
+    let key = p.params.victim_key;
+    let better = |best: Option<&Resident>, r: &Resident| best.is_none_or(|b| key.cmp(r, b).is_lt());
+    let mut slack: Option<(f64, RequestId)> = None;
+    let mut below: Option<&Resident> = None;
+    let mut sacrifice: Option<&Resident> = None;
+    for r in v.residents {
+        if p.paused.contains(r.id) {
+            continue;
+        }
+        let rec = p.records.get(r.id).copied();
+        let iters = r.decode_iters - rec.map_or(0, |x| x.iters_at_resume.min(r.decode_iters));
+        let unpaused =
+            GenPreemption::rate_state(r, rec.as_ref(), v.now).map_or(0.0, |s| s.unpaused_decode_s);
+        if !el.eligible(r, iters, unpaused) {
+            continue;
+        }
+        let fallback = p.stats.r0().unwrap_or(t);
+        let lax = GenPreemption::rate_state(r, rec.as_ref(), v.now)
+            .map_or(f64::INFINITY, |s| objective::laxity(&s, v.now, t, fallback));
+        let rec = rec.unwrap_or_default();
+        if !rec.sacrificed
+            && rec.slack_pauses < SLACK_PAUSES_PER_REQUEST
+            && lax >= SLACK_TIER_MIN_FRACTION_OF_D * d
+            && slack.is_none_or(|b| victim::largest_slack_first((lax, r.id), b).is_lt())
+        {
+            slack = Some((lax, r.id));
+        }
+        if rec.below_pauses < BELOW_PAUSES_PER_REQUEST {
+            if (lax < 0.0 || rec.sacrificed) && better(below, r) {
+                below = Some(r);
+            }
+            if !rec.sacrificed && better(sacrifice, r) {
+                sacrifice = Some(r);
+            }
+        }
+    }
+    if let Some((_, id)) = slack {
+        return Some((id, PauseKind::Slack));
+    }
+    if let Some(r) = below {
+        return Some((r.id, PauseKind::Below));
+    }
+    if !p.credit.can_sacrifice() {
+        return None;
+    }
+    sacrifice.map(|r| (r.id, PauseKind::Sacrifice))
+}
+
+/// One random resident and its controller record. Values come from small sets, so equal
+/// laxities (ties) are common. Half the residents are drawn from a narrow cluster (first
+/// tokens within 1.5 s, a few tokens left), so laxities lie close to their deadline bounds
+/// and to each other, where a wrong skip would show.
+fn arb_resident() -> impl proptest::strategy::Strategy<Value = (Resident, Option<Record>, bool)> {
+    use proptest::prelude::*;
+    (
+        (0u32..80, 0u32..6, 0u32..5, 0u32..10),
+        (
+            0u32..3,
+            0u32..9,
+            0u32..4,
+            any::<bool>(),
+            0u32..5,
+            any::<bool>(),
+        ),
+        any::<bool>(),
+    )
+        .prop_map(
+            |((ft, out, iters, rem), (rec, slack, below, sac, paused_s, is_paused), narrow)| {
+                let (ft, rem) = if narrow {
+                    (20 + ft % 4, rem % 6)
+                } else {
+                    (ft, rem)
+                };
+                let first_token_time = (ft > 0).then_some(0.5 * ft as f64);
+                let output_tokens = [0, 1, 2, 50, 400, 900][out as usize];
+                let r = Resident {
+                    id: 0,
+                    arrival: ft as f64,
+                    admit_time: ft as f64 + 0.5,
+                    first_token_time,
+                    output_tokens,
+                    decode_iters: [0, 63, 64, 500, 2000][iters as usize],
+                    max_tokens: output_tokens
+                        + [0, 1, 2, 3, 5, 10, 40, 600, 2000, 5000][rem as usize],
+                };
+                let record = (rec > 0).then(|| Record {
+                    pauses: slack + below,
+                    slack_pauses: slack,
+                    below_pauses: below,
+                    sacrificed: sac,
+                    paused_total: [0.0, 0.5, 1.0, 7.5, 30.0][paused_s as usize],
+                    iters_at_resume: if rec == 2 { 10 } else { 0 },
+                    paused: None,
+                });
+                (r, record, is_paused && record.is_some())
+            },
+        )
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+    #[test]
+    fn bounded_tier_walk_picks_the_full_scans_victim(
+        rows in proptest::collection::vec(arb_resident(), 0..40),
+        t in proptest::sample::select(vec![5.0, 20.0, 40.0, 200.0]),
+        d in proptest::option::of(proptest::sample::select(vec![0.5, 5.0, 60.0, 300.0])),
+        credit_steps in 0u32..8,
+        now in proptest::sample::select(vec![40.0, 55.0, 90.0]),
+    ) {
+        let mut p = target(t);
+        if let Some(d) = d {
+            p.stats.decode.push(d);
+            p.stats.tpot.push(d / 1500.0);
+        }
+        for _ in 0..credit_steps {
+            p.credit.complete(true, false);
+        }
+        let mut residents = Vec::new();
+        for (i, (mut r, rec, is_paused)) in rows.into_iter().enumerate() {
+            r.id = i as u64;
+            if let Some(mut rec) = rec {
+                if is_paused {
+                    rec.paused = Some((now - 1.0, PauseKind::Slack));
+                    p.paused.get_or_insert_with(r.id, || ());
+                }
+                *p.records.get_or_insert_with(r.id, Record::default) = rec;
+            }
+            residents.push(r);
+        }
+        let q = AdmissionQueue::new(AdmissionParams::default());
+        let v = StepView { now, residents: &residents, by_admission: None, departed: &[], queue: &q };
+        let expected = full_scan_target_victim(&p, &v, t);
+        proptest::prop_assert_eq!(p.target_victim(&v, t), expected);
+    }
+}

@@ -1,0 +1,125 @@
+//! `target_output_tps` victim (SPEC §4.3, tiers 1–3), found without a laxity for every
+//! resident.
+//!
+//! A request's laxity never exceeds its deadline minus now: the projected finish is now plus
+//! a non-negative time, and f64 rounding is monotone, so the computed laxity obeys the bound
+//! the exact one does. Tier 1 takes the largest laxity at or above 0.02 D, so a resident whose
+//! bound is below that floor, or below the best laxity found so far, cannot be its choice, and
+//! neither its eligibility nor its laxity is computed. The deadline depends only on the first
+//! token time and `max_tokens`, so the bound costs one division. (Starting the walk at the
+//! previous pass's runner-up cost more in bookkeeping than it saved.) Tiers 2 and 3 matter
+//! only when tier 1 has no candidate, and only then are walked.
+
+use std::cmp::Ordering;
+
+use super::objective::{deadline, laxity};
+use super::victim::{largest_slack_first, Eligibility};
+use super::{
+    merge_find, GenPreemption, PauseKind, Record, Resident, StepView, BELOW_PAUSES_PER_REQUEST,
+    SLACK_PAUSES_PER_REQUEST, SLACK_TIER_MIN_FRACTION_OF_D,
+};
+use crate::policy::RequestId;
+
+/// A tier-1 candidate: its laxity and id.
+type Slack = (f64, RequestId);
+
+impl GenPreemption {
+    /// Laxity of an unpaused resident that passes the mode-independent eligibility, `None`
+    /// when it is not eligible. The same arithmetic as `eligible` followed by the laxity, with
+    /// the rate state computed once.
+    fn eligible_laxity(
+        el: &Eligibility,
+        r: &Resident,
+        rec: Option<&Record>,
+        target: f64,
+        fallback_rate: f64,
+    ) -> Option<f64> {
+        let s = Self::rate_state(r, rec, el.now)?;
+        let iters = r.decode_iters - rec.map_or(0, |x| x.iters_at_resume.min(r.decode_iters));
+        el.eligible(r, iters, s.unpaused_decode_s)
+            .then(|| laxity(&s, el.now, target, fallback_rate))
+    }
+
+    /// The target-mode victim for this pass.
+    pub(super) fn target_victim(
+        &self,
+        v: &StepView,
+        target: f64,
+    ) -> Option<(RequestId, PauseKind)> {
+        let el = self.eligibility(v.now);
+        let fallback = self.stats.r0().unwrap_or(target);
+        let floor = SLACK_TIER_MIN_FRACTION_OF_D * self.stats.d().unwrap_or(0.0);
+        let mut best: Option<Slack> = None;
+        let mut paused = self.paused.ids().peekable();
+        let mut recs = self.records.iter().peekable();
+        for r in v.residents {
+            // No first token: not eligible. A NaN bound rules nothing out.
+            let Some(ft) = r.first_token_time else {
+                continue;
+            };
+            let bound = deadline(ft, r.max_tokens, target) - v.now;
+            if bound < floor || best.is_some_and(|(b, _)| bound < b) {
+                continue;
+            }
+            if merge_find(&mut paused, r.id, |id| *id).is_some() {
+                continue;
+            }
+            let rec = merge_find(&mut recs, r.id, |(k, _)| *k).map(|(_, x)| x);
+            if rec.is_some_and(|x| x.sacrificed || x.slack_pauses >= SLACK_PAUSES_PER_REQUEST) {
+                continue;
+            }
+            let Some(lax) = Self::eligible_laxity(&el, r, rec, target, fallback) else {
+                continue;
+            };
+            if lax >= floor && best.is_none_or(|b| largest_slack_first((lax, r.id), b).is_lt()) {
+                best = Some((lax, r.id));
+            }
+        }
+        if let Some((_, id)) = best {
+            return Some((id, PauseKind::Slack));
+        }
+        self.below_or_sacrifice(v, &el, target, fallback)
+    }
+
+    /// Tiers 2 and 3, for a pass whose tier 1 has no candidate.
+    fn below_or_sacrifice(
+        &self,
+        v: &StepView,
+        el: &Eligibility,
+        target: f64,
+        fallback: f64,
+    ) -> Option<(RequestId, PauseKind)> {
+        let key = self.params.victim_key;
+        let better = |best: Option<&Resident>, r: &Resident| {
+            best.is_none_or(|b| key.cmp(r, b) == Ordering::Less)
+        };
+        let mut below: Option<&Resident> = None;
+        let mut sacrifice: Option<&Resident> = None;
+        let mut paused = self.paused.ids().peekable();
+        let mut recs = self.records.iter().peekable();
+        for r in v.residents {
+            let is_paused = merge_find(&mut paused, r.id, |id| *id).is_some();
+            let rec = merge_find(&mut recs, r.id, |(k, _)| *k).map(|(_, x)| x);
+            if is_paused || rec.is_some_and(|x| x.below_pauses >= BELOW_PAUSES_PER_REQUEST) {
+                continue;
+            }
+            let Some(lax) = Self::eligible_laxity(el, r, rec, target, fallback) else {
+                continue;
+            };
+            let sacrificed = rec.is_some_and(|x| x.sacrificed);
+            if (lax < 0.0 || sacrificed) && better(below, r) {
+                below = Some(r);
+            }
+            if !sacrificed && better(sacrifice, r) {
+                sacrifice = Some(r);
+            }
+        }
+        if let Some(r) = below {
+            return Some((r.id, PauseKind::Below));
+        }
+        if !self.credit.can_sacrifice() {
+            return None;
+        }
+        sacrifice.map(|r| (r.id, PauseKind::Sacrifice))
+    }
+}
