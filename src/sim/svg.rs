@@ -82,16 +82,7 @@ pub fn ttft_cdf(title: &str, series: &[(String, Vec<f64>)]) -> String {
         s += &format!(
             "<polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"2\" points=\"{pts}\"/>\n"
         );
-        let ly = T + 14.0 + 18.0 * i as f64;
-        s += &format!(
-            "<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"{color}\" stroke-width=\"3\"/><text x=\"{3}\" y=\"{4}\">{5}</text>\n",
-            W - R + 12.0,
-            ly,
-            W - R + 32.0,
-            W - R + 38.0,
-            ly + 4.0,
-            esc(name)
-        );
+        s += &legend_entry(i, color, name);
     }
     s += "</svg>\n";
     s
@@ -209,16 +200,7 @@ pub fn stacked(title: &str, x_label: &str, panels: &[Panel]) -> String {
     );
     for (i, name) in names.iter().enumerate() {
         let color = COLORS[i % COLORS.len()];
-        let ly = T + 14.0 + 18.0 * i as f64;
-        s += &format!(
-            "<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"{color}\" stroke-width=\"3\"/><text x=\"{3}\" y=\"{4}\">{5}</text>\n",
-            W - R + 12.0,
-            ly,
-            W - R + 32.0,
-            W - R + 38.0,
-            ly + 4.0,
-            esc(name)
-        );
+        s += &legend_entry(i, color, name);
     }
     s += "</svg>\n";
     s
@@ -249,6 +231,20 @@ fn y_range(p: &Panel) -> f64 {
     } else {
         1.0
     }
+}
+
+/// The `i`-th line of the legend at the top right.
+fn legend_entry(i: usize, color: &str, name: &str) -> String {
+    let ly = T + 14.0 + 18.0 * i as f64;
+    format!(
+        "<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"{color}\" stroke-width=\"3\"/><text x=\"{3}\" y=\"{4}\">{5}</text>\n",
+        W - R + 12.0,
+        ly,
+        W - R + 32.0,
+        W - R + 38.0,
+        ly + 4.0,
+        esc(name)
+    )
 }
 
 fn nice_ceiling(x: f64) -> f64 {

@@ -4,29 +4,14 @@
 mod common;
 
 use std::path::PathBuf;
-use std::process::{Command, Output};
 
+use common::cli::{args, loadgen};
 use common::Behavior;
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")
         .join(name)
-}
-
-async fn loadgen(args: Vec<String>) -> Output {
-    tokio::task::spawn_blocking(move || {
-        Command::new(env!("CARGO_BIN_EXE_loadgen"))
-            .args(args)
-            .output()
-            .expect("run loadgen")
-    })
-    .await
-    .expect("join")
-}
-
-fn args(v: &[&str]) -> Vec<String> {
-    v.iter().map(|s| s.to_string()).collect()
 }
 
 fn summary_of(path: &PathBuf) -> serde_json::Value {

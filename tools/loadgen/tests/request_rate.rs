@@ -4,9 +4,9 @@
 mod common;
 
 use std::path::PathBuf;
-use std::process::{Command, Output};
 use std::time::Duration;
 
+use common::cli::{args, loadgen};
 use common::Behavior;
 use loadgen::poisson::{PoissonArrivals, PoissonSource, Shapes};
 use loadgen::record::ErrorKind;
@@ -110,21 +110,6 @@ async fn a_rate_run_stops_at_its_request_count_or_its_duration() {
     assert_eq!(out.stop_reason, StopReason::Duration);
     assert!(!out.records.is_empty());
     assert!(out.records.iter().all(|r| r.scheduled_s <= 0.3));
-}
-
-async fn loadgen(args: Vec<String>) -> Output {
-    tokio::task::spawn_blocking(move || {
-        Command::new(env!("CARGO_BIN_EXE_loadgen"))
-            .args(args)
-            .output()
-            .expect("run loadgen")
-    })
-    .await
-    .expect("join")
-}
-
-fn args(v: &[&str]) -> Vec<String> {
-    v.iter().map(|s| s.to_string()).collect()
 }
 
 fn temp_json(name: &str) -> PathBuf {

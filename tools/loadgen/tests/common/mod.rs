@@ -2,6 +2,10 @@
 //! and failures, for loadgen's tests.
 #![allow(dead_code)]
 
+/// Running the loadgen binary (integration tests only: examples have no such binary).
+#[cfg(test)]
+pub mod cli;
+
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
