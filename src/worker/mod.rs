@@ -1,9 +1,9 @@
-//! The GEN worker's state machine: one `pass` turns the inputs the leader broadcasts into
-//! every decision of that pass (SPEC §4.1). It composes the pure pieces — admission queue,
-//! preemption controller, pools, batch builder — in the SPEC's order:
-//! ingest → track/resume/pause → admit → build batch.
-//! The simulator drives it in virtual time; the actor runtime exchanges the same steps as
-//! messages. No clock, no I/O, no randomness.
+//! The GEN worker's state machine: one pass turns the inputs the leader broadcasts into
+//! every decision of that pass (SPEC §4.1). `PassMachine::run` (`pass.rs`) is that pass, in
+//! the SPEC's order — ingest → track/resume/pause → admit → build batch — written once
+//! against the components' ports (`ports.rs`): `WorkerCore` runs it over cores it owns
+//! (`LocalPorts`, the simulator's worker), the actor runtime over one actor per component.
+//! No clock, no I/O, no randomness.
 
 mod inputs;
 mod local;
