@@ -25,6 +25,8 @@ pub struct PassMachine {
     pub(super) displaced: Vec<RequestId>,
     /// D as of the last controller step (the admission queue's refresh uses it).
     d: Option<f64>,
+    /// Waiters after the last pass.
+    queue_len: usize,
     pub(super) pass_no: u64,
     pub(super) totals: WorkerTotals,
     pub(super) last_batch: usize,
@@ -74,6 +76,7 @@ impl PassMachine {
             batch_rows: Vec::new(),
             displaced: Vec::new(),
             d: None,
+            queue_len: 0,
             pass_no: 0,
             totals: WorkerTotals::default(),
             last_batch: 0,
@@ -160,9 +163,19 @@ impl PassMachine {
             AdmitBudget::empty(&self.params.kv)
         };
         self.buf.popped.clear();
-        let queue_len = ports
-            .pop_admissible(free, budget, &mut self.buf.popped)
-            .await;
+        // The queue's length follows from the last pass's and this ingest's answers; an
+        // empty queue has nothing to pop or to mark, so it is not asked.
+        let queued = (self.queue_len + inp.arrivals.len())
+            .saturating_sub(out.rejected.len() + self.buf.cancelled.len());
+        let queue_len = match queued {
+            0 => 0,
+            _ => {
+                ports
+                    .pop_admissible(free, budget, &mut self.buf.popped)
+                    .await
+            }
+        };
+        self.queue_len = queue_len;
         if !self.buf.popped.is_empty() {
             ports.admit(&self.buf.popped, &mut self.buf.outcomes).await;
             self.admitted(now, out);
