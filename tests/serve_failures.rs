@@ -116,3 +116,52 @@ async fn a_panicking_backend_fails_in_flight_requests_and_refuses_new_ones_with_
         .contains("panicked"));
     s.shutdown().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_component_actor_that_stops_fails_in_flight_requests_and_new_ones_get_503() {
+    let cfg = config("scheduler_config: { gen_preemption: { tpot_budget: 0.1 } }\n");
+    let engine = engine(&cfg);
+    let mut sub = engine
+        .submit(GenRequest {
+            max_tokens: 5000,
+            ..request()
+        })
+        .unwrap();
+    // Streaming: the request is resident and the passes are running.
+    match tokio::time::timeout(WAIT, sub.recv())
+        .await
+        .expect("a token")
+    {
+        Some(EngineEvent::Token { .. }) => {}
+        other => panic!("expected a token, got {other:?}"),
+    }
+    assert!(engine.halt_component("kv_pool"));
+    assert!(!engine.halt_component("no_such_component"));
+    let message = loop {
+        match tokio::time::timeout(WAIT, sub.recv())
+            .await
+            .expect("the request ends")
+        {
+            Some(EngineEvent::Token { .. }) => continue,
+            Some(EngineEvent::Failed { message }) => break message,
+            other => panic!("expected a failure, got {other:?}"),
+        }
+    };
+    assert!(message.contains("kv_pool actor stopped"), "{message}");
+    let st = engine.supervisor_state().await.unwrap();
+    assert!(!st.enabled, "the supervisor turned preemption off");
+    let s = Server::with_engine(engine).await;
+    let r = s
+        .post("/v1/completions", &json!({"prompt": "a", "max_tokens": 3}))
+        .await;
+    assert_eq!(r.status(), 503);
+    let d = s.debug().await;
+    let kv = d["components"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["actor"] == "kv_pool")
+        .cloned();
+    assert_eq!(kv.map(|c| c["stopped"].clone()), Some(json!(true)));
+    s.shutdown().await.unwrap();
+}

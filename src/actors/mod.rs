@@ -1,11 +1,14 @@
-//! The actor runtime (SPEC §5): the executor that runs the scheduling pass over the worker
-//! core, the GPU-step actor on its own OS thread owning the step backend, and the
-//! supervisor that owns the setup decision and can turn preemption off at run time.
+//! The actor runtime (SPEC §5): one actor per scheduling component (admission queue,
+//! preemption controller, slot, KV, recurrent-state and drafter pools), the executor that
+//! runs the scheduling pass against them, the GPU-step actor on its own OS thread owning
+//! the step backend, and the supervisor that owns the setup decision and can turn
+//! preemption off at run time.
 //! [`ActorEngine`] is the HTTP server's [`Engine`] over them.
 //!
 //! The actors run in an actix `System` on a dedicated thread, so the HTTP stack stays a
 //! plain tokio runtime (`notes/deps.md` §3: `Actor::start` from a bare tokio runtime panics).
 
+pub mod components;
 pub mod executor;
 pub mod gpu;
 pub mod messages;
@@ -27,8 +30,9 @@ use crate::gpu::StepBackend;
 use crate::policy::setup::SetupError;
 use crate::server::engine::{Engine, GenRequest, Submission, SubmitError};
 use crate::server::latency::now_unix_s;
-use crate::worker::{PassInputs, PassOutput, WorkerCore};
+use crate::worker::{PassInputs, PassOutput};
 
+use components::Components;
 use executor::{AttachGpu, Executor, ExecutorInit, Shared};
 use messages::{Cancel, DebugState, Disable, GetSupervisorState, Shutdown, Submit, TakeRecord};
 use supervisor::{Attach, Supervisor, SupervisorState};
@@ -55,6 +59,7 @@ pub struct StartOptions {
 
 struct Addrs {
     executor: Addr<Executor>,
+    components: Components,
     supervisor: Addr<Supervisor>,
     system: actix::System,
 }
@@ -62,6 +67,7 @@ struct Addrs {
 /// The running actor system, as the server's engine.
 pub struct ActorEngine {
     executor: Addr<Executor>,
+    components: Components,
     supervisor: Addr<Supervisor>,
     system: actix::System,
     thread: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
@@ -97,8 +103,10 @@ impl ActorEngine {
                 let sys = actix::System::new();
                 let started = sys.block_on(async move {
                     let supervisor = Supervisor::new(sup_state).start();
+                    let components = Components::start(&params);
                     let executor = Executor::new(ExecutorInit {
-                        core: WorkerCore::new(params),
+                        params,
+                        components: components.clone(),
                         clock: ck,
                         shared: sh,
                         supervisor: supervisor.clone(),
@@ -112,6 +120,7 @@ impl ActorEngine {
                     executor.do_send(AttachGpu(gpu));
                     Ok(Addrs {
                         executor,
+                        components,
                         supervisor,
                         system: actix::System::current(),
                     })
@@ -129,6 +138,7 @@ impl ActorEngine {
             .map_err(StartError::Spawn)?;
         Ok(ActorEngine {
             executor: addrs.executor,
+            components: addrs.components,
             supervisor: addrs.supervisor,
             system: addrs.system,
             thread: std::sync::Mutex::new(Some(thread)),
@@ -148,6 +158,12 @@ impl ActorEngine {
 
     pub async fn supervisor_state(&self) -> Option<SupervisorState> {
         self.supervisor.send(GetSupervisorState).await.ok()
+    }
+
+    /// Stop one component actor (`components::NAMES`) as a crash would: the failure
+    /// path's tests use it. False for an unknown name or a pool this worker lacks.
+    pub fn halt_component(&self, name: &str) -> bool {
+        self.components.halt(name)
     }
 
     /// Scheduling passes run so far.

@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
+use super::budget::KvBudget;
 use super::{PoolError, PoolReport, PoolUsage};
 use crate::policy::RequestId;
 
@@ -96,12 +97,18 @@ impl KvPool {
         &self.cfg
     }
 
+    /// This pool's part of the admission budget.
+    pub fn budget(&self) -> KvBudget {
+        KvBudget {
+            rows: self.free_rows.len() as u32,
+            pages: u64::from(self.free_pages()),
+            ..KvBudget::empty(&self.cfg)
+        }
+    }
+
     /// Whether a context of `tokens` could be admitted now.
     pub fn can_admit(&self, tokens: u32) -> bool {
-        !self.free_rows.is_empty()
-            && self.free_pages() as u64
-                >= self.cfg.pages_for(tokens.max(1)) as u64
-                    + self.cfg.swa_pages_per_resident() as u64
+        self.budget().fits(tokens)
     }
 
     /// A free page: a released one if any, else the next never-used one. Callers check
@@ -115,9 +122,10 @@ impl KvPool {
         if self.held.contains_key(&id) {
             return Err(PoolError::AlreadyHeld { pool: ROWS, id });
         }
-        let need = self.cfg.pages_for(tokens.max(1)) as usize;
-        let swa = self.cfg.swa_pages_per_resident() as usize;
-        if (self.free_pages() as usize) < need + swa {
+        // The page rule is the budget's, so `can_admit` and `admit` never disagree.
+        let budget = self.budget();
+        let total = budget.admit_pages(tokens) as usize;
+        if (budget.pages as usize) < total {
             return Err(PoolError::Exhausted {
                 pool: PAGES,
                 capacity: self.cfg.total_pages as u64,
@@ -127,6 +135,8 @@ impl KvPool {
             pool: ROWS,
             capacity: self.cfg.index_rows as u64,
         })?;
+        let swa = budget.swa_pages as usize;
+        let need = total - swa;
         let (mut pages, mut swa_pages) = (Vec::new(), Vec::new());
         self.take_pages(need, &mut pages);
         self.take_pages(swa, &mut swa_pages);

@@ -4,12 +4,14 @@
 //! With preemption on, each pool that holds one entry per resident request is sized for
 //! `max_num_active_requests + paused cap`. Pure: no clock, no I/O.
 
+pub mod budget;
 pub mod drafter;
 pub mod index;
 pub mod kv;
 pub mod recurrent;
 pub mod slot;
 
+pub use budget::{AdmitBudget, KvBudget};
 pub use drafter::DrafterArena;
 pub use index::IndexPool;
 pub use kv::{KvConfig, KvPool};

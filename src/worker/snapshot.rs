@@ -2,9 +2,9 @@
 
 use serde::Serialize;
 
-use super::WorkerCore;
-use crate::policy::admission::{Head, Tier};
-use crate::policy::preemption::{Mode, PausedView, Totals};
+use super::{PassMachine, WorkerCore};
+use crate::policy::admission::{AdmissionQueue, Head, Tier};
+use crate::policy::preemption::{GenPreemption, Mode, PausedView, Totals};
 use crate::policy::RequestId;
 use crate::pools::PoolUsage;
 
@@ -64,31 +64,31 @@ pub struct WorkerSnapshot {
     pub totals: super::WorkerTotals,
 }
 
-pub(super) fn build(w: &WorkerCore, now: f64) -> WorkerSnapshot {
-    let (late, guard, on_time) = w.queue.tier_counts();
-    let p = &w.preempt;
-    let paused = p.paused_count();
-    WorkerSnapshot {
-        now,
-        pass: w.pass_no,
-        queue: QueueView {
-            len: w.queue.len(),
-            max_waiting: w.queue.params().max_waiting,
-            policy: w.queue.params().policy,
-            target_x_s: w.queue.target(),
-            target_samples: w.queue.target_samples(),
+impl QueueView {
+    pub fn of(q: &AdmissionQueue) -> Self {
+        let (late, guard, on_time) = q.tier_counts();
+        QueueView {
+            len: q.len(),
+            max_waiting: q.params().max_waiting,
+            policy: q.params().policy,
+            target_x_s: q.target(),
+            target_samples: q.target_samples(),
             tiers: TierCounts {
                 late,
                 guard,
                 on_time,
             },
-            head: w
-                .queue
+            head: q
                 .head()
-                .filter(|h| h.tier != Tier::NoTarget || w.queue.target().is_none()),
-            mean_step_s: w.queue.mean_step(),
-        },
-        preemption: PreemptionView {
+                .filter(|h| h.tier != Tier::NoTarget || q.target().is_none()),
+            mean_step_s: q.mean_step(),
+        }
+    }
+}
+
+impl PreemptionView {
+    pub fn of(p: &GenPreemption, now: f64) -> Self {
+        PreemptionView {
             mode: p.mode(),
             paused: p.paused_view(now),
             paused_cap: p.paused_cap(),
@@ -99,12 +99,40 @@ pub(super) fn build(w: &WorkerCore, now: f64) -> WorkerSnapshot {
             credit: p.credit(),
             completions: p.stats().completions(),
             totals: p.totals(),
-        },
-        pools: w.pool_usage(),
-        residents: w.residents.len(),
-        active: w.residents.len() - paused,
-        displaced: w.displaced.clone(),
-        last_batch: w.last_batch,
-        totals: w.totals,
+        }
     }
+}
+
+impl PassMachine {
+    /// The worker's snapshot from the machine's state and the components' views.
+    pub fn snapshot(
+        &self,
+        now: f64,
+        queue: QueueView,
+        preemption: PreemptionView,
+        pools: Vec<PoolUsage>,
+    ) -> WorkerSnapshot {
+        let paused = preemption.paused.len();
+        WorkerSnapshot {
+            now,
+            pass: self.pass_no,
+            queue,
+            preemption,
+            pools,
+            residents: self.residents.len(),
+            active: self.residents.len().saturating_sub(paused),
+            displaced: self.displaced.clone(),
+            last_batch: self.last_batch,
+            totals: self.totals,
+        }
+    }
+}
+
+pub(super) fn build(w: &WorkerCore, now: f64) -> WorkerSnapshot {
+    w.machine.snapshot(
+        now,
+        QueueView::of(&w.parts.queue),
+        PreemptionView::of(&w.parts.preempt, now),
+        w.parts.pool_usage(),
+    )
 }

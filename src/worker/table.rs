@@ -28,16 +28,17 @@ impl ResidentTable {
         self.index.len()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.index.is_empty()
-    }
-
     fn find(&self, id: RequestId) -> Result<usize, usize> {
         self.index.binary_search_by_key(&id, |e| e.0)
     }
 
     pub fn contains_key(&self, id: &RequestId) -> bool {
         self.find(*id).is_ok()
+    }
+
+    pub fn get(&self, id: &RequestId) -> Option<&Res> {
+        let slot = self.index[self.find(*id).ok()?].1;
+        self.at(slot, *id)
     }
 
     pub fn get_mut(&mut self, id: &RequestId) -> Option<&mut Res> {

@@ -427,3 +427,59 @@ fn fcfs_policy_never_forms_x_and_never_pauses() {
     }
     assert!(!d.core.queue().target_formed());
 }
+
+/// Two 32-token contexts in a KV pool of three 32-token pages: each first token needs a
+/// second page, and only one is free.
+#[test]
+fn a_row_whose_growth_finds_no_page_waits_out_of_the_batch_without_its_first_token() {
+    let mut core = WorkerCore::new(WorkerParams::simple(4, Mode::Off, 0, 96));
+    let arrivals = (1..=2)
+        .map(|id| Arrival {
+            id,
+            arrival: 0.0,
+            context_tokens: 32,
+            max_tokens: 10,
+        })
+        .collect();
+    let out = core.pass(&PassInputs {
+        now: 0.0,
+        arrivals,
+        ..PassInputs::default()
+    });
+    assert_eq!(out.admitted.len(), 2);
+    let kv_ready = (1..=2).map(|id| KvReady { id, at: 0.1 }).collect();
+    let out = core.pass(&PassInputs {
+        now: 0.1,
+        kv_ready,
+        ..PassInputs::default()
+    });
+    core.check_invariants(&out).unwrap();
+    assert_eq!(out.batch.iter().map(|r| r.id).collect::<Vec<_>>(), [1]);
+    assert_eq!(out.kv_waiting, [2]);
+    assert_eq!(
+        out.first_tokens.iter().map(|f| f.id).collect::<Vec<_>>(),
+        [1]
+    );
+    assert_eq!(core.totals().kv_waits, 1);
+    assert_eq!(
+        core.pages_of(2).map(<[u32]>::len),
+        Some(1),
+        "nothing was taken"
+    );
+    // Request 1 leaves; its pages let request 2 grow, and its first token comes now.
+    let out = core.pass(&PassInputs {
+        now: 0.2,
+        cancellations: vec![1],
+        ..PassInputs::default()
+    });
+    core.check_invariants(&out).unwrap();
+    assert_eq!(out.batch.iter().map(|r| r.id).collect::<Vec<_>>(), [2]);
+    assert!(out.kv_waiting.is_empty());
+    let first = out
+        .first_tokens
+        .iter()
+        .find(|f| f.id == 2)
+        .expect("first token");
+    assert!((first.ttft - 0.2).abs() < 1e-12, "{first:?}");
+    assert_eq!(out.batch[0].context_len, 32);
+}

@@ -19,6 +19,7 @@ use serde::Serialize;
 use super::stats::{RunningMean, WindowPercentile};
 use super::transfer::{TransferEstimator, TransferLine};
 use super::RequestId;
+use crate::pools::AdmitBudget;
 use tiers::TierIndex;
 
 /// Re-key the queue after this many transfer observations (keys use a frozen line).
@@ -83,6 +84,24 @@ pub struct Head {
     pub tier: Tier,
     /// `None` while X is not formed.
     pub slack: Option<f64>,
+}
+
+/// What the preemption controller reads of the queue, taken after `refresh`: data, so the
+/// controller needs no reference to the queue (and an actor can send it in a reply).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct QueueFacts {
+    /// X is formed.
+    pub target_formed: bool,
+    /// The head's slack (`None` when the queue is empty or X is not formed).
+    pub head_slack: Option<f64>,
+}
+
+impl QueueFacts {
+    /// Whether the head's slack is below `w`. Never true without a target. An on-time
+    /// head blocks: a later waiter at risk does not count while the head is not.
+    pub fn head_at_risk(&self, w: f64) -> bool {
+        matches!(self.head_slack, Some(s) if s < w)
+    }
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -302,10 +321,21 @@ impl AdmissionQueue {
         })
     }
 
-    /// Whether the head's slack is below `w`. Never true without a target. An on-time
-    /// head blocks: a later waiter at risk does not count while the head is not.
+    /// The controller's view of the queue as of the last `refresh`.
+    pub fn facts(&self) -> QueueFacts {
+        QueueFacts {
+            target_formed: self.target_formed(),
+            // Without C every slack is None, so the head need not be found.
+            head_slack: match self.common {
+                Some(_) => self.head().and_then(|h| h.slack),
+                None => None,
+            },
+        }
+    }
+
+    /// See [`QueueFacts::head_at_risk`].
     pub fn head_at_risk(&self, w: f64) -> bool {
-        matches!(self.head(), Some(Head { slack: Some(s), .. }) if s < w)
+        self.facts().head_at_risk(w)
     }
 
     /// How many waiters have slack below `w` (0 without a target). O(answer · log n).
@@ -339,6 +369,24 @@ impl AdmissionQueue {
         self.head_seq()
             .and_then(|s| self.entries.get(&s))
             .map(|e| e.waiter)
+    }
+
+    /// The admission phase: pop up to `max` waiters in queue order while each fits in
+    /// `budget` (taking its share), stopping at the first head that does not fit, so the
+    /// next waiter waits for pool room in order (head-of-line). Everyone left queued then
+    /// had to wait for a slot.
+    pub fn pop_admissible(&mut self, max: u32, budget: &mut AdmitBudget, into: &mut Vec<Popped>) {
+        for _ in 0..max {
+            let Some(head) = self.peek() else { break };
+            if !budget.try_take(head.context_tokens) {
+                break;
+            }
+            let Some(p) = self.pop() else { break };
+            into.push(p);
+        }
+        if !self.is_empty() {
+            self.mark_left_behind();
+        }
     }
 
     /// Called after an admission phase: everyone still queued had to wait for a slot.

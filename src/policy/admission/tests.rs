@@ -255,3 +255,75 @@ fn brute_head(q: &AdmissionQueue) -> Option<u64> {
     let on = es.iter().filter(|e| e.1.key >= on_from).min_by(by_arrival);
     guard.or(late).or(on).map(|e| e.1.waiter.id)
 }
+
+fn budget(slots: u32, pages: u64) -> AdmitBudget {
+    AdmitBudget {
+        slots,
+        kv: crate::pools::KvBudget {
+            rows: slots,
+            pages,
+            tokens_per_block: 32,
+            swa_pages: 0,
+        },
+        recurrent: None,
+        drafter: None,
+    }
+}
+
+#[test]
+fn pop_admissible_stops_at_the_first_head_that_does_not_fit() {
+    let mut q = AdmissionQueue::new(params(10));
+    let big = Waiter {
+        context_tokens: 32 * 40,
+        ..w(2, 1.0)
+    };
+    for x in [w(1, 0.0), big, w(3, 2.0)] {
+        q.push(x).unwrap();
+    }
+    q.refresh(10.0, None);
+    let mut b = budget(8, 50);
+    let mut popped = Vec::new();
+    q.pop_admissible(8, &mut b, &mut popped);
+    // 1 takes 32 pages, 2 needs 40 of the 18 left: 3 (which would fit) waits behind it.
+    assert_eq!(popped.iter().map(|p| p.waiter.id).collect::<Vec<_>>(), [1]);
+    assert_eq!((b.slots, b.kv.pages), (7, 18));
+    assert_eq!(q.len(), 2);
+    // Those left behind waited for room; the next admission says so.
+    let mut popped = Vec::new();
+    q.pop_admissible(8, &mut budget(8, 1000), &mut popped);
+    assert!(popped.iter().all(|p| p.waited));
+    assert_eq!(popped.len(), 2);
+}
+
+#[test]
+fn pop_admissible_takes_at_most_max() {
+    let mut q = AdmissionQueue::new(params(10));
+    for i in 0..5 {
+        q.push(w(i, i as f64)).unwrap();
+    }
+    q.refresh(10.0, None);
+    let mut popped = Vec::new();
+    q.pop_admissible(2, &mut budget(8, 1000), &mut popped);
+    assert_eq!(
+        popped.iter().map(|p| p.waiter.id).collect::<Vec<_>>(),
+        [0, 1]
+    );
+    assert_eq!(q.len(), 3);
+}
+
+#[test]
+fn facts_carry_the_head_slack_only_once_x_is_formed() {
+    let mut q = AdmissionQueue::new(params(10));
+    q.push(w(1, 0.0)).unwrap();
+    q.refresh(5.0, None);
+    assert_eq!(q.facts(), QueueFacts::default());
+    let mut q = formed(1.0);
+    q.push(w(1, 0.0)).unwrap();
+    q.refresh(5.0, None);
+    let f = q.facts();
+    assert!(f.target_formed);
+    // X = 1 s, waited 5 s, no transfer or step time: slack −4 s.
+    assert_eq!(f.head_slack, Some(-4.0));
+    assert!(f.head_at_risk(-3.9) && !f.head_at_risk(-4.0));
+    assert_eq!(q.head_at_risk(-3.9), f.head_at_risk(-3.9));
+}

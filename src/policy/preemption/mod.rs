@@ -13,7 +13,7 @@ pub mod victim;
 
 use serde::Serialize;
 
-use super::admission::{AdmissionQueue, GUARD_FRACTION_OF_D};
+use super::admission::{QueueFacts, GUARD_FRACTION_OF_D};
 use super::stats::RunningMean;
 use super::RequestId;
 use controller::WindowGain;
@@ -123,7 +123,8 @@ pub struct StepView<'a> {
     /// admission instead of scanning every resident.
     pub by_admission: Option<&'a [AdmitRow]>,
     pub departed: &'a [Departure],
-    pub queue: &'a AdmissionQueue,
+    /// The admission queue, refreshed for `now`.
+    pub queue: QueueFacts,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -477,7 +478,7 @@ impl GenPreemption {
             v.residents.windows(2).all(|w| w[0].id < w[1].id),
             "residents sorted by id"
         );
-        let formed = v.queue.target_formed();
+        let formed = v.queue.target_formed;
         self.track(v.departed, formed);
         // A paused id that is no longer resident (left without a departure record) is dropped.
         let mut rows = self.paused_rows(v.residents);

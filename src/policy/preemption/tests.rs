@@ -1,5 +1,5 @@
 use super::*;
-use crate::policy::admission::{AdmissionParams, Waiter};
+use crate::policy::admission::{AdmissionParams, AdmissionQueue, Waiter};
 
 const MAX: u32 = 4;
 
@@ -58,7 +58,7 @@ fn step(
         residents,
         by_admission: None,
         departed,
-        queue: q,
+        queue: q.facts(),
     })
 }
 
@@ -177,7 +177,7 @@ fn admission_order_walk_picks_the_full_scans_victim() {
             residents: rs,
             by_admission: Some(&order),
             departed: &[],
-            queue: &late_queue(now),
+            queue: late_queue(now).facts(),
         });
         assert_eq!(walk, scan, "case {i}");
     }
@@ -187,7 +187,7 @@ fn admission_order_walk_picks_the_full_scans_victim() {
         residents: &cases[1],
         by_admission: Some(&order),
         departed: &[],
-        queue: &late_queue(now),
+        queue: late_queue(now).facts(),
     });
     assert_eq!(
         d.pauses,

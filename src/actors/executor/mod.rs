@@ -1,19 +1,24 @@
-//! The executor: runs the scheduling pass. One pass per step — a pass over the worker core
-//! (ingest → track/resume/pause → admit → build batch, in `WorkerCore::pass`, the one place
-//! that order exists), then the GPU-step actor steps the batch, then the next pass takes the
-//! step's results. It turns the pass's decisions into messages (`Admit`, `Pause`, `Resume`,
+//! The executor: runs the scheduling pass. One pass per step — the pass machine
+//! (`worker::PassMachine::run`, the one place the order ingest → track/resume/pause → admit
+//! → build batch exists) exchanging batch messages with the component actors, then the
+//! GPU-step actor steps the batch, then the next pass takes the step's results. It turns
+//! the pass's decisions into messages to the GPU-step actor (`Admit`, `Pause`, `Resume`,
 //! `Retain`, `Release`, `Step`), streams tokens to the clients and records the metrics.
+//! A component actor that stops fails every in-flight request, like a backend that stops.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use actix::{Actor, ActorContext, AsyncContext, Context, Handler, MessageResult};
-use metrics::{counter, gauge, histogram};
-use serde_json::json;
+use actix::{
+    Actor, ActorContext, ActorFutureExt, AsyncContext, Context, Handler, MessageResult,
+    ResponseActFuture, WrapFuture,
+};
+use metrics::{counter, histogram};
 use tokio::sync::mpsc::UnboundedSender;
 
+use super::components::{ActorPorts, Components};
 use super::gpu::GpuHandle;
 use super::messages::*;
 use crate::gpu::model::Clock;
@@ -21,10 +26,16 @@ use crate::gpu::{ContextArrival, StepOutput, StepRow};
 use crate::metrics as m;
 use crate::policy::RequestId;
 use crate::server::engine::{EngineEvent, FinishReason};
-use crate::worker::{Arrival, BatchRow, KvReady, PassInputs, PassOutput, Stepped, WorkerCore};
+use crate::worker::{
+    Arrival, BatchRow, KvReady, PassInputs, PassMachine, PassOutput, Stepped, WorkerParams,
+};
+
+mod observe;
 
 /// How often a pass runs while nothing steps but the worker is not idle (KV in transfer).
 const POLL: Duration = Duration::from_millis(2);
+/// How often the pool gauges are read from the pool actors.
+const POOL_METRICS: Duration = Duration::from_millis(250);
 
 /// State the HTTP-facing engine reads without a message round trip.
 #[derive(Debug, Default)]
@@ -63,7 +74,9 @@ struct Live {
 }
 
 pub struct ExecutorInit {
-    pub core: WorkerCore,
+    pub params: WorkerParams,
+    /// The component actors, started for `params`.
+    pub components: Components,
     pub clock: Arc<dyn Clock>,
     pub shared: Arc<Shared>,
     pub supervisor: actix::Addr<super::supervisor::Supervisor>,
@@ -73,8 +86,22 @@ pub struct ExecutorInit {
     pub record: bool,
 }
 
+/// What a pass needs, moved out of the executor while the pass runs and back after it.
+struct PassState {
+    machine: PassMachine,
+    ports: ActorPorts,
+    inp: PassInputs,
+    /// The pass's decisions; its buffers are reused by the next pass.
+    out: PassOutput,
+    /// Page tables of the pass's admissions, then of its batch rows when the backend
+    /// wants them.
+    pages: Vec<Vec<u32>>,
+}
+
 pub struct Executor {
-    core: WorkerCore,
+    /// `None` only while a pass runs.
+    state: Option<PassState>,
+    components: Components,
     clock: Arc<dyn Clock>,
     shared: Arc<Shared>,
     supervisor: actix::Addr<super::supervisor::Supervisor>,
@@ -83,8 +110,6 @@ pub struct Executor {
     stat_interval: Option<Duration>,
     live: BTreeMap<RequestId, Live>,
     pending: PassInputs,
-    /// The last pass's decisions; its buffers are reused by the next pass.
-    out: PassOutput,
     /// The batch of the step in flight.
     stepping: Option<(u64, Vec<BatchRow>)>,
     /// Buffers of finished steps, reused so a steady pass allocates little.
@@ -97,12 +122,22 @@ pub struct Executor {
     retained: Vec<RequestId>,
     record: Option<Vec<(PassInputs, PassOutput)>>,
     stopped: bool,
+    /// A component actor stopped: no pass runs any more.
+    broken: bool,
 }
 
 impl Executor {
     pub fn new(init: ExecutorInit) -> Self {
+        let ports = ActorPorts::new(init.components.clone(), &init.params);
         Executor {
-            core: init.core,
+            state: Some(PassState {
+                machine: PassMachine::new(init.params),
+                ports,
+                inp: PassInputs::default(),
+                out: PassOutput::default(),
+                pages: Vec::new(),
+            }),
+            components: init.components,
             clock: init.clock,
             shared: init.shared,
             supervisor: init.supervisor,
@@ -111,7 +146,6 @@ impl Executor {
             stat_interval: init.stat_interval,
             live: BTreeMap::new(),
             pending: PassInputs::default(),
-            out: PassOutput::default(),
             stepping: None,
             spare_batch: Vec::new(),
             spare_rows: Vec::new(),
@@ -121,6 +155,7 @@ impl Executor {
             retained: Vec::new(),
             record: init.record.then(Vec::new),
             stopped: false,
+            broken: false,
         }
     }
 
@@ -133,7 +168,7 @@ impl Executor {
 
     /// Run a pass soon (once, however many events asked for it).
     fn kick(&mut self, ctx: &mut Context<Self>) {
-        if self.stepping.is_none() && !self.pass_queued && !self.stopped {
+        if self.stepping.is_none() && !self.pass_queued && !self.stopped && !self.broken {
             self.pass_queued = true;
             ctx.notify(RunPass);
         }
@@ -159,8 +194,13 @@ impl Executor {
     }
 
     fn backend_down(&mut self, why: &str) {
+        self.go_down(why, format!("the step backend stopped: {why}"));
+    }
+
+    /// The worker cannot go on: new requests are refused with `why`, every in-flight one
+    /// fails with `message`, and the supervisor turns preemption off.
+    fn go_down(&mut self, why: &str, message: String) {
         self.shared.set_down(why);
-        let message = format!("the step backend stopped: {why}");
         tracing::error!("{message}");
         self.supervisor.do_send(Disable {
             why: message.clone(),
@@ -169,20 +209,58 @@ impl Executor {
         self.stepping = None;
     }
 
-    fn pass(&mut self, ctx: &mut Context<Self>) {
+    /// Start a pass: its state moves into the returned future, which sends the pass's
+    /// messages to the component actors (`None` while another pass runs).
+    fn start_pass(&mut self) -> Option<impl std::future::Future<Output = PassState> + 'static> {
+        let mut st = self.state.take()?;
         self.pending.now = self.clock.now();
-        let mut out = std::mem::take(&mut self.out);
-        self.core.pass_into(&self.pending, &mut out);
-        self.shared.passes.fetch_add(1, Ordering::Relaxed);
-        if let Some(r) = self.record.as_mut() {
-            r.push((self.pending.clone(), out.clone()));
-        }
-        self.pending.clear();
-        self.apply(&out, ctx);
-        self.out = out;
+        std::mem::swap(&mut st.inp, &mut self.pending);
+        let needs_pages = self.gpu.as_ref().is_none_or(|g| g.needs_pages);
+        Some(async move {
+            st.machine.run(&mut st.ports, &st.inp, &mut st.out).await;
+            let rows = if needs_pages { st.out.batch.len() } else { 0 };
+            st.pages.clear();
+            if !st.out.admitted.is_empty() || rows > 0 {
+                let ids = st.out.admitted.iter().map(|a| a.id);
+                let ids = ids.chain(st.out.batch[..rows].iter().map(|b| b.id));
+                st.pages = st.ports.page_tables(ids).await;
+            }
+            st
+        })
     }
 
-    fn apply(&mut self, out: &PassOutput, ctx: &mut Context<Self>) {
+    fn pass(&mut self, ctx: &mut Context<Self>) {
+        if let Some(f) = self.start_pass() {
+            // Nothing else is handled until the pass is back: its state is out of `self`.
+            ctx.wait(f.into_actor(self).map(|st, act, ctx| act.passed(st, ctx)));
+        }
+    }
+
+    fn passed(&mut self, mut st: PassState, ctx: &mut Context<Self>) {
+        self.shared.passes.fetch_add(1, Ordering::Relaxed);
+        if let Some(r) = self.record.as_mut() {
+            r.push((st.inp.clone(), st.out.clone()));
+        }
+        st.inp.clear();
+        let failure = st.ports.failure().map(str::to_owned);
+        match failure {
+            Some(why) => {
+                self.state = Some(st);
+                if !self.broken {
+                    self.broken = true;
+                    let why = format!("a scheduling component stopped: {why}");
+                    self.go_down(&why, why.clone());
+                }
+            }
+            None => {
+                self.apply(&mut st, ctx);
+                self.state = Some(st);
+            }
+        }
+    }
+
+    fn apply(&mut self, st: &mut PassState, ctx: &mut Context<Self>) {
+        let out = &st.out;
         for id in &out.rejected {
             if let Some(l) = self.live.remove(id) {
                 self.shared.queued.fetch_sub(1, Ordering::SeqCst);
@@ -198,7 +276,7 @@ impl Executor {
                 }
             }
         }
-        for a in &out.admitted {
+        for (i, a) in out.admitted.iter().enumerate() {
             let Some(l) = self.live.get_mut(&a.id) else {
                 continue;
             };
@@ -208,11 +286,7 @@ impl Executor {
             let arrival = ContextArrival {
                 id: a.id,
                 prompt: l.prompt.clone(),
-                pages: self
-                    .core
-                    .pages_of(a.id)
-                    .map(<[u32]>::to_vec)
-                    .unwrap_or_default(),
+                pages: st.pages.get_mut(i).map(std::mem::take).unwrap_or_default(),
             };
             self.gpu_send(GpuMsg::Admit(Admit(arrival)));
         }
@@ -251,23 +325,18 @@ impl Executor {
                 let _ = l.events.send(EngineEvent::Finished { reason });
             }
         }
-        self.metrics(out);
+        self.metrics(st.machine.resident_count(), out);
         if !out.batch.is_empty() {
-            let needs_pages = self.gpu.as_ref().is_none_or(|g| g.needs_pages);
             let mut rows = std::mem::take(&mut self.spare_rows);
             rows.clear();
-            rows.extend(out.batch.iter().map(|b| {
-                StepRow {
-                    id: b.id,
-                    slot: b.slot,
-                    context_len: b.context_len,
-                    last_token: self.live.get(&b.id).map_or(0, |l| l.last_token),
-                    pages: match needs_pages {
-                        true => self.core.pages_of(b.id).map(<[u32]>::to_vec),
-                        false => None,
-                    }
-                    .unwrap_or_default(),
-                }
+            // The batch's page tables follow the admissions' (none when not wanted).
+            let mut pages = st.pages.iter_mut().skip(out.admitted.len());
+            rows.extend(out.batch.iter().map(|b| StepRow {
+                id: b.id,
+                slot: b.slot,
+                context_len: b.context_len,
+                last_token: self.live.get(&b.id).map_or(0, |l| l.last_token),
+                pages: pages.next().map(std::mem::take).unwrap_or_default(),
             }));
             let mut batch = std::mem::take(&mut self.spare_batch);
             batch.clear();
@@ -277,23 +346,15 @@ impl Executor {
                 pass: out.pass,
                 rows,
             }));
-        } else if !self.core.is_idle() && !self.poll_queued && !self.stopped {
+        } else if (st.machine.resident_count() > 0 || out.queue_len > 0)
+            && !self.poll_queued
+            && !self.stopped
+        {
             self.poll_queued = true;
             ctx.run_later(POLL, |act, ctx| {
                 act.poll_queued = false;
                 act.kick(ctx);
             });
-        }
-    }
-
-    fn metrics(&self, out: &PassOutput) {
-        let residents = self.core.resident_count();
-        gauge!(m::NUM_REQUESTS_RUNNING).set(residents.saturating_sub(out.paused) as f64);
-        gauge!(m::NUM_REQUESTS_WAITING).set(out.queue_len as f64);
-        gauge!(m::NUM_REQUESTS_PAUSED).set(out.paused as f64);
-        for p in self.core.pool_usage() {
-            gauge!(m::POOL_USED, m::LABEL_POOL => p.pool).set(p.used as f64);
-            gauge!(m::POOL_CAPACITY, m::LABEL_POOL => p.pool).set(p.capacity as f64);
         }
     }
 
@@ -332,29 +393,6 @@ impl Executor {
         self.pending.step_s = Some(out.step_s);
         self.last_step = Some((out.step_s, batch.len()));
     }
-
-    fn stat_line(&mut self) {
-        let s = self.core.preemption_mut().take_stat_line();
-        let fmt = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.3}"));
-        let target = match (s.below_target, s.credit) {
-            (Some(b), c) => format!(" below_target={b} credit={}", fmt(c)),
-            _ => String::new(),
-        };
-        tracing::info!(
-            "preemption: pauses={} resumes={} forced={} paused={}/{} g={} W={:.3}s D={}s tpot_inflation={:.4} completions={}{}",
-            s.pauses,
-            s.resumes,
-            s.forced_resumes,
-            s.paused,
-            s.paused_cap,
-            fmt(s.g),
-            s.window_s,
-            fmt(s.d_s),
-            s.tpot_inflation,
-            s.completions,
-            target
-        );
-    }
 }
 
 /// Attach the GPU-step actor (its thread needs the executor's address first).
@@ -371,8 +409,10 @@ impl Actor for Executor {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         if let Some(every) = self.stat_interval {
-            ctx.run_interval(every, |act, _| act.stat_line());
+            ctx.run_interval(every, |act, ctx| act.stat_line(ctx));
         }
+        self.pool_metrics(ctx);
+        ctx.run_interval(POOL_METRICS, |act, ctx| act.pool_metrics(ctx));
     }
 }
 
@@ -432,7 +472,11 @@ impl Handler<Submit> for Executor {
 impl Handler<Cancel> for Executor {
     type Result = ();
     fn handle(&mut self, msg: Cancel, ctx: &mut Context<Self>) {
-        if self.live.contains_key(&msg.0) || self.core.is_resident(msg.0) {
+        let resident = self
+            .state
+            .as_ref()
+            .is_some_and(|s| s.machine.is_resident(msg.0));
+        if self.live.contains_key(&msg.0) || resident {
             self.pending.cancellations.push(msg.0);
             self.kick(ctx);
         }
@@ -507,44 +551,38 @@ impl Handler<BackendDown> for Executor {
 impl Handler<DisablePreemption> for Executor {
     type Result = ();
     fn handle(&mut self, _: DisablePreemption, ctx: &mut Context<Self>) {
-        self.core.preemption_mut().disable();
+        // Ahead of the next pass's `Step` in the controller's mailbox.
+        self.components.disable_preemption();
         self.kick(ctx);
     }
 }
 
-impl Handler<DebugState> for Executor {
-    type Result = MessageResult<DebugState>;
-    fn handle(&mut self, _: DebugState, _: &mut Context<Self>) -> Self::Result {
-        let now = self.clock.now();
-        let gpu = self.gpu.as_ref().map(GpuHandle::state);
-        MessageResult(json!({
-            "executor": {
-                "now": now,
-                "live_requests": self.live.len(),
-                "stepping": self.stepping.as_ref().map(|(p, b)| json!({"pass": p, "batch": b.len()})),
-                "last_step_s": self.last_step.map(|s| s.0),
-                "last_batch": self.last_step.map(|s| s.1),
-                "backend_down": self.shared.down_reason(),
-                "stopped": self.stopped,
-            },
-            "worker": self.core.snapshot(now),
-            "gpu_step": gpu,
-        }))
-    }
-}
-
 impl Handler<Shutdown> for Executor {
-    type Result = ();
-    fn handle(&mut self, msg: Shutdown, ctx: &mut Context<Self>) {
+    type Result = ResponseActFuture<Self, ()>;
+    fn handle(&mut self, msg: Shutdown, _: &mut Context<Self>) -> Self::Result {
         self.fail_all(&msg.reason);
         self.stepping = None;
         // One last pass releases every lease of the failed requests.
-        self.pass(ctx);
-        self.stopped = true;
-        if let Some(g) = &self.gpu {
-            g.send(GpuMsg::Stop);
-        }
-        ctx.stop();
+        let last = self.start_pass();
+        Box::pin(
+            async move {
+                match last {
+                    Some(f) => Some(f.await),
+                    None => None,
+                }
+            }
+            .into_actor(self)
+            .map(|st, act, ctx| {
+                if let Some(st) = st {
+                    act.passed(st, ctx);
+                }
+                act.stopped = true;
+                if let Some(g) = &act.gpu {
+                    g.send(GpuMsg::Stop);
+                }
+                ctx.stop();
+            }),
+        )
     }
 }
 

@@ -1,0 +1,124 @@
+//! What the executor shows: the gauges, the periodic preemption stat line and the
+//! `/debug/actors` payload, each read from the component actors off the pass's path.
+
+use actix::{ActorFutureExt, AsyncContext, Context, Handler, ResponseActFuture, WrapFuture};
+use metrics::gauge;
+use serde_json::json;
+
+use super::Executor;
+use crate::actors::components::TakeStatLine;
+use crate::actors::gpu::GpuHandle;
+use crate::actors::messages::DebugState;
+use crate::metrics as m;
+use crate::worker::PassOutput;
+
+impl Executor {
+    pub(super) fn metrics(&self, residents: usize, out: &PassOutput) {
+        gauge!(m::NUM_REQUESTS_RUNNING).set(residents.saturating_sub(out.paused) as f64);
+        gauge!(m::NUM_REQUESTS_WAITING).set(out.queue_len as f64);
+        gauge!(m::NUM_REQUESTS_PAUSED).set(out.paused as f64);
+    }
+
+    /// Pool gauges, read from the pool actors off the pass's path.
+    pub(super) fn pool_metrics(&self, ctx: &mut Context<Self>) {
+        let c = self.components.clone();
+        ctx.spawn(
+            async move {
+                for p in c.usage().await {
+                    gauge!(m::POOL_USED, m::LABEL_POOL => p.pool).set(p.used as f64);
+                    gauge!(m::POOL_CAPACITY, m::LABEL_POOL => p.pool).set(p.capacity as f64);
+                }
+            }
+            .into_actor(self),
+        );
+    }
+
+    pub(super) fn stat_line(&mut self, ctx: &mut Context<Self>) {
+        let controller = self.components.controller.clone();
+        ctx.spawn(
+            async move {
+                if let Ok(s) = controller.send(TakeStatLine).await {
+                    log_stat_line(&s);
+                }
+            }
+            .into_actor(self),
+        );
+    }
+}
+
+fn log_stat_line(s: &crate::policy::preemption::StatLine) {
+    let fmt = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.3}"));
+    let target = match (s.below_target, s.credit) {
+        (Some(b), c) => format!(" below_target={b} credit={}", fmt(c)),
+        _ => String::new(),
+    };
+    tracing::info!(
+        "preemption: pauses={} resumes={} forced={} paused={}/{} g={} W={:.3}s D={}s tpot_inflation={:.4} completions={}{}",
+        s.pauses,
+        s.resumes,
+        s.forced_resumes,
+        s.paused,
+        s.paused_cap,
+        fmt(s.g),
+        s.window_s,
+        fmt(s.d_s),
+        s.tpot_inflation,
+        s.completions,
+        target
+    );
+}
+
+impl Handler<DebugState> for Executor {
+    type Result = ResponseActFuture<Self, serde_json::Value>;
+    fn handle(&mut self, _: DebugState, _: &mut Context<Self>) -> Self::Result {
+        let now = self.clock.now();
+        let c = self.components.clone();
+        let fut = async move {
+            futures::join!(
+                c.queue.send(crate::actors::components::QueueSnapshot),
+                c.controller
+                    .send(crate::actors::components::PreemptionSnapshot { now }),
+                c.usage(),
+                c.describe(now),
+            )
+        };
+        Box::pin(
+            fut.into_actor(self)
+                .map(move |(q, p, pools, components), act, _| {
+                    let worker = match (q, p, act.state.as_ref()) {
+                        (Ok(q), Ok(p), Some(st)) => json!(st.machine.snapshot(now, q, p, pools)),
+                        _ => json!("a component or the pass is unavailable"),
+                    };
+                    act.debug_json(now, worker, components)
+                }),
+        )
+    }
+}
+
+impl Executor {
+    fn debug_json(
+        &self,
+        now: f64,
+        worker: serde_json::Value,
+        components: Vec<serde_json::Value>,
+    ) -> serde_json::Value {
+        let stepping = self
+            .stepping
+            .as_ref()
+            .map(|(p, b)| json!({"pass": p, "batch": b.len()}));
+        json!({
+            "executor": {
+                "now": now,
+                "live_requests": self.live.len(),
+                "stepping": stepping,
+                "last_step_s": self.last_step.map(|s| s.0),
+                "last_batch": self.last_step.map(|s| s.1),
+                "backend_down": self.shared.down_reason(),
+                "stopped": self.stopped,
+            },
+            "worker": worker,
+            "components": components,
+            "gpu_step": self.gpu.as_ref().map(GpuHandle::state),
+        })
+    }
+}

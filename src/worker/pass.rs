@@ -1,0 +1,512 @@
+//! The scheduling pass (SPEC §4.1), the one place its order exists:
+//! ingest → track/resume/pause → admit → build batch.
+//! [`PassMachine`] is the executor-side state (the resident table, the last batch, the
+//! displaced list, totals, reused buffers); the components answer through [`Ports`].
+//! No clock, no I/O, no randomness.
+
+use super::ports::{AdmitOutcome, Ports, QueueIngest, RetainOp};
+use super::table::ResidentTable;
+use super::{
+    Admitted, BatchRow, FirstToken, PassInputs, PassOutput, Res, WorkerParams, WorkerTotals,
+};
+use crate::policy::admission::Popped;
+use crate::policy::batch::{self, BatchLimits, Candidate};
+use crate::policy::preemption::{Departure, PreemptDecision, Resident, StepView};
+use crate::policy::RequestId;
+use crate::pools::AdmitBudget;
+
+#[derive(Debug, Clone)]
+pub struct PassMachine {
+    pub(super) params: WorkerParams,
+    pub(super) residents: ResidentTable,
+    /// The batch of the last pass as (id, slot): step results usually come back in this order.
+    batch_rows: Vec<(RequestId, u32)>,
+    /// Requests left out of the last batch by its limits (they keep all state).
+    pub(super) displaced: Vec<RequestId>,
+    /// D as of the last controller step (the admission queue's refresh uses it).
+    d: Option<f64>,
+    /// Waiters after the last pass.
+    queue_len: usize,
+    pub(super) pass_no: u64,
+    pub(super) totals: WorkerTotals,
+    pub(super) last_batch: usize,
+    buf: Buffers,
+}
+
+/// A batch row that outgrows its pages, until the KV pool answers.
+#[derive(Debug, Clone, Copy)]
+struct Growing {
+    /// Its place in the pass's batch.
+    row: usize,
+    /// Its output tokens before the pass counted a first token in.
+    output_tokens: u32,
+}
+
+/// Buffers reused every pass, so a pass allocates little.
+#[derive(Debug, Clone, Default)]
+struct Buffers {
+    view: Vec<Resident>,
+    cand: Vec<Candidate>,
+    /// Batch candidates of the second and third priority class, before they join `cand`.
+    cand_forced: Vec<Candidate>,
+    cand_rest: Vec<Candidate>,
+    forced: Vec<RequestId>,
+    finished: Vec<RequestId>,
+    leaving: Vec<RequestId>,
+    gone: Vec<RequestId>,
+    transfers: Vec<(u32, f64)>,
+    cancelled: Vec<RequestId>,
+    popped: Vec<Popped>,
+    outcomes: Vec<AdmitOutcome>,
+    abandoned: Vec<RequestId>,
+    grow: Vec<(RequestId, u32)>,
+    grown: Vec<Option<u32>>,
+    growing: Vec<Growing>,
+    ttfts: Vec<f64>,
+    retain: Vec<RetainOp>,
+    plan: batch::BatchPlan,
+    displaced: Vec<RequestId>,
+}
+
+impl PassMachine {
+    pub fn new(params: WorkerParams) -> Self {
+        Self {
+            params,
+            residents: ResidentTable::default(),
+            batch_rows: Vec::new(),
+            displaced: Vec::new(),
+            d: None,
+            queue_len: 0,
+            pass_no: 0,
+            totals: WorkerTotals::default(),
+            last_batch: 0,
+            buf: Buffers::default(),
+        }
+    }
+
+    pub fn params(&self) -> &WorkerParams {
+        &self.params
+    }
+    pub fn totals(&self) -> WorkerTotals {
+        self.totals
+    }
+    pub fn resident_count(&self) -> usize {
+        self.residents.len()
+    }
+    pub fn is_resident(&self, id: RequestId) -> bool {
+        self.residents.contains_key(&id)
+    }
+    pub fn pass_no(&self) -> u64 {
+        self.pass_no
+    }
+    pub fn displaced(&self) -> &[RequestId] {
+        &self.displaced
+    }
+    pub fn last_batch(&self) -> usize {
+        self.last_batch
+    }
+
+    /// One scheduling pass into `out`, every field overwritten: a caller that keeps `out`
+    /// across passes reuses its buffers, and the pass then allocates next to nothing.
+    /// The order of the phases and their port calls is here; each phase's own work is a
+    /// plain method below.
+    pub async fn run<P: Ports>(&mut self, ports: &mut P, inp: &PassInputs, out: &mut PassOutput) {
+        let now = inp.now;
+        self.pass_no += 1;
+        out.reset(now, self.pass_no);
+        let has_drafter = self.params.drafter_window.is_some();
+
+        // Ingest: arrivals, step results, KV arrivals, cancellations.
+        self.kv_arrivals(inp);
+        self.buf.cancelled.clear();
+        // W₀ uses D as of the previous pass.
+        let q = QueueIngest {
+            arrivals: &inp.arrivals,
+            step_s: inp.step_s,
+            transfers: &self.buf.transfers,
+            cancellations: &inp.cancellations,
+            now,
+            d: self.d,
+        };
+        let facts = ports
+            .queue_ingest(q, &mut out.rejected, &mut self.buf.cancelled)
+            .await;
+        self.step_results(inp);
+        if has_drafter && !inp.stepped.is_empty() {
+            ports.drafter_push(&inp.stepped).await;
+        }
+        self.departures(inp, out);
+
+        // Track, resume, pause.
+        self.buf.view.clear();
+        self.buf.view.extend(self.residents.values().map(Res::view));
+        let reply = ports
+            .step(StepView {
+                now,
+                residents: &self.buf.view,
+                by_admission: Some(self.residents.admission_order()),
+                departed: &out.departed,
+                queue: facts,
+            })
+            .await;
+        self.d = reply.d;
+        let dec = reply.decision;
+        self.apply_decision(&dec, has_drafter);
+
+        // Admit: paused requests already took their slots; the rest go to the queue, in
+        // order, while every pool has room. The departed release their leases first (the
+        // step never reads a pool), and the pools say how much room that leaves.
+        let free = self.params.max_active.saturating_sub(dec.admission_count);
+        let budget = if !self.buf.gone.is_empty() || free > 0 {
+            ports.release(&self.buf.gone).await
+        } else {
+            AdmitBudget::empty(&self.params.kv)
+        };
+        self.buf.popped.clear();
+        // The queue's length follows from the last pass's and this ingest's answers; an
+        // empty queue has nothing to pop or to mark, so it is not asked.
+        let queued = (self.queue_len + inp.arrivals.len())
+            .saturating_sub(out.rejected.len() + self.buf.cancelled.len());
+        let queue_len = match queued {
+            0 => 0,
+            _ => {
+                ports
+                    .pop_admissible(free, budget, &mut self.buf.popped)
+                    .await
+            }
+        };
+        self.queue_len = queue_len;
+        if !self.buf.popped.is_empty() {
+            ports.admit(&self.buf.popped, &mut self.buf.outcomes).await;
+            self.admitted(now, out);
+            if !self.buf.abandoned.is_empty() {
+                ports.abandon(&self.buf.abandoned).await;
+            }
+        }
+
+        // Build the batch; rows that outgrow their pages ask the KV pool, in batch order.
+        self.plan_batch(&dec.forced_resumes);
+        self.fill_batch(now, out);
+        if !self.buf.grow.is_empty() {
+            ports.kv_grow(&self.buf.grow, &mut self.buf.grown).await;
+            self.settle_growth(out);
+        }
+        if !self.buf.ttfts.is_empty() {
+            ports.observe_ttft(&self.buf.ttfts).await;
+        }
+        self.displacement(has_drafter, out);
+        if !self.buf.retain.is_empty() {
+            ports.drafter_retention(&self.buf.retain).await;
+        }
+
+        out.pauses = dec.pauses;
+        out.resumes = dec.resumes;
+        out.forced_resumes = dec.forced_resumes;
+        out.admission_count = dec.admission_count;
+        out.window = dec.window;
+        out.queue_len = queue_len;
+        out.paused = reply.paused;
+    }
+
+    /// KV arrivals: the resident's record, and the transfer times the queue learns from.
+    fn kv_arrivals(&mut self, inp: &PassInputs) {
+        let b = &mut self.buf;
+        b.transfers.clear();
+        for k in &inp.kv_ready {
+            if let Some(r) = self.residents.get_mut(&k.id) {
+                if r.kv_ready.is_none() {
+                    r.kv_ready = Some(k.at);
+                    b.transfers
+                        .push((r.context_tokens, (k.at - r.admit_time).max(0.0)));
+                }
+            }
+        }
+    }
+
+    /// The last step's tokens; the requests it finished, sorted and deduplicated.
+    fn step_results(&mut self, inp: &PassInputs) {
+        let b = &mut self.buf;
+        b.finished.clear();
+        for (i, st) in inp.stepped.iter().enumerate() {
+            let by_slot = self
+                .batch_rows
+                .get(i)
+                .filter(|(id, _)| *id == st.id)
+                .map(|&(_, s)| s);
+            let r = match by_slot {
+                Some(slot) => self.residents.by_slot_mut(slot, st.id),
+                None => self.residents.get_mut(&st.id),
+            };
+            if let Some(r) = r {
+                r.output_tokens = (r.output_tokens + st.tokens).min(r.max_tokens);
+                r.decode_iters += 1;
+                if st.stop || r.output_tokens >= r.max_tokens {
+                    b.finished.push(st.id);
+                }
+            }
+        }
+        b.finished.sort_unstable();
+        b.finished.dedup();
+    }
+
+    /// Finished and cancelled residents leave (their ids into `gone`, for the pools).
+    fn departures(&mut self, inp: &PassInputs, out: &mut PassOutput) {
+        let now = inp.now;
+        let b = &mut self.buf;
+        self.totals.arrivals += inp.arrivals.len() as u64;
+        self.totals.rejected += out.rejected.len() as u64;
+        self.totals.cancelled += b.cancelled.len() as u64;
+        out.cancelled.extend_from_slice(&b.cancelled);
+        b.leaving.clear();
+        b.leaving.extend_from_slice(&b.finished);
+        // `cancelled` is the queued part of `cancellations`, in order: the rest may be resident.
+        let mut queued = b.cancelled.iter().peekable();
+        for &id in &inp.cancellations {
+            if queued.next_if_eq(&&id).is_some() {
+                continue;
+            }
+            if self.residents.contains_key(&id) && b.finished.binary_search(&id).is_err() {
+                b.leaving.push(id);
+            }
+        }
+        b.leaving.sort_unstable();
+        b.leaving.dedup();
+        b.gone.clear();
+        for &id in &b.leaving {
+            if let Some(r) = self.residents.remove(&id) {
+                let completed = b.finished.binary_search(&id).is_ok();
+                if completed {
+                    self.totals.completed += 1;
+                } else {
+                    self.totals.cancelled += 1;
+                    out.cancelled.push(id);
+                }
+                out.departed.push(Departure {
+                    id,
+                    completed,
+                    first_token_time: r.first_token_time,
+                    finish_time: now,
+                    output_tokens: r.output_tokens,
+                });
+                b.gone.push(id);
+                self.displaced.retain(|x| *x != id);
+            }
+        }
+    }
+
+    /// The controller's pauses and resumes in the table, and the drafter's retention.
+    fn apply_decision(&mut self, dec: &PreemptDecision, has_drafter: bool) {
+        for id in &dec.pauses {
+            if let Some(r) = self.residents.get_mut(id) {
+                r.paused = true;
+            }
+        }
+        for id in dec.resumes.iter().chain(&dec.forced_resumes) {
+            if let Some(r) = self.residents.get_mut(id) {
+                r.paused = false;
+            }
+        }
+        let b = &mut self.buf;
+        b.retain.clear();
+        if has_drafter {
+            b.retain
+                .extend(dec.pauses.iter().map(|&id| RetainOp::Retain(id)));
+            b.retain.extend(
+                dec.resumes
+                    .iter()
+                    .chain(&dec.forced_resumes)
+                    .map(|&id| RetainOp::Unretain(id)),
+            );
+        }
+    }
+
+    /// The popped waiters with a lease in every pool become residents.
+    fn admitted(&mut self, now: f64, out: &mut PassOutput) {
+        let b = &mut self.buf;
+        b.abandoned.clear();
+        for (p, o) in b.popped.iter().zip(&b.outcomes) {
+            let w = p.waiter;
+            let Some((slot, kv_pages)) = o.lease() else {
+                // Should not happen within the budget; the request fails rather than leaks.
+                out.rejected.push(w.id);
+                b.abandoned.push(w.id);
+                continue;
+            };
+            self.residents.insert(Res {
+                id: w.id,
+                arrival: w.arrival,
+                admit_time: now,
+                context_tokens: w.context_tokens,
+                max_tokens: w.max_tokens,
+                waited: p.waited,
+                kv_ready: None,
+                first_token_time: None,
+                output_tokens: 0,
+                decode_iters: 0,
+                slot,
+                paused: false,
+                kv_capacity: kv_pages * self.params.kv.tokens_per_block,
+            });
+            self.totals.admitted += 1;
+            out.admitted.push(Admitted {
+                id: w.id,
+                slot,
+                context_tokens: w.context_tokens,
+                max_tokens: w.max_tokens,
+            });
+        }
+    }
+
+    /// The batch plan, and the KV growth its rows need. Walking the residents oldest
+    /// admission first and splitting them by priority class yields the batch order already
+    /// (first tokens, then forced resumes, then the rest, each oldest admission first), so
+    /// nothing is sorted.
+    fn plan_batch(&mut self, forced_resumes: &[RequestId]) {
+        let b = &mut self.buf;
+        b.forced.clear();
+        b.forced.extend_from_slice(forced_resumes);
+        b.forced.sort_unstable();
+        b.cand.clear();
+        b.cand_forced.clear();
+        b.cand_rest.clear();
+        for r in self.residents.by_admission() {
+            if r.kv_ready.is_none() || r.paused {
+                continue;
+            }
+            let c = Candidate {
+                id: r.id,
+                slot: r.slot,
+                admit_time: r.admit_time,
+                first_token_pending: r.first_token_time.is_none(),
+                forced_resume: !b.forced.is_empty() && b.forced.binary_search(&r.id).is_ok(),
+            };
+            if c.first_token_pending {
+                b.cand.push(c);
+            } else if c.forced_resume {
+                b.cand_forced.push(c);
+            } else {
+                b.cand_rest.push(c);
+            }
+        }
+        b.cand.extend_from_slice(&b.cand_forced);
+        b.cand.extend_from_slice(&b.cand_rest);
+        let limits = BatchLimits {
+            max_batch_size: self.params.max_batch_size,
+            max_num_tokens: self.params.max_num_tokens,
+            tokens_per_request: self.params.tokens_per_step,
+        };
+        batch::build_sorted_into(&b.cand, &limits, &mut b.plan);
+    }
+
+    /// The batch rows and first tokens, every row counted in; the rows that outgrow
+    /// their pages are listed in `grow` (with their place) for the KV pool.
+    fn fill_batch(&mut self, now: f64, out: &mut PassOutput) {
+        let b = &mut self.buf;
+        self.batch_rows.clear();
+        b.ttfts.clear();
+        b.grow.clear();
+        b.growing.clear();
+        out.batch.reserve(b.plan.scheduled.len());
+        for (&id, &slot) in b.plan.scheduled.iter().zip(&b.plan.scheduled_slots) {
+            let Some(r) = self.residents.by_slot_mut(slot, id) else {
+                continue;
+            };
+            let first = r.first_token_time.is_none();
+            let need = r.kv_need(self.params.tokens_per_step);
+            if need > r.kv_capacity {
+                b.grow.push((id, need));
+                b.growing.push(Growing {
+                    row: out.batch.len(),
+                    output_tokens: r.output_tokens,
+                });
+            }
+            if first {
+                r.first_token_time = Some(now);
+                r.output_tokens = 1;
+                let ttft = now - r.arrival;
+                if r.waited {
+                    b.ttfts.push(ttft);
+                }
+                out.first_tokens.push(FirstToken {
+                    id,
+                    ttft,
+                    waited: r.waited,
+                });
+            }
+            self.batch_rows.push((id, r.slot));
+            out.batch.push(BatchRow {
+                id,
+                slot: r.slot,
+                context_len: r.cached_tokens(),
+                first_token: first,
+            });
+        }
+        self.last_batch = out.batch.len();
+    }
+
+    /// The KV pool's answers for the growing rows: a row whose growth found no page
+    /// leaves the batch and waits, as if never scheduled (its first token too).
+    fn settle_growth(&mut self, out: &mut PassOutput) {
+        let b = &mut self.buf;
+        let tpb = self.params.kv.tokens_per_block;
+        let mut waiting = 0;
+        for (g, pages) in b.growing.iter().zip(&b.grown) {
+            let row = out.batch[g.row];
+            let Some(r) = self.residents.by_slot_mut(row.slot, row.id) else {
+                continue;
+            };
+            match pages {
+                Some(pages) => r.kv_capacity = pages * tpb,
+                None => {
+                    if row.first_token {
+                        r.first_token_time = None;
+                        r.output_tokens = g.output_tokens;
+                        let at = out.first_tokens.iter().position(|f| f.id == row.id);
+                        if let Some(f) = at.map(|i| out.first_tokens.remove(i)) {
+                            if f.waited {
+                                // TTFTs are in first-token order, waited ones only.
+                                let k = out.first_tokens[..at.unwrap_or(0)]
+                                    .iter()
+                                    .filter(|f| f.waited)
+                                    .count();
+                                b.ttfts.remove(k);
+                            }
+                        }
+                    }
+                    self.totals.kv_waits += 1;
+                    out.kv_waiting.push(row.id);
+                    waiting += 1;
+                }
+            }
+        }
+        if waiting > 0 {
+            let kv_waiting = &out.kv_waiting[out.kv_waiting.len() - waiting..];
+            out.batch.retain(|r| !kv_waiting.contains(&r.id));
+            self.batch_rows.retain(|(id, _)| !kv_waiting.contains(id));
+            self.last_batch = out.batch.len();
+        }
+    }
+
+    /// Displaced requests keep their drafter state until they are back in a batch.
+    fn displacement(&mut self, has_drafter: bool, out: &mut PassOutput) {
+        let b = &mut self.buf;
+        let now_displaced = &mut b.displaced;
+        now_displaced.clear();
+        now_displaced.extend(b.plan.displaced.iter().chain(&b.plan.token_limited));
+        if has_drafter {
+            now_displaced.sort_unstable();
+            for &id in &self.displaced {
+                let paused = self.residents.get(&id).is_some_and(|r| r.paused);
+                if now_displaced.binary_search(&id).is_err() && !paused {
+                    b.retain.push(RetainOp::Unretain(id));
+                }
+            }
+            b.retain
+                .extend(now_displaced.iter().map(|&id| RetainOp::Retain(id)));
+        }
+        self.totals.displaced += b.plan.displaced.len() as u64;
+        std::mem::swap(&mut self.displaced, &mut b.displaced);
+        out.displaced.extend_from_slice(&b.plan.displaced);
+        out.token_limited.extend_from_slice(&b.plan.token_limited);
+    }
+}
