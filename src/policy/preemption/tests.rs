@@ -853,7 +853,7 @@ proptest::proptest! {
             residents.push(r);
         }
         let q = AdmissionQueue::new(AdmissionParams::default());
-        let v = StepView { now, residents: &residents, by_admission: None, departed: &[], queue: &q };
+        let v = StepView { now, residents: &residents, by_admission: None, departed: &[], queue: q.facts() };
         let expected = full_scan_target_victim(&p, &v, t);
         proptest::prop_assert_eq!(p.target_victim(&v, t), expected);
     }
