@@ -455,13 +455,8 @@ fn run_with(
             let _ = replay.on_complete(d.id, now);
         }
         if !o.batch.is_empty() {
-            let mut kv = 0u64;
             pending.stepped.resize_with(o.batch.len(), Stepped::default);
-            for (row, st) in o.batch.iter().zip(pending.stepped.iter_mut()) {
-                kv += u64::from(row.context_len);
-                st.id = row.id;
-                st.tokens = tokens.step(row.slot, row.id);
-            }
+            let kv = tokens.step_rows(&o.batch, &mut pending.stepped);
             let step = plant.step.step_s(o.batch.len(), kv);
             if in_window {
                 batch_sum += o.batch.len() as f64;

@@ -7,6 +7,8 @@
 //! per row replaces the float accumulation and its float-to-int conversion, with identical
 //! results. Other rates keep the accumulator.
 
+use crate::worker::{BatchRow, Stepped};
+
 /// Largest period tabulated (`tps` a multiple of `1 / MAX_PERIOD`).
 const MAX_PERIOD: usize = 64;
 /// Largest rate tabulated.
@@ -60,21 +62,54 @@ impl StepTokens {
         };
     }
 
-    /// Tokens request `id` (in `slot`) emits on its next step. A row whose slot does not hold
-    /// it (never the case: every scheduled row was admitted into its slot first) emits one.
-    #[inline]
-    pub fn step(&mut self, slot: u32, id: u64) -> u32 {
-        let Some(s) = self.slots.get_mut(slot as usize).filter(|s| s.id == id) else {
-            return 1;
+    /// Tokens request `id` (in `slot`) emits on its next step.
+    #[cfg(test)]
+    fn step(&mut self, slot: u32, id: u64) -> u32 {
+        let row = BatchRow {
+            id,
+            slot,
+            context_len: 0,
+            first_token: false,
         };
+        let mut out = [Stepped::default()];
+        self.step_rows(&[row], &mut out);
+        out[0].tokens
+    }
+
+    /// One decode step: sets each of `out`'s rows to its batch row's id and the tokens it
+    /// emits, and returns the batch's KV tokens. A row whose slot does not hold it (never
+    /// the case: every scheduled row was admitted into its slot first) emits one token.
+    pub fn step_rows(&mut self, batch: &[BatchRow], out: &mut [Stepped]) -> u64 {
+        let mut kv = 0u64;
+        let rows = batch.iter().zip(out.iter_mut());
+        // The rate is matched once per step, not per row.
         match &self.rate {
             Rate::Periodic { table, mask } => {
-                let tokens = table[s.phase as usize % MAX_PERIOD];
-                s.phase = (s.phase + 1) & mask;
-                tokens
+                for (row, st) in rows {
+                    kv += u64::from(row.context_len);
+                    st.id = row.id;
+                    st.tokens = match self.slots.get_mut(row.slot as usize) {
+                        Some(s) if s.id == row.id => {
+                            let tokens = table[s.phase as usize % MAX_PERIOD];
+                            s.phase = (s.phase + 1) & mask;
+                            tokens
+                        }
+                        _ => 1,
+                    };
+                }
             }
-            Rate::Accumulated(tps) => accumulate(&mut s.acc, &mut s.emitted, *tps),
+            Rate::Accumulated(tps) => {
+                for (row, st) in rows {
+                    kv += u64::from(row.context_len);
+                    st.id = row.id;
+                    st.tokens = match self.slots.get_mut(row.slot as usize) {
+                        Some(s) if s.id == row.id => accumulate(&mut s.acc, &mut s.emitted, *tps),
+                        _ => 1,
+                    };
+                }
+            }
         }
+        kv
     }
 }
 
@@ -158,6 +193,26 @@ mod tests {
             );
             let (a, b) = (metered(tps, 5_000), reference(tps, 5_000));
             assert_eq!(a, b, "{tps}");
+        }
+    }
+
+    #[test]
+    fn a_step_sets_every_row_and_sums_the_batch_kv() {
+        for tps in [3.75, 1.3] {
+            let mut m = StepTokens::new(tps);
+            m.admit(0, 10);
+            m.admit(1, 11);
+            let row = |id, slot, context_len| BatchRow {
+                id,
+                slot,
+                context_len,
+                first_token: false,
+            };
+            let batch = [row(11, 1, 1000), row(10, 0, 24)];
+            let mut out = vec![Stepped::default(); 2];
+            assert_eq!(m.step_rows(&batch, &mut out), 1024);
+            assert_eq!([out[0].id, out[1].id], [11, 10]);
+            assert_eq!([out[0].tokens, out[1].tokens], [tps as u32; 2]);
         }
     }
 
