@@ -29,7 +29,7 @@ struct Slot {
 enum Rate {
     /// `table[k % q]` tokens on a request's `k`-th step (0-based); `mask = q - 1`.
     Periodic {
-        table: [u32; MAX_PERIOD],
+        table: Box<[u32; MAX_PERIOD]>,
         mask: u32,
     },
     Accumulated(f64),
@@ -135,7 +135,7 @@ fn periodic(tps: f64) -> Option<Rate> {
     while (tps * q as f64).fract() != 0.0 {
         q *= 2;
     }
-    let mut table = [0u32; MAX_PERIOD];
+    let mut table = Box::new([0u32; MAX_PERIOD]);
     let (mut acc, mut emitted) = (0.0f64, 0u64);
     for t in table.iter_mut().take(q) {
         *t = accumulate(&mut acc, &mut emitted, tps);
