@@ -22,6 +22,7 @@ use super::arm::ArmSpec;
 use super::pages;
 use super::plant::Plant;
 use super::requests::Requests;
+use super::tokens::StepTokens;
 
 /// Where the requests come from.
 #[derive(Debug, Clone)]
@@ -143,17 +144,6 @@ struct Req {
     max_tokens: u32,
     measured: bool,
     first: Option<f64>,
-}
-
-/// A resident request's token accounting, kept by slot: every decode row carries its slot,
-/// so the per-row lookup is an array index rather than an id search.
-#[derive(Debug, Clone, Copy, Default)]
-struct Tokens {
-    id: u64,
-    /// Fractional tokens-per-step accumulator (speculative decoding).
-    acc: f64,
-    /// Whole tokens emitted so far: `floor(acc)` (`acc` is never negative, so truncation).
-    emitted: u64,
 }
 
 /// Builds the worker for an arm: the same setup decision and sizing as the server, with KV
@@ -278,7 +268,7 @@ fn run_with(
         heap.push(Timed { at, seq, ev });
     };
     let mut reqs: Requests<Req> = Requests::default();
-    let mut tokens_by_slot: Vec<Tokens> = Vec::new();
+    let mut tokens = StepTokens::new(plant.step.tokens_per_step);
     let mut ctx_free = plant.context.servers.max(1);
     let mut ctx_queue: VecDeque<(u64, u32)> = VecDeque::new();
     let mut prefix: HashMap<(u64, u32), PrefixHashes> = HashMap::new();
@@ -401,7 +391,12 @@ fn run_with(
         // A pass, then the step it schedules.
         pending.now = now;
         worker.pass_into(&pending, &mut o);
+        // The step rows are kept and rewritten in place below: the simulator never sets
+        // `stop` or `token_ids`, and rebuilding every row (and dropping its empty id list)
+        // was a measurable share of the run.
+        let rows = std::mem::take(&mut pending.stepped);
         pending.clear();
+        pending.stepped = rows;
         out.passes += 1;
         timeline.pass(&o, &worker);
         let in_window = now >= spec.warmup_s && now < spec.duration_s;
@@ -421,14 +416,7 @@ fn run_with(
             window_passes += 1;
         }
         for a in &o.admitted {
-            let slot = a.slot as usize;
-            if tokens_by_slot.len() <= slot {
-                tokens_by_slot.resize(slot + 1, Tokens::default());
-            }
-            tokens_by_slot[slot] = Tokens {
-                id: a.id,
-                ..Tokens::default()
-            };
+            tokens.admit(a.slot, a.id);
             push(
                 &mut heap,
                 now + plant.transfer.transfer_s(a.context_tokens),
@@ -467,28 +455,8 @@ fn run_with(
             let _ = replay.on_complete(d.id, now);
         }
         if !o.batch.is_empty() {
-            let tps = plant.step.tokens_per_step;
-            let mut kv = 0u64;
-            pending.stepped.extend(o.batch.iter().map(|row| {
-                kv += row.context_len as u64;
-                let tokens = match tokens_by_slot.get_mut(row.slot as usize) {
-                    Some(t) if t.id == row.id => {
-                        t.acc += tps;
-                        let now_emitted = t.acc as u64;
-                        let tokens = now_emitted.saturating_sub(t.emitted);
-                        t.emitted = now_emitted;
-                        tokens.min(u64::from(u32::MAX)) as u32
-                    }
-                    // Every scheduled row was admitted into its slot first.
-                    _ => 1,
-                };
-                Stepped {
-                    id: row.id,
-                    tokens,
-                    stop: false,
-                    token_ids: Vec::new(),
-                }
-            }));
+            pending.stepped.resize_with(o.batch.len(), Stepped::default);
+            let kv = tokens.step_rows(&o.batch, &mut pending.stepped);
             let step = plant.step.step_s(o.batch.len(), kv);
             if in_window {
                 batch_sum += o.batch.len() as f64;
@@ -498,14 +466,18 @@ fn run_with(
             pending.step_s = Some(step);
             push(&mut heap, now + step, Ev::Step);
             stepping = true;
-        } else if !worker.is_idle() && !poll_pending {
-            poll_pending = true;
-            // Nothing to step, but residents or waiters remain (in transfer, paused): poll.
-            push(
-                &mut heap,
-                now + plant.step.step_s(0, 0).max(0.005),
-                Ev::Poll,
-            );
+        } else {
+            // The next pass follows no step.
+            pending.stepped.clear();
+            if !worker.is_idle() && !poll_pending {
+                poll_pending = true;
+                // Nothing to step, but residents or waiters remain (in transfer, paused): poll.
+                push(
+                    &mut heap,
+                    now + plant.step.step_s(0, 0).max(0.005),
+                    Ev::Poll,
+                );
+            }
         }
         if keep_trace {
             out.trace.push(o.clone());

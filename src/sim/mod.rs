@@ -12,6 +12,7 @@ pub mod report;
 mod requests;
 pub mod svg;
 pub mod timeline;
+mod tokens;
 
 use std::collections::VecDeque;
 use std::sync::Mutex;

@@ -14,7 +14,7 @@
 //!   recorded end-to-start gap `max(0, t_k - t_{k-1} - api_time_{k-1})` capped at
 //!   `idle_cap_s`. `max_tokens` is the recorded output length (at least 1).
 
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::BinaryHeap;
 use std::sync::Arc;
 
 use rand::rngs::SmallRng;
@@ -22,7 +22,8 @@ use rand::{Rng, SeedableRng};
 
 use super::error::ReplayError;
 use super::issue::{drain_due, Issue, Pending, Replay};
-use super::plan::{build, Cut, Node};
+use super::ledger::Ledger;
+use super::plan::{build, Cut, Plan};
 use super::prefix::PrefixHashes;
 use super::types::Session;
 
@@ -84,7 +85,7 @@ struct Lane {
     instance: u64,
     session: usize,
     /// The tree's plan (shared with every other replay of the same session and cut).
-    plan: Arc<[Node]>,
+    plan: Arc<Plan>,
     /// Per node of `plan`.
     nodes: Vec<NodeState>,
     remaining: usize,
@@ -101,17 +102,15 @@ pub struct AgentxReplay {
     order_pos: usize,
     lanes: Vec<Lane>,
     heap: BinaryHeap<Pending>,
-    /// Scheduled but not yet popped.
-    pending: BTreeMap<u64, (usize, usize)>,
-    /// Popped and not yet completed.
-    in_flight: BTreeMap<u64, (usize, usize)>,
+    /// Each issue's `(lane, node)` while scheduled or in flight.
+    ledger: Ledger<(usize, usize)>,
     next_id: u64,
     next_instance: u64,
     drawing: bool,
     /// Plans of whole sessions (replayed from turn 0), built on first use: every tree after a
     /// lane's first replays a whole session, and building its plan anew each time was most
     /// of the replay's cost.
-    whole_plans: Vec<Option<Arc<[Node]>>>,
+    whole_plans: Vec<Option<Arc<Plan>>>,
     /// Nodes made ready by one completion (reused).
     ready: Vec<usize>,
 }
@@ -137,8 +136,7 @@ impl AgentxReplay {
             rng: SmallRng::seed_from_u64(seed),
             lanes: Vec::new(),
             heap: BinaryHeap::new(),
-            pending: BTreeMap::new(),
-            in_flight: BTreeMap::new(),
+            ledger: Ledger::default(),
             next_id: 0,
             next_instance: 0,
             drawing: true,
@@ -221,14 +219,14 @@ impl AgentxReplay {
                 }
             };
             let plan = self.plan(s, session, cut);
-            if plan.is_empty() {
+            if plan.nodes.is_empty() {
                 continue;
             }
             let instance = self.next_instance;
             self.next_instance += 1;
             let l = &mut self.lanes[lane];
             l.nodes.clear();
-            l.nodes.extend(plan.iter().map(|node| NodeState {
+            l.nodes.extend(plan.nodes.iter().map(|node| NodeState {
                 preds_left: node.preds,
                 last_done: if node.anchored {
                     now
@@ -238,7 +236,7 @@ impl AgentxReplay {
             }));
             l.instance = instance;
             l.session = s;
-            l.remaining = plan.len();
+            l.remaining = plan.nodes.len();
             l.plan = plan;
             for i in 0..self.lanes[lane].nodes.len() {
                 if self.lanes[lane].nodes[i].preds_left == 0 {
@@ -250,14 +248,14 @@ impl AgentxReplay {
     }
 
     /// The plan for `session` cut at `cut`; whole-session plans are built once.
-    fn plan(&mut self, s: usize, session: &Session, cut: Cut) -> Arc<[Node]> {
+    fn plan(&mut self, s: usize, session: &Session, cut: Cut) -> Arc<Plan> {
         let whole = cut.first == 0 && !cut.first_is_warmup;
         if whole {
             if let Some(Some(p)) = self.whole_plans.get(s) {
                 return Arc::clone(p);
             }
         }
-        let plan: Arc<[Node]> = Arc::from(build(session, cut, self.rules.idle_cap_s));
+        let plan = Arc::new(build(session, cut, self.rules.idle_cap_s));
         if whole {
             if let Some(slot) = self.whole_plans.get_mut(s) {
                 *slot = Some(Arc::clone(&plan));
@@ -269,7 +267,7 @@ impl AgentxReplay {
     fn schedule(&mut self, lane: usize, node: usize, now: f64) {
         let l = &self.lanes[lane];
         let st = &l.nodes[node];
-        let n = &l.plan[node];
+        let n = &l.plan.nodes[node];
         let id = self.next_id;
         self.next_id += 1;
         let issue = Issue {
@@ -285,7 +283,7 @@ impl AgentxReplay {
             warmup: n.warmup,
             send_at: (st.last_done + n.gap).max(now),
         };
-        self.pending.insert(id, (lane, node));
+        self.ledger.schedule(id, (lane, node));
         self.heap.push(Pending(issue));
     }
 }
@@ -308,23 +306,21 @@ impl Replay for AgentxReplay {
     fn pop_due(&mut self, now: f64) -> Vec<Issue> {
         let due = drain_due(&mut self.heap, now);
         for issue in &due {
-            if let Some(at) = self.pending.remove(&issue.id) {
-                self.in_flight.insert(issue.id, at);
-            }
+            self.ledger.send(issue.id);
         }
         due
     }
 
     fn on_complete(&mut self, id: u64, now: f64) -> Result<(), ReplayError> {
         let (lane, node) = self
-            .in_flight
-            .remove(&id)
+            .ledger
+            .complete(id)
             .ok_or(ReplayError::UnknownIssue(id))?;
         let l = &mut self.lanes[lane];
         l.remaining -= 1;
         let mut ready = std::mem::take(&mut self.ready);
         ready.clear();
-        for &next in &l.plan[node].succs {
+        for &next in l.plan.succs(node) {
             let st = &mut l.nodes[next];
             st.preds_left -= 1;
             st.last_done = st.last_done.max(now);
@@ -343,10 +339,10 @@ impl Replay for AgentxReplay {
     }
 
     fn in_flight(&self) -> usize {
-        self.in_flight.len()
+        self.ledger.in_flight()
     }
 
     fn is_finished(&self) -> bool {
-        !self.drawing && self.in_flight.is_empty() && self.pending.is_empty()
+        !self.drawing && self.ledger.in_flight() == 0 && self.ledger.scheduled() == 0
     }
 }

@@ -29,6 +29,7 @@ pub mod azure;
 pub mod error;
 pub mod format;
 pub mod issue;
+mod ledger;
 pub mod mooncake;
 pub mod open_loop;
 mod plan;

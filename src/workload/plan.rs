@@ -24,8 +24,48 @@ pub(crate) struct Node {
     pub anchored: bool,
     /// Capped end-to-start gap after the last predecessor (or the tree start).
     pub gap: f64,
-    /// Successor nodes.
-    pub succs: Vec<usize>,
+}
+
+/// A session tree's nodes and their successor lists, stored flat: one allocation per plan
+/// rather than one per node (plans are built for most trees a run draws, and dropped at its
+/// end).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Plan {
+    pub nodes: Vec<Node>,
+    /// Successors of node `i`: `succs[succ_start[i]..succ_start[i + 1]]`, in wiring order.
+    succs: Vec<usize>,
+    succ_start: Vec<usize>,
+}
+
+impl Plan {
+    pub fn succs(&self, node: usize) -> &[usize] {
+        match (self.succ_start.get(node), self.succ_start.get(node + 1)) {
+            (Some(&a), Some(&b)) => self.succs.get(a..b).unwrap_or(&[]),
+            _ => &[],
+        }
+    }
+
+    /// Counting sort of the `(from, to)` edges by `from`, keeping each node's wiring order.
+    fn from_edges(nodes: Vec<Node>, edges: &[(usize, usize)]) -> Self {
+        let mut succ_start = vec![0usize; nodes.len() + 1];
+        for &(from, _) in edges {
+            succ_start[from + 1] += 1;
+        }
+        for i in 0..nodes.len() {
+            succ_start[i + 1] += succ_start[i];
+        }
+        let mut fill = succ_start.clone();
+        let mut succs = vec![0usize; edges.len()];
+        for &(from, to) in edges {
+            succs[fill[from]] = to;
+            fill[from] += 1;
+        }
+        Self {
+            nodes,
+            succs,
+            succ_start,
+        }
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -45,9 +85,10 @@ pub(crate) struct Cut {
     pub first_is_warmup: bool,
 }
 
-pub(crate) fn build(session: &Session, cut: Cut, idle_cap: f64) -> Vec<Node> {
+pub(crate) fn build(session: &Session, cut: Cut, idle_cap: f64) -> Plan {
     let mut b = Builder {
-        nodes: Vec::new(),
+        nodes: Vec::with_capacity(session.total_requests()),
+        edges: Vec::with_capacity(session.total_requests()),
         cap: idle_cap,
     };
     let anchor_t = session
@@ -56,11 +97,13 @@ pub(crate) fn build(session: &Session, cut: Cut, idle_cap: f64) -> Vec<Node> {
         .map(|r| r.t)
         .unwrap_or_else(|| session.subagents.first().map_or(0.0, |s| s.spawn_t));
     b.chain(session, 0, cut, Entry::Anchor(anchor_t));
-    b.nodes
+    Plan::from_edges(b.nodes, &b.edges)
 }
 
 struct Builder {
     nodes: Vec<Node>,
+    /// `(predecessor, successor)` in wiring order.
+    edges: Vec<(usize, usize)>,
     cap: f64,
 }
 
@@ -79,13 +122,13 @@ impl Builder {
             }
             Entry::Anchor(_) => {}
             Entry::After(p, end) => {
-                self.nodes[p].succs.push(node);
+                self.edges.push((p, node));
                 self.nodes[node].preds += 1;
                 latest = end;
             }
         }
         for &(p, end) in joins {
-            self.nodes[p].succs.push(node);
+            self.edges.push((p, node));
             self.nodes[node].preds += 1;
             latest = latest.max(end);
         }
@@ -136,7 +179,6 @@ impl Builder {
                 preds: 0,
                 anchored: false,
                 gap: 0.0,
-                succs: Vec::new(),
             });
             let mut joins = Vec::new();
             open.retain(|&(last, last_end, end_t)| {
