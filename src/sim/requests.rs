@@ -2,7 +2,7 @@
 //! dense counter, so a window of slots starting at the oldest unfinished id replaces an
 //! ordered map: every decode row looks its request up, and that lookup was a tree search.
 
-use std::collections::VecDeque;
+use crate::workload::window::IdWindow;
 
 /// Refuse ids this far past the window start rather than allocate for them: a replay that
 /// skips ids wholesale breaks the dense-counter assumption.
@@ -19,16 +19,13 @@ enum Slot<T> {
 
 #[derive(Debug)]
 pub struct Requests<T> {
-    /// Id of `slots[0]`.
-    base: u64,
-    slots: VecDeque<Slot<T>>,
+    slots: IdWindow<Slot<T>>,
 }
 
 impl<T> Default for Requests<T> {
     fn default() -> Self {
         Self {
-            base: 0,
-            slots: VecDeque::new(),
+            slots: IdWindow::default(),
         }
     }
 }
@@ -36,61 +33,48 @@ impl<T> Default for Requests<T> {
 impl<T> Requests<T> {
     /// Adds request `id`. Fails for an id already used or implausibly far ahead.
     pub fn insert(&mut self, id: u64, value: T) -> Result<(), String> {
-        let Some(k) = id.checked_sub(self.base) else {
+        let base = self.slots.base();
+        let Some(k) = id.checked_sub(base) else {
             return Err(format!("request id {id} issued twice"));
         };
         if k >= MAX_SPAN {
             return Err(format!(
-                "request id {id} is {k} past the oldest unfinished one ({}); ids must be dense",
-                self.base
+                "request id {id} is {k} past the oldest unfinished one ({base}); ids must be dense"
             ));
         }
-        let k = k as usize;
-        if k >= self.slots.len() {
-            self.slots.resize_with(k + 1, || Slot::Empty);
-        }
-        match self.slots[k] {
-            Slot::Empty => {
-                self.slots[k] = Slot::Live(value);
+        self.slots.cover(id, || Slot::Empty);
+        match self.slots.get_mut(id) {
+            Some(s @ Slot::Empty) => {
+                *s = Slot::Live(value);
                 Ok(())
             }
             _ => Err(format!("request id {id} issued twice")),
         }
     }
 
-    fn index(&self, id: u64) -> Option<usize> {
-        let k = usize::try_from(id.checked_sub(self.base)?).ok()?;
-        (k < self.slots.len()).then_some(k)
-    }
-
     pub fn get(&self, id: u64) -> Option<&T> {
-        match self.slots.get(self.index(id)?)? {
+        match self.slots.get(id)? {
             Slot::Live(v) => Some(v),
             _ => None,
         }
     }
 
     pub fn get_mut(&mut self, id: u64) -> Option<&mut T> {
-        let k = self.index(id)?;
-        match self.slots.get_mut(k)? {
+        match self.slots.get_mut(id)? {
             Slot::Live(v) => Some(v),
             _ => None,
         }
     }
 
     pub fn remove(&mut self, id: u64) -> Option<T> {
-        let k = self.index(id)?;
-        let slot = self.slots.get_mut(k)?;
+        let slot = self.slots.get_mut(id)?;
         if !matches!(slot, Slot::Live(_)) {
             return None;
         }
         let Slot::Live(v) = std::mem::replace(slot, Slot::Done) else {
             return None;
         };
-        while matches!(self.slots.front(), Some(Slot::Done)) {
-            self.slots.pop_front();
-            self.base += 1;
-        }
+        self.slots.retire(|s| matches!(s, Slot::Done));
         Some(v)
     }
 }
@@ -116,7 +100,7 @@ mod tests {
         assert_eq!(r.remove(1), Some("B"));
         assert_eq!(r.remove(1), None);
         assert_eq!(r.remove(2), Some("c"));
-        assert!(r.slots.is_empty(), "every slot retired");
+        assert_eq!(r.slots.len(), 0, "every slot retired");
         assert_eq!(r.get(7), None);
     }
 
@@ -141,6 +125,6 @@ mod tests {
             assert_eq!(r.remove(id), Some(id));
         }
         assert_eq!(r.slots.len(), 1);
-        assert_eq!(r.base, 99);
+        assert_eq!(r.slots.base(), 99);
     }
 }

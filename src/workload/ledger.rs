@@ -2,7 +2,7 @@
 //! issues with a dense counter, so a window of states from the oldest unfinished id replaces
 //! two ordered maps that every schedule, pop and completion searched and rebalanced.
 
-use std::collections::VecDeque;
+use super::window::IdWindow;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum State<T> {
@@ -13,9 +13,7 @@ enum State<T> {
 
 #[derive(Debug)]
 pub(crate) struct Ledger<T> {
-    /// Id of `states[0]`.
-    base: u64,
-    states: VecDeque<State<T>>,
+    states: IdWindow<State<T>>,
     scheduled: usize,
     in_flight: usize,
 }
@@ -23,8 +21,7 @@ pub(crate) struct Ledger<T> {
 impl<T> Default for Ledger<T> {
     fn default() -> Self {
         Self {
-            base: 0,
-            states: VecDeque::new(),
+            states: IdWindow::default(),
             scheduled: 0,
             in_flight: 0,
         }
@@ -34,23 +31,14 @@ impl<T> Default for Ledger<T> {
 impl<T: Copy> Ledger<T> {
     /// Records the next id, which must be one past the last one recorded.
     pub fn schedule(&mut self, id: u64, at: T) {
-        debug_assert_eq!(
-            id,
-            self.base + self.states.len() as u64,
-            "ids must be dense"
-        );
-        self.states.push_back(State::Scheduled(at));
+        debug_assert_eq!(id, self.states.end(), "ids must be dense");
+        self.states.push(State::Scheduled(at));
         self.scheduled += 1;
-    }
-
-    fn slot(&mut self, id: u64) -> Option<&mut State<T>> {
-        let k = usize::try_from(id.checked_sub(self.base)?).ok()?;
-        self.states.get_mut(k)
     }
 
     /// A scheduled issue was handed to the caller.
     pub fn send(&mut self, id: u64) {
-        if let Some(s) = self.slot(id) {
+        if let Some(s) = self.states.get_mut(id) {
             if let State::Scheduled(at) = *s {
                 *s = State::InFlight(at);
                 self.scheduled -= 1;
@@ -61,16 +49,13 @@ impl<T: Copy> Ledger<T> {
 
     /// An in-flight issue completed: its payload, or `None` when `id` is not in flight.
     pub fn complete(&mut self, id: u64) -> Option<T> {
-        let s = self.slot(id)?;
+        let s = self.states.get_mut(id)?;
         let State::InFlight(at) = *s else {
             return None;
         };
         *s = State::Done;
         self.in_flight -= 1;
-        while matches!(self.states.front(), Some(State::Done)) {
-            self.states.pop_front();
-            self.base += 1;
-        }
+        self.states.retire(|s| matches!(s, State::Done));
         Some(at)
     }
 
@@ -101,8 +86,8 @@ mod tests {
         assert_eq!(l.complete(0), Some('a'));
         assert_eq!(l.complete(7), None, "never scheduled");
         assert_eq!((l.scheduled(), l.in_flight()), (0, 0));
-        assert!(l.states.is_empty(), "every finished id retired");
-        assert_eq!(l.base, 2);
+        assert_eq!(l.states.len(), 0, "every finished id retired");
+        assert_eq!(l.states.base(), 2);
     }
 
     #[test]

@@ -39,6 +39,7 @@ mod source;
 pub mod synth;
 pub mod types;
 pub mod weka;
+pub(crate) mod window;
 
 pub use agentx::{AgentxReplay, ReplayRules};
 pub use azure::load_azure;
