@@ -25,6 +25,11 @@ pub(crate) fn mix(x: u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// A uniform f64 in [0, 1) from a mixed hash: its top 53 bits.
+pub(crate) fn unit(h: u64) -> f64 {
+    (h >> 11) as f64 / (1u64 << 53) as f64
+}
+
 /// Per-lane send jitter of a run.
 #[derive(Debug, Clone)]
 pub struct SendJitter {
@@ -50,10 +55,7 @@ impl SendJitter {
         if max_s <= 0.0 {
             return 0.0;
         }
-        let h = mix(mix(mix(seed ^ STREAM) ^ lane as u64) ^ n);
-        // The top 53 bits give a uniform f64 in [0, 1).
-        let u = (h >> 11) as f64 / (1u64 << 53) as f64;
-        u * max_s
+        unit(mix(mix(mix(seed ^ STREAM) ^ lane as u64) ^ n)) * max_s
     }
 
     /// The delay before `lane`'s next send, for the completion that just happened.

@@ -13,7 +13,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::jitter::mix;
+use crate::jitter::{mix, unit};
 use crate::source::{Job, Source};
 
 /// Keeps the arrival stream apart from the other uses of `--seed` (prompts, jitter, sessions).
@@ -47,9 +47,8 @@ impl PoissonArrivals {
     /// The `k`-th inter-arrival time (0-based; the 0-th is from the start to the first
     /// arrival), in seconds: exponential with mean `1 / rate`.
     pub fn interval(&self, k: u64) -> f64 {
-        let h = mix(mix(self.seed ^ STREAM) ^ k);
-        // The top 53 bits give a uniform f64 in [0, 1), so 1 - u is in (0, 1] and ln is finite.
-        let u = (h >> 11) as f64 / (1u64 << 53) as f64;
+        // u is in [0, 1), so 1 - u is in (0, 1] and ln is finite.
+        let u = unit(mix(mix(self.seed ^ STREAM) ^ k));
         -(1.0 - u).ln() / self.rate
     }
 }
