@@ -157,3 +157,60 @@ fn a_malformed_trace_gives_an_error_naming_the_file_and_line() {
         .to_string();
     assert!(e.contains("bad.jsonl") && e.contains('2'), "{e}");
 }
+
+#[test]
+fn the_json_names_x_window_and_percentile_only_when_they_are_not_the_defaults() {
+    let arms = ArmSpec::parse_list("control,tpot_budget=0.10").unwrap();
+    let run = |admission: AdmissionParams| {
+        let mut base = spec(synthetic());
+        base.admission = admission;
+        json_without_speed(&Experiment {
+            base,
+            arms: arms.clone(),
+            seeds: 1,
+            threads: 1,
+            progress: false,
+        })
+    };
+    let custom = run(AdmissionParams {
+        min_samples: 10,
+        target_window: 100,
+        ttft_percentile: 95.0,
+        ..AdmissionParams::default()
+    });
+    assert!(custom.contains("\"target_window\":100"), "{custom}");
+    assert!(custom.contains("\"ttft_percentile\":95.0"), "{custom}");
+    let default = run(AdmissionParams::default());
+    assert!(!default.contains("target_window"));
+    assert!(!default.contains("ttft_percentile"));
+}
+
+#[test]
+fn sim_rejects_an_empty_x_window_and_a_percentile_out_of_range() {
+    for (flag, value, says) in [
+        ("--target-window", "0", "--target-window must be at least 1"),
+        (
+            "--ttft-percentile",
+            "100",
+            "--ttft-percentile must be in (0, 100)",
+        ),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_genslot"))
+            .args([
+                "sim",
+                "--seeds",
+                "1",
+                "--duration",
+                "10",
+                "--warmup",
+                "0",
+                "--quiet",
+            ])
+            .args([flag, value])
+            .output()
+            .expect("runs genslot");
+        assert!(!out.status.success(), "{flag} {value} was accepted");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{flag} {value}: {err}");
+    }
+}

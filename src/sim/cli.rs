@@ -55,6 +55,13 @@ pub struct SimArgs {
     /// Override the preset's AgentX idle cap on gaps, seconds.
     #[arg(long)]
     pub idle_cap: Option<f64>,
+    /// X's window for every arm, control included: the number of recent waited TTFTs X is
+    /// the percentile of (SPEC §4.2; default 1000). X forms at min(200, this) samples.
+    #[arg(long)]
+    pub target_window: Option<usize>,
+    /// X's percentile for every arm, in (0, 100) (default 90).
+    #[arg(long)]
+    pub ttft_percentile: Option<f64>,
     /// Open-loop traces: multiply the arrival rate.
     #[arg(long, default_value_t = 1.0)]
     pub rate_scale: f64,
@@ -146,6 +153,20 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
             (p, AdmissionParams::default())
         }
     };
+    let mut admission = admission;
+    if let Some(w) = args.target_window {
+        if w == 0 {
+            bail!("--target-window must be at least 1");
+        }
+        admission.target_window = w;
+        admission.min_samples = admission.min_samples.min(w);
+    }
+    if let Some(q) = args.ttft_percentile {
+        if !(q > 0.0 && q < 100.0) {
+            bail!("--ttft-percentile must be in (0, 100)");
+        }
+        admission.ttft_percentile = q;
+    }
     let mut plant = plant;
     if let Some(x) = args.output_scale {
         if !(x > 0.0 && x.is_finite()) {
@@ -186,8 +207,16 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
             progress: !args.quiet,
         };
         let mut r = run_experiment(&exp).map_err(anyhow::Error::msg)?;
+        let queue = match (r.target_window, r.ttft_percentile) {
+            (None, None) => String::new(),
+            (w, q) => format!(
+                ", X = p{} of the last {} waited TTFTs",
+                q.unwrap_or(admission.ttft_percentile),
+                w.unwrap_or(admission.target_window)
+            ),
+        };
         println!(
-            "\n== c{c}, preset {}, {} seeds x {} s (first {} s unmeasured){} ==",
+            "\n== c{c}, preset {}, {} seeds x {} s (first {} s unmeasured){queue}{} ==",
             r.preset,
             r.seeds,
             r.duration_s,

@@ -24,6 +24,7 @@ use arm::{ArmSpec, ModeSpec};
 use engine::{ResolvedArm, RunResult, RunSpec};
 use report::{ArmSummary, Paired};
 
+use crate::policy::admission::AdmissionParams;
 use crate::policy::Mode;
 
 /// T for `target_output_tps=auto`: the control's mean per-request output rate / 1.10.
@@ -59,6 +60,12 @@ pub struct ExperimentResult {
     pub duration_s: f64,
     pub warmup_s: f64,
     pub preset: String,
+    /// X's window and percentile (SPEC §4.2), present only where they differ from the
+    /// defaults (1000 waited TTFTs, p90).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target_window: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ttft_percentile: Option<f64>,
     pub target_output_tps: Option<f64>,
     pub arms: Vec<ArmSummary>,
     pub paired: Vec<Paired>,
@@ -272,6 +279,10 @@ pub fn run_experiment(exp: &Experiment) -> Result<ExperimentResult, String> {
         duration_s: exp.base.duration_s,
         warmup_s: exp.base.warmup_s,
         preset: exp.base.plant.name.clone(),
+        target_window: Some(exp.base.admission.target_window)
+            .filter(|&w| w != AdmissionParams::default().target_window),
+        ttft_percentile: Some(exp.base.admission.ttft_percentile)
+            .filter(|&q| q != AdmissionParams::default().ttft_percentile),
         target_output_tps: target,
         arms: summaries,
         paired,
