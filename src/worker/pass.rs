@@ -19,7 +19,8 @@ use crate::pools::AdmitBudget;
 pub struct PassMachine {
     pub(super) params: WorkerParams,
     pub(super) residents: ResidentTable,
-    /// The batch of the last pass as (id, slot): step results usually come back in this order.
+    /// The batch of the last pass as (id, place in the table): step results usually come
+    /// back in this order, and the table does not change between the batch and them.
     batch_rows: Vec<(RequestId, u32)>,
     /// Requests left out of the last batch by its limits (they keep all state).
     pub(super) displaced: Vec<RequestId>,
@@ -38,6 +39,8 @@ pub struct PassMachine {
 struct Growing {
     /// Its place in the pass's batch.
     row: usize,
+    /// Its place in the resident table.
+    place: u32,
     /// Its output tokens before the pass counted a first token in.
     output_tokens: u32,
 }
@@ -45,7 +48,6 @@ struct Growing {
 /// Buffers reused every pass, so a pass allocates little.
 #[derive(Debug, Clone, Default)]
 struct Buffers {
-    view: Vec<Resident>,
     cand: Vec<Candidate>,
     /// Batch candidates of the second and third priority class, before they join `cand`.
     cand_forced: Vec<Candidate>,
@@ -138,12 +140,10 @@ impl PassMachine {
         self.departures(inp, out);
 
         // Track, resume, pause.
-        self.buf.view.clear();
-        self.buf.view.extend(self.residents.values().map(Res::view));
         let reply = ports
             .step(StepView {
                 now,
-                residents: &self.buf.view,
+                residents: self.residents.rows(),
                 by_admission: Some(self.residents.admission_order()),
                 departed: &out.departed,
                 queue: facts,
@@ -214,10 +214,10 @@ impl PassMachine {
         b.transfers.clear();
         for k in &inp.kv_ready {
             if let Some(r) = self.residents.get_mut(&k.id) {
-                if r.kv_ready.is_none() {
-                    r.kv_ready = Some(k.at);
+                if r.x.kv_ready.is_none() {
+                    r.x.kv_ready = Some(k.at);
                     b.transfers
-                        .push((r.context_tokens, (k.at - r.admit_time).max(0.0)));
+                        .push((r.x.context_tokens, (k.at - r.v.admit_time).max(0.0)));
                 }
             }
         }
@@ -228,16 +228,16 @@ impl PassMachine {
         let b = &mut self.buf;
         b.finished.clear();
         for (i, st) in inp.stepped.iter().enumerate() {
-            let by_slot = self
+            let by_place = self
                 .batch_rows
                 .get(i)
                 .filter(|(id, _)| *id == st.id)
                 .map(|&(_, s)| s);
-            let r = match by_slot {
-                Some(slot) => self.residents.by_slot_mut(slot, st.id),
+            let r = match by_place {
+                Some(place) => self.residents.at_mut(place, st.id),
                 None => self.residents.get_mut(&st.id),
             };
-            if let Some(r) = r {
+            if let Some(r) = r.map(|r| r.v) {
                 r.output_tokens = (r.output_tokens + st.tokens).min(r.max_tokens);
                 r.decode_iters += 1;
                 if st.stop || r.output_tokens >= r.max_tokens {
@@ -272,38 +272,38 @@ impl PassMachine {
         b.leaving.sort_unstable();
         b.leaving.dedup();
         b.gone.clear();
-        for &id in &b.leaving {
-            if let Some(r) = self.residents.remove(&id) {
-                let completed = b.finished.binary_search(&id).is_ok();
-                if completed {
-                    self.totals.completed += 1;
-                } else {
-                    self.totals.cancelled += 1;
-                    out.cancelled.push(id);
-                }
-                out.departed.push(Departure {
-                    id,
-                    completed,
-                    first_token_time: r.first_token_time,
-                    finish_time: now,
-                    output_tokens: r.output_tokens,
-                });
-                b.gone.push(id);
-                self.displaced.retain(|x| *x != id);
+        let (totals, displaced) = (&mut self.totals, &mut self.displaced);
+        self.residents.remove_sorted(&b.leaving, |r, _| {
+            let id = r.id;
+            let completed = b.finished.binary_search(&id).is_ok();
+            if completed {
+                totals.completed += 1;
+            } else {
+                totals.cancelled += 1;
+                out.cancelled.push(id);
             }
-        }
+            out.departed.push(Departure {
+                id,
+                completed,
+                first_token_time: r.first_token_time,
+                finish_time: now,
+                output_tokens: r.output_tokens,
+            });
+            b.gone.push(id);
+            displaced.retain(|x| *x != id);
+        });
     }
 
     /// The controller's pauses and resumes in the table, and the drafter's retention.
     fn apply_decision(&mut self, dec: &PreemptDecision, has_drafter: bool) {
         for id in &dec.pauses {
             if let Some(r) = self.residents.get_mut(id) {
-                r.paused = true;
+                r.x.paused = true;
             }
         }
         for id in dec.resumes.iter().chain(&dec.forced_resumes) {
             if let Some(r) = self.residents.get_mut(id) {
-                r.paused = false;
+                r.x.paused = false;
             }
         }
         let b = &mut self.buf;
@@ -332,21 +332,25 @@ impl PassMachine {
                 b.abandoned.push(w.id);
                 continue;
             };
-            self.residents.insert(Res {
-                id: w.id,
-                arrival: w.arrival,
-                admit_time: now,
-                context_tokens: w.context_tokens,
-                max_tokens: w.max_tokens,
-                waited: p.waited,
-                kv_ready: None,
-                first_token_time: None,
-                output_tokens: 0,
-                decode_iters: 0,
-                slot,
-                paused: false,
-                kv_capacity: kv_pages * self.params.kv.tokens_per_block,
-            });
+            self.residents.insert(
+                Resident {
+                    id: w.id,
+                    arrival: w.arrival,
+                    admit_time: now,
+                    first_token_time: None,
+                    output_tokens: 0,
+                    decode_iters: 0,
+                    max_tokens: w.max_tokens,
+                },
+                Res {
+                    context_tokens: w.context_tokens,
+                    waited: p.waited,
+                    kv_ready: None,
+                    slot,
+                    paused: false,
+                    kv_capacity: kv_pages * self.params.kv.tokens_per_block,
+                },
+            );
             self.totals.admitted += 1;
             out.admitted.push(Admitted {
                 id: w.id,
@@ -369,13 +373,14 @@ impl PassMachine {
         b.cand.clear();
         b.cand_forced.clear();
         b.cand_rest.clear();
-        for r in self.residents.by_admission() {
-            if r.kv_ready.is_none() || r.paused {
+        for a in self.residents.admission_order() {
+            let (r, x) = self.residents.at(a.slot);
+            if x.kv_ready.is_none() || x.paused {
                 continue;
             }
             let c = Candidate {
                 id: r.id,
-                slot: r.slot,
+                slot: a.slot,
                 admit_time: r.admit_time,
                 first_token_pending: r.first_token_time.is_none(),
                 forced_resume: !b.forced.is_empty() && b.forced.binary_search(&r.id).is_ok(),
@@ -407,16 +412,17 @@ impl PassMachine {
         b.grow.clear();
         b.growing.clear();
         out.batch.reserve(b.plan.scheduled.len());
-        for (&id, &slot) in b.plan.scheduled.iter().zip(&b.plan.scheduled_slots) {
-            let Some(r) = self.residents.by_slot_mut(slot, id) else {
+        for (&id, &place) in b.plan.scheduled.iter().zip(&b.plan.scheduled_slots) {
+            let Some(super::table::RowMut { v: r, x }) = self.residents.at_mut(place, id) else {
                 continue;
             };
             let first = r.first_token_time.is_none();
-            let need = r.kv_need(self.params.tokens_per_step);
-            if need > r.kv_capacity {
+            let need = x.kv_need(r, self.params.tokens_per_step);
+            if need > x.kv_capacity {
                 b.grow.push((id, need));
                 b.growing.push(Growing {
                     row: out.batch.len(),
+                    place,
                     output_tokens: r.output_tokens,
                 });
             }
@@ -424,20 +430,20 @@ impl PassMachine {
                 r.first_token_time = Some(now);
                 r.output_tokens = 1;
                 let ttft = now - r.arrival;
-                if r.waited {
+                if x.waited {
                     b.ttfts.push(ttft);
                 }
                 out.first_tokens.push(FirstToken {
                     id,
                     ttft,
-                    waited: r.waited,
+                    waited: x.waited,
                 });
             }
-            self.batch_rows.push((id, r.slot));
+            self.batch_rows.push((id, place));
             out.batch.push(BatchRow {
                 id,
-                slot: r.slot,
-                context_len: r.cached_tokens(),
+                slot: x.slot,
+                context_len: x.cached_tokens(r),
                 first_token: first,
             });
         }
@@ -452,15 +458,15 @@ impl PassMachine {
         let mut waiting = 0;
         for (g, pages) in b.growing.iter().zip(&b.grown) {
             let row = out.batch[g.row];
-            let Some(r) = self.residents.by_slot_mut(row.slot, row.id) else {
+            let Some(r) = self.residents.at_mut(g.place, row.id) else {
                 continue;
             };
             match pages {
-                Some(pages) => r.kv_capacity = pages * tpb,
+                Some(pages) => r.x.kv_capacity = pages * tpb,
                 None => {
                     if row.first_token {
-                        r.first_token_time = None;
-                        r.output_tokens = g.output_tokens;
+                        r.v.first_token_time = None;
+                        r.v.output_tokens = g.output_tokens;
                         let at = out.first_tokens.iter().position(|f| f.id == row.id);
                         if let Some(f) = at.map(|i| out.first_tokens.remove(i)) {
                             if f.waited {
@@ -496,7 +502,7 @@ impl PassMachine {
         if has_drafter {
             now_displaced.sort_unstable();
             for &id in &self.displaced {
-                let paused = self.residents.get(&id).is_some_and(|r| r.paused);
+                let paused = self.residents.get(&id).is_some_and(|(_, x)| x.paused);
                 if now_displaced.binary_search(&id).is_err() && !paused {
                     b.retain.push(RetainOp::Unretain(id));
                 }
