@@ -5,6 +5,7 @@
 //! (`LocalPorts`, the simulator's worker), the actor runtime over one actor per component.
 //! No clock, no I/O, no randomness.
 
+mod build;
 mod inputs;
 mod local;
 mod pass;

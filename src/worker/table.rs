@@ -59,6 +59,11 @@ impl ResidentTable {
         })
     }
 
+    /// The place of `id`'s record.
+    pub fn place(&self, id: RequestId) -> Option<u32> {
+        self.find(id).ok().map(|i| i as u32)
+    }
+
     /// The record at `place`, if it belongs to `id`.
     pub fn at_mut(&mut self, place: u32, id: RequestId) -> Option<RowMut<'_>> {
         let i = place as usize;
