@@ -137,7 +137,7 @@ impl ResidentTable {
                 continue;
             }
             self.rows[w] = self.rows[r];
-            self.res[w] = self.res[r].clone();
+            self.res[w] = self.res[r];
             w += 1;
         }
         self.rows.truncate(w);
