@@ -69,6 +69,10 @@ pub struct KvPool {
     held: BTreeMap<RequestId, Lease>,
 }
 
+/// Page-table room an admission reserves beyond its context (and a quarter of it), so
+/// decode growth rarely reallocates the table.
+const GROWTH_PAGES: usize = 32;
+
 /// Append `n` pages to `into`: released ones first, most recently released first, then
 /// fresh ones in order (in bulk: a long context takes thousands of pages).
 fn take_pages(released: &mut Vec<u32>, fresh: &mut u32, n: usize, into: &mut Vec<u32>) {
@@ -137,7 +141,9 @@ impl KvPool {
         })?;
         let swa = budget.swa_pages as usize;
         let need = total - swa;
-        let (mut pages, mut swa_pages) = (Vec::new(), Vec::new());
+        // Room to decode into: without it the first growth copies the whole page table.
+        let mut pages = Vec::with_capacity(need + need / 4 + GROWTH_PAGES);
+        let mut swa_pages = Vec::new();
         self.take_pages(need, &mut pages);
         self.take_pages(swa, &mut swa_pages);
         self.held.insert(
@@ -154,31 +160,36 @@ impl KvPool {
     /// Make room for `tokens` in the request's cache. `Ok(false)` when it already fits;
     /// an error when no page is free (the request must wait; nothing is evicted).
     pub fn grow(&mut self, id: RequestId, tokens: u32) -> Result<bool, PoolError> {
+        let before = self.pages_of(id).map(<[u32]>::len);
+        let after = self.grow_pages(id, tokens)?;
+        Ok(before.is_some_and(|b| after as usize > b))
+    }
+
+    /// `grow`, answering the request's page count after it (one lookup, for the pass).
+    pub fn grow_pages(&mut self, id: RequestId, tokens: u32) -> Result<u32, PoolError> {
         let need = self.cfg.pages_for(tokens) as usize;
-        let have = self
+        let free = self.free_pages() as usize;
+        let lease = self
             .held
-            .get(&id)
-            .ok_or(PoolError::NotHeld { pool: PAGES, id })?
-            .pages
-            .len();
+            .get_mut(&id)
+            .ok_or(PoolError::NotHeld { pool: PAGES, id })?;
+        let have = lease.pages.len();
         if have >= need {
-            return Ok(false);
+            return Ok(have as u32);
         }
-        if (self.free_pages() as usize) < need - have {
+        if free < need - have {
             return Err(PoolError::Exhausted {
                 pool: PAGES,
                 capacity: self.cfg.total_pages as u64,
             });
         }
-        if let Some(lease) = self.held.get_mut(&id) {
-            take_pages(
-                &mut self.released,
-                &mut self.fresh,
-                need - have,
-                &mut lease.pages,
-            );
-        }
-        Ok(true)
+        take_pages(
+            &mut self.released,
+            &mut self.fresh,
+            need - have,
+            &mut lease.pages,
+        );
+        Ok(need as u32)
     }
 
     pub fn release(&mut self, id: RequestId) -> Result<(), PoolError> {

@@ -5,6 +5,7 @@
 //! (`LocalPorts`, the simulator's worker), the actor runtime over one actor per component.
 //! No clock, no I/O, no randomness.
 
+mod build;
 mod inputs;
 mod local;
 mod pass;
@@ -81,18 +82,13 @@ impl WorkerParams {
     }
 }
 
-#[derive(Debug, Clone, Serialize)]
+/// The worker's part of a resident's record; the controller's part is its `Resident` row
+/// (the table keeps both).
+#[derive(Debug, Clone, Copy, Serialize)]
 struct Res {
-    id: RequestId,
-    arrival: f64,
-    admit_time: f64,
     context_tokens: u32,
-    max_tokens: u32,
     waited: bool,
     kv_ready: Option<f64>,
-    first_token_time: Option<f64>,
-    output_tokens: u32,
-    decode_iters: u32,
     slot: u32,
     /// Paused by the preemption controller (mirrors its decisions, checked by the invariants).
     paused: bool,
@@ -101,31 +97,19 @@ struct Res {
 }
 
 impl Res {
-    fn view(&self) -> Resident {
-        Resident {
-            id: self.id,
-            arrival: self.arrival,
-            admit_time: self.admit_time,
-            first_token_time: self.first_token_time,
-            output_tokens: self.output_tokens,
-            decode_iters: self.decode_iters,
-            max_tokens: self.max_tokens,
-        }
-    }
-
     /// Tokens its KV cache must hold after this pass's step.
-    fn kv_need(&self, tokens_per_step: u32) -> u32 {
-        let out_after = if self.first_token_time.is_none() {
+    fn kv_need(&self, v: &Resident, tokens_per_step: u32) -> u32 {
+        let out_after = if v.first_token_time.is_none() {
             1
         } else {
-            self.output_tokens
+            v.output_tokens
         };
         self.context_tokens + out_after + tokens_per_step - 1
     }
 
     /// Tokens in the KV cache before this step (the last host token is the step's input).
-    fn cached_tokens(&self) -> u32 {
-        self.context_tokens + self.output_tokens.saturating_sub(1)
+    fn cached_tokens(&self, v: &Resident) -> u32 {
+        self.context_tokens + v.output_tokens.saturating_sub(1)
     }
 }
 
@@ -258,11 +242,11 @@ impl WorkerCore {
         {
             return Err(format!("paused request {id} is not resident"));
         }
-        if let Some(r) = self
+        if let Some((r, _)) = self
             .machine
             .residents
             .values()
-            .find(|r| r.paused != self.parts.preempt.is_paused(r.id))
+            .find(|(v, x)| x.paused != self.parts.preempt.is_paused(v.id))
         {
             return Err(format!(
                 "request {}: the table's paused flag disagrees with the controller",

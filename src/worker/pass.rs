@@ -6,11 +6,8 @@
 
 use super::ports::{AdmitOutcome, Ports, QueueIngest, RetainOp};
 use super::table::ResidentTable;
-use super::{
-    Admitted, BatchRow, FirstToken, PassInputs, PassOutput, Res, WorkerParams, WorkerTotals,
-};
+use super::{Admitted, PassInputs, PassOutput, Res, WorkerParams, WorkerTotals};
 use crate::policy::admission::Popped;
-use crate::policy::batch::{self, BatchLimits, Candidate};
 use crate::policy::preemption::{Departure, PreemptDecision, Resident, StepView};
 use crate::policy::RequestId;
 use crate::pools::AdmitBudget;
@@ -19,8 +16,12 @@ use crate::pools::AdmitBudget;
 pub struct PassMachine {
     pub(super) params: WorkerParams,
     pub(super) residents: ResidentTable,
-    /// The batch of the last pass as (id, slot): step results usually come back in this order.
-    batch_rows: Vec<(RequestId, u32)>,
+    /// The batch of the last pass as (id, place in the table): step results usually come
+    /// back in this order, and the table does not change between the batch and them.
+    pub(super) batch_rows: Vec<(RequestId, u32)>,
+    /// Residents whose first token is not out yet (and some that left or got it since:
+    /// the batch build prunes them).
+    pub(super) first_pending: Vec<RequestId>,
     /// Requests left out of the last batch by its limits (they keep all state).
     pub(super) displaced: Vec<RequestId>,
     /// D as of the last controller step (the admission queue's refresh uses it).
@@ -30,27 +31,16 @@ pub struct PassMachine {
     pub(super) pass_no: u64,
     pub(super) totals: WorkerTotals,
     pub(super) last_batch: usize,
-    buf: Buffers,
-}
-
-/// A batch row that outgrows its pages, until the KV pool answers.
-#[derive(Debug, Clone, Copy)]
-struct Growing {
-    /// Its place in the pass's batch.
-    row: usize,
-    /// Its output tokens before the pass counted a first token in.
-    output_tokens: u32,
+    pub(super) buf: Buffers,
 }
 
 /// Buffers reused every pass, so a pass allocates little.
 #[derive(Debug, Clone, Default)]
-struct Buffers {
-    view: Vec<Resident>,
-    cand: Vec<Candidate>,
-    /// Batch candidates of the second and third priority class, before they join `cand`.
-    cand_forced: Vec<Candidate>,
-    cand_rest: Vec<Candidate>,
-    forced: Vec<RequestId>,
+pub(super) struct Buffers {
+    /// The batch's head: first tokens, then forced resumes, as (admit time, id, place).
+    pub(super) head: Vec<(f64, RequestId, u32)>,
+    /// This pass's forced resumes, sorted.
+    pub(super) forced: Vec<RequestId>,
     finished: Vec<RequestId>,
     leaving: Vec<RequestId>,
     gone: Vec<RequestId>,
@@ -59,13 +49,15 @@ struct Buffers {
     popped: Vec<Popped>,
     outcomes: Vec<AdmitOutcome>,
     abandoned: Vec<RequestId>,
-    grow: Vec<(RequestId, u32)>,
-    grown: Vec<Option<u32>>,
-    growing: Vec<Growing>,
-    ttfts: Vec<f64>,
-    retain: Vec<RetainOp>,
-    plan: batch::BatchPlan,
-    displaced: Vec<RequestId>,
+    pub(super) grow: Vec<(RequestId, u32)>,
+    pub(super) grown: Vec<Option<u32>>,
+    pub(super) growing: Vec<super::build::Growing>,
+    pub(super) ttfts: Vec<f64>,
+    pub(super) retain: Vec<RetainOp>,
+    /// Left out of this pass's batch by `max_batch_size` and by `max_num_tokens`.
+    pub(super) displaced_now: Vec<RequestId>,
+    pub(super) token_limited: Vec<RequestId>,
+    pub(super) displaced: Vec<RequestId>,
 }
 
 impl PassMachine {
@@ -74,6 +66,7 @@ impl PassMachine {
             params,
             residents: ResidentTable::default(),
             batch_rows: Vec::new(),
+            first_pending: Vec::new(),
             displaced: Vec::new(),
             d: None,
             queue_len: 0,
@@ -138,12 +131,10 @@ impl PassMachine {
         self.departures(inp, out);
 
         // Track, resume, pause.
-        self.buf.view.clear();
-        self.buf.view.extend(self.residents.values().map(Res::view));
         let reply = ports
             .step(StepView {
                 now,
-                residents: &self.buf.view,
+                residents: self.residents.rows(),
                 by_admission: Some(self.residents.admission_order()),
                 departed: &out.departed,
                 queue: facts,
@@ -185,8 +176,7 @@ impl PassMachine {
         }
 
         // Build the batch; rows that outgrow their pages ask the KV pool, in batch order.
-        self.plan_batch(&dec.forced_resumes);
-        self.fill_batch(now, out);
+        self.build_batch(&dec.forced_resumes, now, out);
         if !self.buf.grow.is_empty() {
             ports.kv_grow(&self.buf.grow, &mut self.buf.grown).await;
             self.settle_growth(out);
@@ -214,10 +204,10 @@ impl PassMachine {
         b.transfers.clear();
         for k in &inp.kv_ready {
             if let Some(r) = self.residents.get_mut(&k.id) {
-                if r.kv_ready.is_none() {
-                    r.kv_ready = Some(k.at);
+                if r.x.kv_ready.is_none() {
+                    r.x.kv_ready = Some(k.at);
                     b.transfers
-                        .push((r.context_tokens, (k.at - r.admit_time).max(0.0)));
+                        .push((r.x.context_tokens, (k.at - r.v.admit_time).max(0.0)));
                 }
             }
         }
@@ -228,16 +218,16 @@ impl PassMachine {
         let b = &mut self.buf;
         b.finished.clear();
         for (i, st) in inp.stepped.iter().enumerate() {
-            let by_slot = self
+            let by_place = self
                 .batch_rows
                 .get(i)
                 .filter(|(id, _)| *id == st.id)
                 .map(|&(_, s)| s);
-            let r = match by_slot {
-                Some(slot) => self.residents.by_slot_mut(slot, st.id),
+            let r = match by_place {
+                Some(place) => self.residents.at_mut(place, st.id),
                 None => self.residents.get_mut(&st.id),
             };
-            if let Some(r) = r {
+            if let Some(r) = r.map(|r| r.v) {
                 r.output_tokens = (r.output_tokens + st.tokens).min(r.max_tokens);
                 r.decode_iters += 1;
                 if st.stop || r.output_tokens >= r.max_tokens {
@@ -272,38 +262,38 @@ impl PassMachine {
         b.leaving.sort_unstable();
         b.leaving.dedup();
         b.gone.clear();
-        for &id in &b.leaving {
-            if let Some(r) = self.residents.remove(&id) {
-                let completed = b.finished.binary_search(&id).is_ok();
-                if completed {
-                    self.totals.completed += 1;
-                } else {
-                    self.totals.cancelled += 1;
-                    out.cancelled.push(id);
-                }
-                out.departed.push(Departure {
-                    id,
-                    completed,
-                    first_token_time: r.first_token_time,
-                    finish_time: now,
-                    output_tokens: r.output_tokens,
-                });
-                b.gone.push(id);
-                self.displaced.retain(|x| *x != id);
+        let (totals, displaced) = (&mut self.totals, &mut self.displaced);
+        self.residents.remove_sorted(&b.leaving, |r, _| {
+            let id = r.id;
+            let completed = b.finished.binary_search(&id).is_ok();
+            if completed {
+                totals.completed += 1;
+            } else {
+                totals.cancelled += 1;
+                out.cancelled.push(id);
             }
-        }
+            out.departed.push(Departure {
+                id,
+                completed,
+                first_token_time: r.first_token_time,
+                finish_time: now,
+                output_tokens: r.output_tokens,
+            });
+            b.gone.push(id);
+            displaced.retain(|x| *x != id);
+        });
     }
 
     /// The controller's pauses and resumes in the table, and the drafter's retention.
     fn apply_decision(&mut self, dec: &PreemptDecision, has_drafter: bool) {
         for id in &dec.pauses {
             if let Some(r) = self.residents.get_mut(id) {
-                r.paused = true;
+                r.x.paused = true;
             }
         }
         for id in dec.resumes.iter().chain(&dec.forced_resumes) {
             if let Some(r) = self.residents.get_mut(id) {
-                r.paused = false;
+                r.x.paused = false;
             }
         }
         let b = &mut self.buf;
@@ -332,21 +322,26 @@ impl PassMachine {
                 b.abandoned.push(w.id);
                 continue;
             };
-            self.residents.insert(Res {
-                id: w.id,
-                arrival: w.arrival,
-                admit_time: now,
-                context_tokens: w.context_tokens,
-                max_tokens: w.max_tokens,
-                waited: p.waited,
-                kv_ready: None,
-                first_token_time: None,
-                output_tokens: 0,
-                decode_iters: 0,
-                slot,
-                paused: false,
-                kv_capacity: kv_pages * self.params.kv.tokens_per_block,
-            });
+            self.residents.insert(
+                Resident {
+                    id: w.id,
+                    arrival: w.arrival,
+                    admit_time: now,
+                    first_token_time: None,
+                    output_tokens: 0,
+                    decode_iters: 0,
+                    max_tokens: w.max_tokens,
+                },
+                Res {
+                    context_tokens: w.context_tokens,
+                    waited: p.waited,
+                    kv_ready: None,
+                    slot,
+                    paused: false,
+                    kv_capacity: kv_pages * self.params.kv.tokens_per_block,
+                },
+            );
+            self.first_pending.push(w.id);
             self.totals.admitted += 1;
             out.admitted.push(Admitted {
                 id: w.id,
@@ -355,158 +350,5 @@ impl PassMachine {
                 max_tokens: w.max_tokens,
             });
         }
-    }
-
-    /// The batch plan, and the KV growth its rows need. Walking the residents oldest
-    /// admission first and splitting them by priority class yields the batch order already
-    /// (first tokens, then forced resumes, then the rest, each oldest admission first), so
-    /// nothing is sorted.
-    fn plan_batch(&mut self, forced_resumes: &[RequestId]) {
-        let b = &mut self.buf;
-        b.forced.clear();
-        b.forced.extend_from_slice(forced_resumes);
-        b.forced.sort_unstable();
-        b.cand.clear();
-        b.cand_forced.clear();
-        b.cand_rest.clear();
-        for r in self.residents.by_admission() {
-            if r.kv_ready.is_none() || r.paused {
-                continue;
-            }
-            let c = Candidate {
-                id: r.id,
-                slot: r.slot,
-                admit_time: r.admit_time,
-                first_token_pending: r.first_token_time.is_none(),
-                forced_resume: !b.forced.is_empty() && b.forced.binary_search(&r.id).is_ok(),
-            };
-            if c.first_token_pending {
-                b.cand.push(c);
-            } else if c.forced_resume {
-                b.cand_forced.push(c);
-            } else {
-                b.cand_rest.push(c);
-            }
-        }
-        b.cand.extend_from_slice(&b.cand_forced);
-        b.cand.extend_from_slice(&b.cand_rest);
-        let limits = BatchLimits {
-            max_batch_size: self.params.max_batch_size,
-            max_num_tokens: self.params.max_num_tokens,
-            tokens_per_request: self.params.tokens_per_step,
-        };
-        batch::build_sorted_into(&b.cand, &limits, &mut b.plan);
-    }
-
-    /// The batch rows and first tokens, every row counted in; the rows that outgrow
-    /// their pages are listed in `grow` (with their place) for the KV pool.
-    fn fill_batch(&mut self, now: f64, out: &mut PassOutput) {
-        let b = &mut self.buf;
-        self.batch_rows.clear();
-        b.ttfts.clear();
-        b.grow.clear();
-        b.growing.clear();
-        out.batch.reserve(b.plan.scheduled.len());
-        for (&id, &slot) in b.plan.scheduled.iter().zip(&b.plan.scheduled_slots) {
-            let Some(r) = self.residents.by_slot_mut(slot, id) else {
-                continue;
-            };
-            let first = r.first_token_time.is_none();
-            let need = r.kv_need(self.params.tokens_per_step);
-            if need > r.kv_capacity {
-                b.grow.push((id, need));
-                b.growing.push(Growing {
-                    row: out.batch.len(),
-                    output_tokens: r.output_tokens,
-                });
-            }
-            if first {
-                r.first_token_time = Some(now);
-                r.output_tokens = 1;
-                let ttft = now - r.arrival;
-                if r.waited {
-                    b.ttfts.push(ttft);
-                }
-                out.first_tokens.push(FirstToken {
-                    id,
-                    ttft,
-                    waited: r.waited,
-                });
-            }
-            self.batch_rows.push((id, r.slot));
-            out.batch.push(BatchRow {
-                id,
-                slot: r.slot,
-                context_len: r.cached_tokens(),
-                first_token: first,
-            });
-        }
-        self.last_batch = out.batch.len();
-    }
-
-    /// The KV pool's answers for the growing rows: a row whose growth found no page
-    /// leaves the batch and waits, as if never scheduled (its first token too).
-    fn settle_growth(&mut self, out: &mut PassOutput) {
-        let b = &mut self.buf;
-        let tpb = self.params.kv.tokens_per_block;
-        let mut waiting = 0;
-        for (g, pages) in b.growing.iter().zip(&b.grown) {
-            let row = out.batch[g.row];
-            let Some(r) = self.residents.by_slot_mut(row.slot, row.id) else {
-                continue;
-            };
-            match pages {
-                Some(pages) => r.kv_capacity = pages * tpb,
-                None => {
-                    if row.first_token {
-                        r.first_token_time = None;
-                        r.output_tokens = g.output_tokens;
-                        let at = out.first_tokens.iter().position(|f| f.id == row.id);
-                        if let Some(f) = at.map(|i| out.first_tokens.remove(i)) {
-                            if f.waited {
-                                // TTFTs are in first-token order, waited ones only.
-                                let k = out.first_tokens[..at.unwrap_or(0)]
-                                    .iter()
-                                    .filter(|f| f.waited)
-                                    .count();
-                                b.ttfts.remove(k);
-                            }
-                        }
-                    }
-                    self.totals.kv_waits += 1;
-                    out.kv_waiting.push(row.id);
-                    waiting += 1;
-                }
-            }
-        }
-        if waiting > 0 {
-            let kv_waiting = &out.kv_waiting[out.kv_waiting.len() - waiting..];
-            out.batch.retain(|r| !kv_waiting.contains(&r.id));
-            self.batch_rows.retain(|(id, _)| !kv_waiting.contains(id));
-            self.last_batch = out.batch.len();
-        }
-    }
-
-    /// Displaced requests keep their drafter state until they are back in a batch.
-    fn displacement(&mut self, has_drafter: bool, out: &mut PassOutput) {
-        let b = &mut self.buf;
-        let now_displaced = &mut b.displaced;
-        now_displaced.clear();
-        now_displaced.extend(b.plan.displaced.iter().chain(&b.plan.token_limited));
-        if has_drafter {
-            now_displaced.sort_unstable();
-            for &id in &self.displaced {
-                let paused = self.residents.get(&id).is_some_and(|r| r.paused);
-                if now_displaced.binary_search(&id).is_err() && !paused {
-                    b.retain.push(RetainOp::Unretain(id));
-                }
-            }
-            b.retain
-                .extend(now_displaced.iter().map(|&id| RetainOp::Retain(id)));
-        }
-        self.totals.displaced += b.plan.displaced.len() as u64;
-        std::mem::swap(&mut self.displaced, &mut b.displaced);
-        out.displaced.extend_from_slice(&b.plan.displaced);
-        out.token_limited.extend_from_slice(&b.plan.token_limited);
     }
 }

@@ -205,11 +205,10 @@ pub mod op {
 
     pub fn kv_grow(kv: &mut KvPool, rows: &[(RequestId, u32)], into: &mut Vec<Option<u32>>) {
         into.clear();
-        into.extend(rows.iter().map(|&(id, tokens)| {
-            kv.grow(id, tokens)
-                .ok()
-                .and_then(|_| kv.pages_of(id).map(|p| p.len() as u32))
-        }));
+        into.extend(
+            rows.iter()
+                .map(|&(id, tokens)| kv.grow_pages(id, tokens).ok()),
+        );
     }
 
     /// The step's tokens, as (id, tokens) rows, into each request's window.

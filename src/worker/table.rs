@@ -1,22 +1,32 @@
-//! The resident table: records in a slab indexed by sequence slot (dense, bounded by the
-//! slot pool), an id index in id order (the preemption controller's order) and the
-//! admission order (the batch's order). Per-row work in a pass goes through the slot, so it
-//! costs no search; both orders are kept as rows come and go, so a pass neither walks a
-//! tree nor sorts.
+//! The resident table: the controller's rows (`Resident`, in id order, handed to the step
+//! as they are, never copied) with the worker's own part of each record alongside, and
+//! the admission order (the batch's order) as places in those rows. Per-row work in a pass
+//! goes through a place, so it costs no search. Rows mostly join at the end (ids grow) and
+//! leave in one compaction per pass, which renumbers the admission order as it goes.
 
 use std::cmp::Ordering;
 
 use super::Res;
-use crate::policy::preemption::AdmitRow;
+use crate::policy::preemption::{AdmitRow, Resident};
 use crate::policy::RequestId;
 
 #[derive(Debug, Clone, Default)]
 pub(super) struct ResidentTable {
-    slab: Vec<Option<Res>>,
-    /// (id, slot), in id order.
-    index: Vec<(RequestId, u32)>,
-    /// Oldest admission first; ties by id, as the batch and the controller order them.
+    /// The controller's rows, in id order.
+    rows: Vec<Resident>,
+    /// The worker's part of each row, aligned with `rows`.
+    res: Vec<Res>,
+    /// Oldest admission first, ties by id (as the batch and the controller order them);
+    /// each entry's `slot` is its place in `rows`.
     by_admit: Vec<AdmitRow>,
+    /// Places removed by the last `remove_sorted`, ascending (reused).
+    gone: Vec<u32>,
+}
+
+/// One resident's record: the controller's row and the worker's part.
+pub(super) struct RowMut<'a> {
+    pub v: &'a mut Resident,
+    pub x: &'a mut Res,
 }
 
 fn admit_order(a: &AdmitRow, admit_time: f64, id: RequestId) -> Ordering {
@@ -25,91 +35,134 @@ fn admit_order(a: &AdmitRow, admit_time: f64, id: RequestId) -> Ordering {
 
 impl ResidentTable {
     pub fn len(&self) -> usize {
-        self.index.len()
+        self.rows.len()
     }
 
     fn find(&self, id: RequestId) -> Result<usize, usize> {
-        self.index.binary_search_by_key(&id, |e| e.0)
+        self.rows.binary_search_by_key(&id, |r| r.id)
     }
 
     pub fn contains_key(&self, id: &RequestId) -> bool {
         self.find(*id).is_ok()
     }
 
-    pub fn get(&self, id: &RequestId) -> Option<&Res> {
-        let slot = self.index[self.find(*id).ok()?].1;
-        self.at(slot, *id)
+    pub fn get(&self, id: &RequestId) -> Option<(&Resident, &Res)> {
+        let i = self.find(*id).ok()?;
+        Some((&self.rows[i], &self.res[i]))
     }
 
-    pub fn get_mut(&mut self, id: &RequestId) -> Option<&mut Res> {
-        let slot = self.index[self.find(*id).ok()?].1;
-        self.by_slot_mut(slot, *id)
+    pub fn get_mut(&mut self, id: &RequestId) -> Option<RowMut<'_>> {
+        let i = self.find(*id).ok()?;
+        Some(RowMut {
+            v: &mut self.rows[i],
+            x: &mut self.res[i],
+        })
     }
 
-    /// The record in `slot`, if it belongs to `id`.
-    pub fn by_slot_mut(&mut self, slot: u32, id: RequestId) -> Option<&mut Res> {
-        self.slab
-            .get_mut(slot as usize)?
-            .as_mut()
-            .filter(|r| r.id == id)
+    /// The place of `id`'s record.
+    pub fn place(&self, id: RequestId) -> Option<u32> {
+        self.find(id).ok().map(|i| i as u32)
     }
 
-    /// Insert a request not yet resident (its slot lease guarantees that).
-    pub fn insert(&mut self, r: Res) {
-        let slot = r.slot as usize;
-        if self.slab.len() <= slot {
-            self.slab.resize_with(slot + 1, || None);
+    /// The record at `place`, if it belongs to `id`.
+    pub fn at_mut(&mut self, place: u32, id: RequestId) -> Option<RowMut<'_>> {
+        let i = place as usize;
+        let v = self.rows.get_mut(i).filter(|r| r.id == id)?;
+        Some(RowMut {
+            v,
+            x: &mut self.res[i],
+        })
+    }
+
+    /// The record at `place` (one from `admission_order`).
+    pub fn at(&self, place: u32) -> (&Resident, &Res) {
+        (&self.rows[place as usize], &self.res[place as usize])
+    }
+
+    /// Insert a request not yet resident (its slot lease guarantees that); its place.
+    pub fn insert(&mut self, v: Resident, x: Res) -> u32 {
+        if self.contains_key(&v.id) {
+            self.remove_sorted(&[v.id], |_, _| {});
         }
-        match self.find(r.id) {
-            Ok(i) => self.index[i].1 = r.slot,
-            Err(i) => self.index.insert(i, (r.id, r.slot)),
+        let i = self.find(v.id).unwrap_or_else(|i| i);
+        // Ids mostly grow, so the row is almost always the last and nothing moves.
+        if i < self.rows.len() {
+            for e in &mut self.by_admit {
+                if e.slot as usize >= i {
+                    e.slot += 1;
+                }
+            }
         }
-        // Admission times only grow, so this is almost always the end.
+        // Admission times only grow, so this is almost always the end too.
         let at = self
             .by_admit
-            .partition_point(|e| admit_order(e, r.admit_time, r.id) == Ordering::Less);
+            .partition_point(|e| admit_order(e, v.admit_time, v.id) == Ordering::Less);
         self.by_admit.insert(
             at,
             AdmitRow {
-                admit_time: r.admit_time,
-                id: r.id,
-                slot: r.slot,
+                admit_time: v.admit_time,
+                id: v.id,
+                slot: i as u32,
             },
         );
-        self.slab[slot] = Some(r);
+        self.rows.insert(i, v);
+        self.res.insert(i, x);
+        i as u32
     }
 
-    pub fn remove(&mut self, id: &RequestId) -> Option<Res> {
-        let i = self.find(*id).ok()?;
-        let (_, slot) = self.index.remove(i);
-        let r = self.slab.get_mut(slot as usize)?.take()?;
-        if let Ok(at) = self
-            .by_admit
-            .binary_search_by(|e| admit_order(e, r.admit_time, r.id))
-        {
-            self.by_admit.remove(at);
+    /// Remove the residents among `ids` (sorted, deduplicated), handing each removed
+    /// record to `removed` in id order. One compaction of the rows and of the admission
+    /// order, whatever the number removed.
+    pub fn remove_sorted(&mut self, ids: &[RequestId], mut removed: impl FnMut(&Resident, &Res)) {
+        self.gone.clear();
+        let mut from = 0;
+        for &id in ids {
+            if let Ok(i) = self.rows[from..].binary_search_by_key(&id, |r| r.id) {
+                let i = from + i;
+                removed(&self.rows[i], &self.res[i]);
+                self.gone.push(i as u32);
+                from = i + 1;
+            }
         }
-        Some(r)
+        let Some(&first) = self.gone.first() else {
+            return;
+        };
+        // Element by element: a long row move costs no more than the walk.
+        let gone = &self.gone;
+        let mut w = first as usize;
+        let mut k = 0;
+        for r in first as usize..self.rows.len() {
+            if gone.get(k).is_some_and(|&g| g as usize == r) {
+                k += 1;
+                continue;
+            }
+            self.rows[w] = self.rows[r];
+            self.res[w] = self.res[r];
+            w += 1;
+        }
+        self.rows.truncate(w);
+        self.res.truncate(w);
+        self.by_admit.retain_mut(|e| {
+            let below = gone.partition_point(|&g| g < e.slot);
+            if gone.get(below) == Some(&e.slot) {
+                return false;
+            }
+            e.slot -= below as u32;
+            true
+        });
     }
 
-    fn at(&self, slot: u32, id: RequestId) -> Option<&Res> {
-        self.slab
-            .get(slot as usize)
-            .and_then(Option::as_ref)
-            .filter(|r| r.id == id)
+    /// The controller's rows, in id order.
+    pub fn rows(&self) -> &[Resident] {
+        &self.rows
     }
 
     /// Records in id order.
-    pub fn values(&self) -> impl Iterator<Item = &Res> {
-        self.index.iter().filter_map(|&(id, s)| self.at(s, id))
+    pub fn values(&self) -> impl Iterator<Item = (&Resident, &Res)> {
+        self.rows.iter().zip(&self.res)
     }
 
-    /// Records oldest admission first (ties by id).
-    pub fn by_admission(&self) -> impl Iterator<Item = &Res> {
-        self.by_admit.iter().filter_map(|a| self.at(a.slot, a.id))
-    }
-
-    /// Residents oldest admission first (ties by id), as rows.
+    /// Residents oldest admission first (ties by id), as rows whose `slot` is the place.
     pub fn admission_order(&self) -> &[AdmitRow] {
         &self.by_admit
     }

@@ -109,7 +109,7 @@ pub struct Departure {
 pub struct AdmitRow {
     pub admit_time: f64,
     pub id: RequestId,
-    /// The caller's own handle for the row (the worker's sequence slot); unused here.
+    /// The caller's own handle for the row (the worker's place for it); unused here.
     pub slot: u32,
 }
 
