@@ -348,7 +348,10 @@ mod tests {
             gpu.offer(done(7)).is_none()
         });
         let got = ret.wait(Duration::from_secs(30));
-        assert!(t.join().unwrap(), "the GPU side kept a result that was taken");
+        assert!(
+            t.join().unwrap(),
+            "the GPU side kept a result that was taken"
+        );
         assert_eq!(got.map(|d| d.pass), Some(7));
     }
 
