@@ -78,6 +78,7 @@ fn pass_group(c: &mut Criterion, name: &str, drain: bool) {
         while engine.passes() < 200 {
             std::thread::sleep(Duration::from_millis(5));
         }
+        let (cpu0, passes0) = (process_cpu_s(), engine.passes());
         g.bench_with_input(BenchmarkId::from_parameter(batch), &batch, |b, _| {
             b.iter_custom(|iters| {
                 // Sleep between looks so this thread does not take a core from the actors;
@@ -92,10 +93,30 @@ fn pass_group(c: &mut Criterion, name: &str, drain: bool) {
                 t.elapsed().mul_f64(iters as f64 / done as f64)
             })
         });
+        // CPU time does not depend on what else the machine runs, unlike the wall time.
+        let passes = engine.passes() - passes0;
+        if let (Some(c0), Some(c1)) = (cpu0, process_cpu_s()) {
+            eprintln!(
+                "{name}/{batch}: {passes} passes, {:.1} µs CPU per pass (every thread of the process)",
+                (c1 - c0) * 1e6 / passes.max(1) as f64
+            );
+        }
         drop(engine);
         drop(held);
     }
     g.finish();
+}
+
+/// User + system CPU seconds of this process so far (Linux; `None` elsewhere).
+fn process_cpu_s() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name, which ends at the last ')': utime and stime are the
+    // 12th and 13th, in clock ticks (100 a second on Linux).
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let mut f = rest.split_whitespace().skip(11);
+    let utime: f64 = f.next()?.parse().ok()?;
+    let stime: f64 = f.next()?.parse().ok()?;
+    Some((utime + stime) / 100.0)
 }
 
 fn server_sse_token(c: &mut Criterion) {

@@ -112,6 +112,8 @@ pub struct Release(pub RequestId);
 pub struct Step {
     pub pass: u64,
     pub rows: Vec<StepRow>,
+    /// Buffers of an earlier step's output for this one's (the backend refills them).
+    pub out: StepOutput,
 }
 
 #[derive(Debug)]

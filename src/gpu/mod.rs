@@ -73,6 +73,13 @@ pub trait StepBackend: Send {
     fn context_arrival(&mut self, req: &ContextArrival) -> Result<f64, BackendError>;
     /// One decode step over `rows` (never more than `max_batch_size`).
     fn step(&mut self, rows: &[StepRow]) -> Result<StepOutput, BackendError>;
+    /// [`step`](Self::step) into `out`, every field overwritten. The caller hands the same
+    /// buffers back step after step, so a backend that fills the token vectors in place
+    /// allocates nothing per row; the default replaces them with `step`'s.
+    fn step_into(&mut self, rows: &[StepRow], out: &mut StepOutput) -> Result<(), BackendError> {
+        *out = self.step(rows)?;
+        Ok(())
+    }
     /// The request left this worker; drop any per-request state.
     fn release(&mut self, id: RequestId);
     /// What the backend can hold.

@@ -191,27 +191,37 @@ impl StepBackend for ModelBackend {
     }
 
     fn step(&mut self, rows: &[StepRow]) -> Result<StepOutput, BackendError> {
+        let mut out = StepOutput::default();
+        self.step_into(rows, &mut out)?;
+        Ok(out)
+    }
+
+    fn step_into(&mut self, rows: &[StepRow], out: &mut StepOutput) -> Result<(), BackendError> {
         let step_s = self.step_seconds(rows);
         let tps = self.step.tokens_per_step;
-        let tokens = rows
-            .iter()
-            .map(|row| {
-                let p = self.progress.entry(row.id).or_default();
+        let whole_tps = tps.fract() == 0.0 && (0.0..=f64::from(u32::MAX)).contains(&tps);
+        // The row vectors handed back are refilled, not reallocated.
+        out.tokens.resize_with(rows.len(), Vec::new);
+        for (row, tokens) in rows.iter().zip(out.tokens.iter_mut()) {
+            let p = self.progress.entry(row.id).or_default();
+            let mut n = if whole_tps {
+                tps as u32 // whole tokens per step: nothing to accumulate
+            } else {
                 let before = p.acc.floor();
                 p.acc += tps;
-                let mut n = (p.acc.floor() - before) as u32;
-                if p.emitted == 0 {
-                    n += 1; // the first token comes with the request's first step
-                }
-                let start = p.emitted;
-                p.emitted += n;
-                (start..start + n)
-                    .map(|pos| token_id(row.id, pos, self.vocab))
-                    .collect()
-            })
-            .collect();
+                (p.acc.floor() - before) as u32
+            };
+            if p.emitted == 0 {
+                n += 1; // the first token comes with the request's first step
+            }
+            let start = p.emitted;
+            p.emitted += n;
+            tokens.clear();
+            tokens.extend((start..start + n).map(|pos| token_id(row.id, pos, self.vocab)));
+        }
+        out.step_s = step_s;
         self.clock.pass(step_s);
-        Ok(StepOutput { tokens, step_s })
+        Ok(())
     }
 
     fn release(&mut self, id: RequestId) {
@@ -275,6 +285,23 @@ mod tests {
                 .map(|p| token_id(7, p, DEFAULT_VOCAB))
                 .collect::<Vec<_>>()
         );
+    }
+
+    #[test]
+    fn stepping_into_reused_buffers_gives_the_tokens_of_fresh_steps() {
+        let mut fresh = backend(VirtualClock::new());
+        let mut reused = backend(VirtualClock::new());
+        let mut out = StepOutput {
+            // Stale rows of another batch, more of them than this one has.
+            tokens: vec![vec![99, 98], vec![97], vec![96]],
+            step_s: -1.0,
+        };
+        for rows in [[row(5, 8), row(6, 9)], [row(6, 10), row(5, 9)]] {
+            reused.step_into(&rows, &mut out).unwrap();
+            let want = fresh.step(&rows).unwrap();
+            assert_eq!(out.tokens, want.tokens);
+            assert_eq!(out.step_s, want.step_s);
+        }
     }
 
     #[test]
