@@ -67,13 +67,20 @@ impl LiveWorkload {
             id: a.id,
             at: out.now,
         }));
-        inp.stepped.clear();
-        inp.stepped.extend(out.batch.iter().map(|r| Stepped {
-            id: r.id,
-            tokens: 1,
-            stop: false,
-            token_ids: Vec::new(),
-        }));
+        // Every result is one token, no stop: reused entries only need their id, and
+        // only entries the batch outgrew are built (no per-entry drop or rebuild).
+        inp.stepped.truncate(out.batch.len());
+        for (s, r) in inp.stepped.iter_mut().zip(&out.batch) {
+            s.id = r.id;
+        }
+        let have = inp.stepped.len();
+        inp.stepped
+            .extend(out.batch[have..].iter().map(|r| Stepped {
+                id: r.id,
+                tokens: 1,
+                stop: false,
+                token_ids: Vec::new(),
+            }));
         inp.now += STEP_S;
         for _ in 0..out.admitted.len() + out.rejected.len() {
             self.arrive();

@@ -127,21 +127,31 @@ impl ResidentTable {
         let Some(&first) = self.gone.first() else {
             return;
         };
-        // Element by element: a long row move costs no more than the walk.
+        // The kept runs between removed places move down, run by run (no check per row
+        // for a removed place). Row by row: `copy_within` (a `memmove`) counted 4.1 k
+        // instructions per pass under callgrind, more than the whole compaction before.
         let gone = &self.gone;
+        let len = self.rows.len();
         let mut w = first as usize;
-        let mut k = 0;
-        for r in first as usize..self.rows.len() {
-            if gone.get(k).is_some_and(|&g| g as usize == r) {
-                k += 1;
-                continue;
+        for (k, &g) in gone.iter().enumerate() {
+            let end = gone.get(k + 1).map_or(len, |&n| n as usize);
+            for r in g as usize + 1..end {
+                self.rows[w] = self.rows[r];
+                self.res[w] = self.res[r];
+                w += 1;
             }
-            self.rows[w] = self.rows[r];
-            self.res[w] = self.res[r];
-            w += 1;
         }
         self.rows.truncate(w);
         self.res.truncate(w);
+        if let [g] = gone[..] {
+            // The usual pass: one departure.
+            self.by_admit.retain_mut(|e| {
+                let keep = e.slot != g;
+                e.slot -= u32::from(e.slot > g);
+                keep
+            });
+            return;
+        }
         self.by_admit.retain_mut(|e| {
             let below = gone.partition_point(|&g| g < e.slot);
             if gone.get(below) == Some(&e.slot) {
@@ -165,5 +175,79 @@ impl ResidentTable {
     /// Residents oldest admission first (ties by id), as rows whose `slot` is the place.
     pub fn admission_order(&self) -> &[AdmitRow] {
         &self.by_admit
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(ids: &[RequestId]) -> ResidentTable {
+        let mut t = ResidentTable::default();
+        for &id in ids {
+            let row = Resident {
+                id,
+                arrival: 0.0,
+                // Later ids admitted earlier: admission order differs from id order.
+                admit_time: 100.0 - (id % 5) as f64,
+                first_token_time: None,
+                output_tokens: 0,
+                decode_iters: 0,
+                max_tokens: 10,
+            };
+            let res = Res {
+                context_tokens: id as u32,
+                waited: false,
+                kv_ready: None,
+                slot: id as u32,
+                paused: false,
+                kv_capacity: 0,
+            };
+            t.insert(row, res);
+        }
+        t
+    }
+
+    #[test]
+    fn removing_rows_keeps_id_order_and_every_admission_place_on_its_own_row() {
+        let all: Vec<RequestId> = (1..=12).collect();
+        for gone in [
+            vec![1],
+            vec![12],
+            vec![5],
+            vec![2, 3],
+            vec![1, 6, 12],
+            vec![4, 7, 8, 11],
+            all.clone(),
+        ] {
+            let mut t = table(&all);
+            let mut removed = Vec::new();
+            t.remove_sorted(&gone, |r, x| removed.push((r.id, x.slot)));
+            assert_eq!(
+                removed,
+                gone.iter().map(|&id| (id, id as u32)).collect::<Vec<_>>()
+            );
+            let kept: Vec<RequestId> = all
+                .iter()
+                .copied()
+                .filter(|id| !gone.contains(id))
+                .collect();
+            let ids: Vec<RequestId> = t
+                .values()
+                .map(|(r, x)| {
+                    assert_eq!(x.slot as RequestId, r.id, "worker part moved with its row");
+                    r.id
+                })
+                .collect();
+            assert_eq!(ids, kept);
+            let order = t.admission_order();
+            assert_eq!(order.len(), kept.len());
+            for w in order.windows(2) {
+                assert!(admit_order(&w[0], w[1].admit_time, w[1].id).is_lt());
+            }
+            for e in order {
+                assert_eq!(t.at(e.slot).0.id, e.id, "removed {gone:?}");
+            }
+        }
     }
 }
