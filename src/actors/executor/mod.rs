@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use actix::{
     Actor, ActorContext, ActorFutureExt, AsyncContext, Context, Handler, MessageResult,
@@ -37,9 +37,6 @@ mod observe;
 const POLL: Duration = Duration::from_millis(2);
 /// How often the pool gauges are read from the pool actors.
 const POOL_METRICS: Duration = Duration::from_millis(250);
-/// A step whose result came back within this is polled for (the actor thread waits for it
-/// instead of parking until the result's message wakes it); a longer step is not.
-const STEP_POLL: Duration = Duration::from_micros(100);
 
 /// State the HTTP-facing engine reads without a message round trip.
 #[derive(Debug, Default)]
@@ -141,11 +138,6 @@ pub struct Executor {
     spare_rows: Vec<StepRow>,
     /// The last step's output buffers; its token vectors come back from the pass inputs.
     spare_out: StepOutput,
-    /// When the step in flight was sent, and whether the executor polls for its result.
-    step_sent: Instant,
-    polling: bool,
-    /// How long the last step took from send to result.
-    last_round_trip: Option<Duration>,
     pass_queued: bool,
     poll_queued: bool,
     last_step: Option<(f64, usize)>,
@@ -181,9 +173,6 @@ impl Executor {
             spare_batch: Vec::new(),
             spare_rows: Vec::new(),
             spare_out: StepOutput::default(),
-            step_sent: Instant::now(),
-            polling: false,
-            last_round_trip: None,
             pass_queued: false,
             poll_queued: false,
             last_step: None,
@@ -299,20 +288,7 @@ impl Executor {
             None => {
                 self.apply(&mut st, ctx);
                 self.state = Some(st);
-                self.poll_step(ctx);
             }
-        }
-    }
-
-    /// Wait on the actor thread for a short step's result rather than park until its
-    /// message comes; bounded, so a slow step still comes by message.
-    fn poll_step(&mut self, ctx: &mut Context<Self>) {
-        if !std::mem::take(&mut self.polling) {
-            return;
-        }
-        let done = self.gpu.as_ref().and_then(|g| g.ret.wait(STEP_POLL));
-        if let Some(done) = done {
-            self.step_done(done, ctx);
         }
     }
 
@@ -397,11 +373,6 @@ impl Executor {
             batch.clear();
             batch.extend_from_slice(&out.batch);
             self.stepping = Some((out.pass, batch));
-            self.polling = self.last_round_trip.is_none_or(|t| t <= STEP_POLL);
-            if let (true, Some(g)) = (self.polling, &self.gpu) {
-                g.ret.expect();
-            }
-            self.step_sent = Instant::now();
             let out_buf = std::mem::take(&mut self.spare_out);
             self.gpu_send(GpuMsg::Step(Step {
                 pass: out.pass,
@@ -565,7 +536,6 @@ impl Executor {
             self.stepping = Some((pass, batch));
             return;
         }
-        self.last_round_trip = Some(self.step_sent.elapsed());
         match msg.result {
             Ok(out) if out.tokens.len() == batch.len() => self.stepped(&batch, out),
             Ok(out) => {
