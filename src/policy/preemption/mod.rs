@@ -200,6 +200,21 @@ where
     it.next_if(|x| key(x) == id)
 }
 
+/// `merge_find` for an iterator in descending id order, called with descending ids.
+fn merge_find_desc<I, T>(
+    it: &mut std::iter::Peekable<I>,
+    id: RequestId,
+    key: impl Fn(&T) -> RequestId,
+) -> Option<T>
+where
+    I: Iterator<Item = T>,
+{
+    while it.peek().is_some_and(|x| key(x) > id) {
+        it.next();
+    }
+    it.next_if(|x| key(x) == id)
+}
+
 impl Record {
     fn paused_through(&self, now: f64) -> f64 {
         self.paused_total + self.paused.map_or(0.0, |(since, _)| (now - since).max(0.0))
