@@ -104,7 +104,9 @@ impl LaneRule {
         }
     }
 
-    pub(super) fn forced_due(&self, row: &PausedRow) -> bool {
+    /// `keyed_laxity`: the row's lane key laxity when its key is set, which in target mode
+    /// is the very laxity this rule reads.
+    pub(super) fn forced_due(&self, row: &PausedRow, keyed_laxity: Option<f64>) -> bool {
         let Some(rec) = row.record else {
             return true;
         };
@@ -116,7 +118,8 @@ impl LaneRule {
         }
         match (self.target, kind) {
             (Some(t), PauseKind::Slack) => {
-                self.laxity(row.resident, Some(rec), t) <= self.slack_floor
+                let lax = keyed_laxity.unwrap_or_else(|| self.laxity(row.resident, Some(rec), t));
+                lax <= self.slack_floor
             }
             _ => false,
         }

@@ -532,7 +532,7 @@ impl GenPreemption {
             let rule = self.lane_rule(v.now);
             let mut forced: Vec<_> = rest
                 .iter()
-                .filter(|(_, row)| rule.forced_due(row))
+                .filter(|(key, row)| rule.forced_due(row, (free > 0).then_some(key.1)))
                 .copied()
                 .collect();
             if free == 0 {
