@@ -57,12 +57,12 @@ impl<V> IdMap<V> {
     }
 
     /// Entries in id order.
-    pub fn iter(&self) -> impl Iterator<Item = (RequestId, &V)> {
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = (RequestId, &V)> {
         self.0.iter().map(|(k, v)| (*k, v))
     }
 
     /// Ids in id order.
-    pub fn ids(&self) -> impl Iterator<Item = RequestId> + '_ {
+    pub fn ids(&self) -> impl DoubleEndedIterator<Item = RequestId> + '_ {
         self.0.iter().map(|e| e.0)
     }
 }

@@ -2,35 +2,46 @@
 //! mode's resume order, and when a pause must end regardless of free slots (SPEC §4.3,
 //! "Resume").
 
+use super::idmap::IdMap;
 use super::objective::laxity;
 use super::{
     merge_find, GenPreemption, LaneKey, Mode, PauseKind, PausedRow, Record, Resident,
     SLACK_FORCED_RESUME_FRACTION_OF_D,
 };
+use crate::policy::RequestId;
+
+/// Every paused request that is still resident, with its row and record, its resume-lane
+/// key left unset (`with_lane_keys`); the ids of the others go to `gone`. Paused ids,
+/// records and residents are all in id order, so this is one merge, with no search per
+/// request.
+pub(super) fn paused_rows<'a>(
+    paused: &IdMap<()>,
+    records: &'a IdMap<Record>,
+    residents: &'a [Resident],
+    gone: &mut Vec<RequestId>,
+) -> Vec<(LaneKey, PausedRow<'a>)> {
+    let mut res = residents.iter().peekable();
+    let mut recs = records.iter().peekable();
+    let mut rows = Vec::with_capacity(paused.len());
+    for id in paused.ids() {
+        let Some(resident) = merge_find(&mut res, id, |r| r.id) else {
+            gone.push(id);
+            continue;
+        };
+        let record = merge_find(&mut recs, id, |(k, _)| *k).map(|(_, r)| r);
+        rows.push((
+            (false, 0.0),
+            PausedRow {
+                id,
+                resident,
+                record,
+            },
+        ));
+    }
+    rows
+}
 
 impl GenPreemption {
-    /// Every paused request with its resident row (`None`: no longer resident) and record,
-    /// its resume-lane key left unset (`with_lane_keys`). Paused ids, records and residents
-    /// are all in id order, so this is one merge, with no search per request.
-    pub(super) fn paused_rows<'a>(
-        &self,
-        residents: &'a [Resident],
-    ) -> Vec<(LaneKey, PausedRow<'a>)> {
-        let mut res = residents.iter().peekable();
-        let mut recs = self.records.iter().peekable();
-        self.paused
-            .ids()
-            .map(|id| {
-                let row = PausedRow {
-                    id,
-                    resident: merge_find(&mut res, id, |r| r.id),
-                    record: merge_find(&mut recs, id, |(k, _)| *k).map(|(_, r)| *r),
-                };
-                ((false, 0.0), row)
-            })
-            .collect()
-    }
-
     /// Sets the resume-lane key of each row. A key reads only its own row's copy of the
     /// record, so it is the same before or after other rows resume.
     pub(super) fn with_lane_keys(&self, rows: &mut [(LaneKey, PausedRow)], now: f64) {
@@ -82,9 +93,7 @@ impl LaneRule {
             // Least slack first; sacrificed requests after every other paused request.
             Some(t) => {
                 let sacrificed = row.record.is_some_and(|r| r.sacrificed);
-                let lax = row
-                    .resident
-                    .map_or(f64::INFINITY, |r| self.laxity(r, row.record.as_ref(), t));
+                let lax = self.laxity(row.resident, row.record, t);
                 (sacrificed, lax)
             }
             // Oldest pause first.
@@ -95,7 +104,9 @@ impl LaneRule {
         }
     }
 
-    pub(super) fn forced_due(&self, row: &PausedRow) -> bool {
+    /// `keyed_laxity`: the row's lane key laxity when its key is set, which in target mode
+    /// is the very laxity this rule reads.
+    pub(super) fn forced_due(&self, row: &PausedRow, keyed_laxity: Option<f64>) -> bool {
         let Some(rec) = row.record else {
             return true;
         };
@@ -106,9 +117,10 @@ impl LaneRule {
             return true;
         }
         match (self.target, kind) {
-            (Some(t), PauseKind::Slack) => row
-                .resident
-                .is_some_and(|r| self.laxity(r, Some(&rec), t) <= self.slack_floor),
+            (Some(t), PauseKind::Slack) => {
+                let lax = keyed_laxity.unwrap_or_else(|| self.laxity(row.resident, Some(rec), t));
+                lax <= self.slack_floor
+            }
             _ => false,
         }
     }

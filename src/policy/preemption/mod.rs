@@ -18,6 +18,7 @@ use super::stats::RunningMean;
 use super::RequestId;
 use controller::WindowGain;
 use idmap::IdMap;
+use lane::paused_rows;
 use objective::{met_target, Credit, RateState};
 use victim::{Eligibility, VictimKey, MIN_DECODE_BEFORE_D_S, MIN_DECODE_FRACTION_OF_D};
 
@@ -174,12 +175,13 @@ fn lane_order(a: &(LaneKey, PausedRow), b: &(LaneKey, PausedRow)) -> std::cmp::O
         .then(a.1.id.cmp(&b.1.id))
 }
 
-/// A paused request as one pass sees it.
+/// A paused resident as one pass sees it. Row and record are borrowed, not copied: the
+/// lane is built every pass, and a copied record made every paused row pay for its size.
 #[derive(Debug, Clone, Copy)]
 struct PausedRow<'a> {
     id: RequestId,
-    resident: Option<&'a Resident>,
-    record: Option<Record>,
+    resident: &'a Resident,
+    record: Option<&'a Record>,
 }
 
 /// Advance an id-ordered iterator to `id` and return its item there, if any. Called with
@@ -193,6 +195,21 @@ where
     I: Iterator<Item = T>,
 {
     while it.peek().is_some_and(|x| key(x) < id) {
+        it.next();
+    }
+    it.next_if(|x| key(x) == id)
+}
+
+/// `merge_find` for an iterator in descending id order, called with descending ids.
+fn merge_find_desc<I, T>(
+    it: &mut std::iter::Peekable<I>,
+    id: RequestId,
+    key: impl Fn(&T) -> RequestId,
+) -> Option<T>
+where
+    I: Iterator<Item = T>,
+{
+    while it.peek().is_some_and(|x| key(x) > id) {
         it.next();
     }
     it.next_if(|x| key(x) == id)
@@ -444,10 +461,10 @@ impl GenPreemption {
         }
     }
 
-    fn resume(&mut self, row: &PausedRow, now: f64) {
-        self.paused.remove(row.id);
-        let iters = row.resident.map_or(0, |r| r.decode_iters);
-        if let Some(rec) = self.records.get_mut(row.id) {
+    /// Ends a pause; `iters` is the resident's decode iterations now.
+    fn resume(&mut self, id: RequestId, iters: u32, now: f64) {
+        self.paused.remove(id);
+        if let Some(rec) = self.records.get_mut(id) {
             if let Some((since, _)) = rec.paused.take() {
                 rec.paused_total += (now - since).max(0.0);
             }
@@ -480,69 +497,64 @@ impl GenPreemption {
         );
         let formed = v.queue.target_formed;
         self.track(v.departed, formed);
-        // A paused id that is no longer resident (left without a departure record) is dropped.
-        let mut rows = self.paused_rows(v.residents);
-        rows.retain(|(_, row)| {
-            if row.resident.is_none() {
-                self.paused.remove(row.id);
-                self.records.remove(row.id);
-            }
-            row.resident.is_some()
-        });
-
         let mut dec = PreemptDecision::default();
-        // Every paused id is resident now (the gone ones were dropped), so occupancy needs
-        // no scan.
-        let mut active = v.residents.len().saturating_sub(self.paused.len()) as u32;
+        // A paused id that is no longer resident (left without a departure record) is
+        // dropped. The lane borrows the records, so the pass decides its resumes first and
+        // applies them, and drops the gone, once the lane is done with.
+        let mut gone = Vec::new();
+        let rows = paused_rows(&self.paused, &self.records, v.residents, &mut gone);
+        // Every paused id but the gone is resident, so occupancy needs no scan.
+        let mut active = (v.residents.len() + gone.len()).saturating_sub(self.paused.len()) as u32;
 
         if !self.params.mode.is_on() {
             // Off (or disabled at run time): nothing stays paused.
-            for (_, row) in &rows {
-                self.resume(row, v.now);
-                dec.forced_resumes.push(row.id);
-                active += 1;
+            dec.forced_resumes
+                .extend(rows.iter().map(|(_, row)| row.id));
+        } else {
+            // Resume: paused requests take free slots ahead of any admission, in lane order;
+            // past the maximum pause (or, in target mode, out of laxity) they resume
+            // regardless. Every key and rule reads the records as they were before this
+            // pass's resumes.
+            // Only the order of the rows that take free slots and of the forced resumes
+            // shows, so only those are sorted (the key is a total order: any sort gives one
+            // result), and with no free slot only the forced resumes need their keys.
+            let mut lane = rows;
+            let free = (self.params.max_active.saturating_sub(active) as usize).min(lane.len());
+            if free > 0 {
+                self.with_lane_keys(&mut lane, v.now);
             }
+            if free > 0 && free < lane.len() {
+                lane.select_nth_unstable_by(free - 1, lane_order);
+            }
+            let (first, rest) = lane.split_at_mut(free);
+            first.sort_unstable_by(lane_order);
+            dec.resumes.extend(first.iter().map(|(_, row)| row.id));
+            let rule = self.lane_rule(v.now);
+            let mut forced: Vec<_> = rest
+                .iter()
+                .filter(|(key, row)| rule.forced_due(row, (free > 0).then_some(key.1)))
+                .copied()
+                .collect();
+            if free == 0 {
+                self.with_lane_keys(&mut forced, v.now);
+            }
+            forced.sort_unstable_by(lane_order);
+            dec.forced_resumes
+                .extend(forced.iter().map(|(_, row)| row.id));
+        }
+        for id in gone {
+            self.paused.remove(id);
+            self.records.remove(id);
+        }
+        for &id in dec.resumes.iter().chain(&dec.forced_resumes) {
+            let i = v.residents.partition_point(|r| r.id < id);
+            self.resume(id, v.residents[i].decode_iters, v.now);
+            active += 1;
+        }
+        if !self.params.mode.is_on() {
             self.count(&dec);
             dec.admission_count = active;
             return dec;
-        }
-
-        // Resume: paused requests take free slots ahead of any admission, in lane order;
-        // past the maximum pause (or, in target mode, out of laxity) they resume regardless.
-        // A row's record is read before any resume of this pass touches it: each resume
-        // changes only its own record.
-        // Only the order of the rows that take free slots and of the forced resumes shows,
-        // so only those are sorted (the key is a total order: any sort gives one result),
-        // and with no free slot only the forced resumes need their keys.
-        let mut lane = rows;
-        let free = (self.params.max_active.saturating_sub(active) as usize).min(lane.len());
-        if free > 0 {
-            self.with_lane_keys(&mut lane, v.now);
-        }
-        if free > 0 && free < lane.len() {
-            lane.select_nth_unstable_by(free - 1, lane_order);
-        }
-        let (first, rest) = lane.split_at_mut(free);
-        first.sort_unstable_by(lane_order);
-        for (_, row) in first.iter() {
-            self.resume(row, v.now);
-            dec.resumes.push(row.id);
-            active += 1;
-        }
-        let rule = self.lane_rule(v.now);
-        let mut forced: Vec<_> = rest
-            .iter()
-            .filter(|(_, row)| rule.forced_due(row))
-            .copied()
-            .collect();
-        if free == 0 {
-            self.with_lane_keys(&mut forced, v.now);
-        }
-        forced.sort_unstable_by(lane_order);
-        for (_, row) in &forced {
-            self.resume(row, v.now);
-            dec.forced_resumes.push(row.id);
-            active += 1;
         }
 
         // Pause: one per pass, only when the pause frees the slot the at-risk head needs.

@@ -15,8 +15,8 @@ use std::cmp::Ordering;
 use super::objective::{deadline, laxity};
 use super::victim::{largest_slack_first, Eligibility};
 use super::{
-    merge_find, GenPreemption, PauseKind, Record, Resident, StepView, BELOW_PAUSES_PER_REQUEST,
-    SLACK_PAUSES_PER_REQUEST, SLACK_TIER_MIN_FRACTION_OF_D,
+    merge_find, merge_find_desc, GenPreemption, PauseKind, Record, Resident, StepView,
+    BELOW_PAUSES_PER_REQUEST, SLACK_PAUSES_PER_REQUEST, SLACK_TIER_MIN_FRACTION_OF_D,
 };
 use crate::policy::RequestId;
 
@@ -50,9 +50,12 @@ impl GenPreemption {
         let fallback = self.stats.r0().unwrap_or(target);
         let floor = SLACK_TIER_MIN_FRACTION_OF_D * self.stats.d().unwrap_or(0.0);
         let mut best: Option<Slack> = None;
-        let mut paused = self.paused.ids().peekable();
-        let mut recs = self.records.iter().peekable();
-        for r in v.residents {
+        // Newest first: later first tokens mostly mean later deadlines, so the best
+        // laxity found early bounds out more of the older residents. The choice is a
+        // maximum under a total order, the same in any walk order.
+        let mut paused = self.paused.ids().rev().peekable();
+        let mut recs = self.records.iter().rev().peekable();
+        for r in v.residents.iter().rev() {
             // No first token: not eligible. A NaN bound rules nothing out.
             let Some(ft) = r.first_token_time else {
                 continue;
@@ -61,10 +64,10 @@ impl GenPreemption {
             if bound < floor || best.is_some_and(|(b, _)| bound < b) {
                 continue;
             }
-            if merge_find(&mut paused, r.id, |id| *id).is_some() {
+            if merge_find_desc(&mut paused, r.id, |id| *id).is_some() {
                 continue;
             }
-            let rec = merge_find(&mut recs, r.id, |(k, _)| *k).map(|(_, x)| x);
+            let rec = merge_find_desc(&mut recs, r.id, |(k, _)| *k).map(|(_, x)| x);
             if rec.is_some_and(|x| x.sacrificed || x.slack_pauses >= SLACK_PAUSES_PER_REQUEST) {
                 continue;
             }
