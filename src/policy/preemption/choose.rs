@@ -4,7 +4,7 @@
 
 use super::victim::{longest_resident_first, VictimKey};
 use super::{
-    merge_find, AdmitRow, GenPreemption, Mode, PauseKind, Record, Resident, StepView,
+    merge_find, AdmitRow, GenPreemption, Mode, PauseKind, Record, Resident, StepView, Walk,
     BUDGET_PAUSES_PER_REQUEST,
 };
 use crate::policy::RequestId;
@@ -21,8 +21,8 @@ impl GenPreemption {
         let mut paused = self.paused.ids().peekable();
         let mut recs = self.records.iter().peekable();
         v.residents.iter().filter_map(move |r| {
-            let is_paused = merge_find(&mut paused, r.id, |id| *id).is_some();
-            let rec = merge_find(&mut recs, r.id, |(k, _)| *k).map(|(_, x)| *x);
+            let is_paused = merge_find(Walk::Ascending, &mut paused, r.id, |id| *id).is_some();
+            let rec = merge_find(Walk::Ascending, &mut recs, r.id, |(k, _)| *k).map(|(_, x)| *x);
             if is_paused {
                 return None;
             }

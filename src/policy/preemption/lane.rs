@@ -5,7 +5,7 @@
 use super::idmap::IdMap;
 use super::objective::laxity;
 use super::{
-    merge_find, GenPreemption, LaneKey, Mode, PauseKind, PausedRow, Record, Resident,
+    merge_find, GenPreemption, LaneKey, Mode, PauseKind, PausedRow, Record, Resident, Walk,
     SLACK_FORCED_RESUME_FRACTION_OF_D,
 };
 use crate::policy::RequestId;
@@ -24,11 +24,11 @@ pub(super) fn paused_rows<'a>(
     let mut recs = records.iter().peekable();
     let mut rows = Vec::with_capacity(paused.len());
     for id in paused.ids() {
-        let Some(resident) = merge_find(&mut res, id, |r| r.id) else {
+        let Some(resident) = merge_find(Walk::Ascending, &mut res, id, |r| r.id) else {
             gone.push(id);
             continue;
         };
-        let record = merge_find(&mut recs, id, |(k, _)| *k).map(|(_, r)| r);
+        let record = merge_find(Walk::Ascending, &mut recs, id, |(k, _)| *k).map(|(_, r)| r);
         rows.push((
             (false, 0.0),
             PausedRow {

@@ -184,24 +184,18 @@ struct PausedRow<'a> {
     record: Option<&'a Record>,
 }
 
-/// Advance an id-ordered iterator to `id` and return its item there, if any. Called with
-/// ascending ids, a run over two id-ordered sequences is one merge.
-fn merge_find<I, T>(
-    it: &mut std::iter::Peekable<I>,
-    id: RequestId,
-    key: impl Fn(&T) -> RequestId,
-) -> Option<T>
-where
-    I: Iterator<Item = T>,
-{
-    while it.peek().is_some_and(|x| key(x) < id) {
-        it.next();
-    }
-    it.next_if(|x| key(x) == id)
+/// The direction a merge walks its id-ordered sequences.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Walk {
+    Ascending,
+    Descending,
 }
 
-/// `merge_find` for an iterator in descending id order, called with descending ids.
-fn merge_find_desc<I, T>(
+/// Advance an id-ordered iterator to `id` and return its item there, if any. Called with
+/// ids in the iterator's own direction, a run over two id-ordered sequences is one merge.
+#[inline(always)]
+fn merge_find<I, T>(
+    walk: Walk,
     it: &mut std::iter::Peekable<I>,
     id: RequestId,
     key: impl Fn(&T) -> RequestId,
@@ -209,7 +203,11 @@ fn merge_find_desc<I, T>(
 where
     I: Iterator<Item = T>,
 {
-    while it.peek().is_some_and(|x| key(x) > id) {
+    let before = match walk {
+        Walk::Ascending => std::cmp::Ordering::Less,
+        Walk::Descending => std::cmp::Ordering::Greater,
+    };
+    while it.peek().is_some_and(|x| key(x).cmp(&id) == before) {
         it.next();
     }
     it.next_if(|x| key(x) == id)

@@ -15,7 +15,7 @@ use std::cmp::Ordering;
 use super::objective::{deadline, laxity};
 use super::victim::{largest_slack_first, Eligibility};
 use super::{
-    merge_find, merge_find_desc, GenPreemption, PauseKind, Record, Resident, StepView,
+    merge_find, GenPreemption, PauseKind, Record, Resident, StepView, Walk,
     BELOW_PAUSES_PER_REQUEST, SLACK_PAUSES_PER_REQUEST, SLACK_TIER_MIN_FRACTION_OF_D,
 };
 use crate::policy::RequestId;
@@ -64,10 +64,10 @@ impl GenPreemption {
             if bound < floor || best.is_some_and(|(b, _)| bound < b) {
                 continue;
             }
-            if merge_find_desc(&mut paused, r.id, |id| *id).is_some() {
+            if merge_find(Walk::Descending, &mut paused, r.id, |id| *id).is_some() {
                 continue;
             }
-            let rec = merge_find_desc(&mut recs, r.id, |(k, _)| *k).map(|(_, x)| x);
+            let rec = merge_find(Walk::Descending, &mut recs, r.id, |(k, _)| *k).map(|(_, x)| x);
             if rec.is_some_and(|x| x.sacrificed || x.slack_pauses >= SLACK_PAUSES_PER_REQUEST) {
                 continue;
             }
@@ -101,8 +101,8 @@ impl GenPreemption {
         let mut paused = self.paused.ids().peekable();
         let mut recs = self.records.iter().peekable();
         for r in v.residents {
-            let is_paused = merge_find(&mut paused, r.id, |id| *id).is_some();
-            let rec = merge_find(&mut recs, r.id, |(k, _)| *k).map(|(_, x)| x);
+            let is_paused = merge_find(Walk::Ascending, &mut paused, r.id, |id| *id).is_some();
+            let rec = merge_find(Walk::Ascending, &mut recs, r.id, |(k, _)| *k).map(|(_, x)| x);
             if is_paused || rec.is_some_and(|x| x.below_pauses >= BELOW_PAUSES_PER_REQUEST) {
                 continue;
             }
