@@ -18,6 +18,17 @@ fn esc(s: &str) -> String {
 }
 
 /// `series`: (arm name, TTFT samples in seconds). The x axis ends at the largest p99.
+/// The opening of a chart: the svg element, a white background and the centred title.
+fn open(height: f64, title: &str) -> String {
+    format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{W}\" height=\"{height}\" font-family=\"sans-serif\" font-size=\"12\">\n\
+         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
+         <text x=\"{}\" y=\"22\" text-anchor=\"middle\" font-size=\"14\">{}</text>\n",
+        (L + W - R) / 2.0,
+        esc(title)
+    )
+}
+
 pub fn ttft_cdf(title: &str, series: &[(String, Vec<f64>)]) -> String {
     let mut sorted: Vec<(String, Vec<f64>)> = series
         .iter()
@@ -35,13 +46,7 @@ pub fn ttft_cdf(title: &str, series: &[(String, Vec<f64>)]) -> String {
     let xmax = nice_ceiling(xmax);
     let px = |x: f64| L + (x / xmax).min(1.0) * (W - L - R);
     let py = |y: f64| H - B - y * (H - T - B);
-    let mut s = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{W}\" height=\"{H}\" font-family=\"sans-serif\" font-size=\"12\">\n\
-         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
-         <text x=\"{}\" y=\"22\" text-anchor=\"middle\" font-size=\"14\">{}</text>\n",
-        (L + W - R) / 2.0,
-        esc(title)
-    );
+    let mut s = open(H, title);
     for i in 0..=5 {
         let x = xmax * i as f64 / 5.0;
         let y = i as f64 / 5.0;
@@ -111,13 +116,7 @@ pub fn stacked(title: &str, x_label: &str, panels: &[Panel]) -> String {
     let xmax = nice_ceiling(xmax);
     let height = T + panels.len() as f64 * (PANEL_H + PANEL_GAP) + B;
     let px = |x: f64| L + (x / xmax).clamp(0.0, 1.0) * (W - L - R);
-    let mut s = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{W}\" height=\"{height}\" font-family=\"sans-serif\" font-size=\"12\">\n\
-         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
-         <text x=\"{}\" y=\"22\" text-anchor=\"middle\" font-size=\"14\">{}</text>\n",
-        (L + W - R) / 2.0,
-        esc(title)
-    );
+    let mut s = open(height, title);
     let mut names: Vec<&str> = Vec::new();
     for p in panels {
         for (n, _) in &p.series {

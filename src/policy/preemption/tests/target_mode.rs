@@ -3,6 +3,17 @@
 
 use super::*;
 
+/// A completion at 333 tok/s (above T) lasting 300 s: it sets D = 300 s and earns ε.
+fn above_target_completion(id: u64) -> Departure {
+    Departure {
+        id,
+        completed: true,
+        first_token_time: Some(0.0),
+        finish_time: 300.0,
+        output_tokens: 100_000,
+    }
+}
+
 fn target(t: f64) -> GenPreemption {
     GenPreemption::new(PreemptParams::new(Mode::TargetOutputTps(t), MAX))
 }
@@ -96,13 +107,7 @@ fn target_tier2_pauses_requests_already_below_target_up_to_three_times() {
 fn target_tier3_sacrifices_only_on_credit() {
     let mut p = target(95.0);
     // Completions at 333 tok/s (above T) with D = 300 s: each earns ε = 0.2.
-    let dep = |id| Departure {
-        id,
-        completed: true,
-        first_token_time: Some(0.0),
-        finish_time: 300.0,
-        output_tokens: 100_000,
-    };
+    let dep = above_target_completion;
     let deps: Vec<_> = (100..104).map(dep).collect();
     step(&mut p, 0.0, &[], &deps, &quiet(0.0, None));
     // At t = 30, 3001 of 6000 tokens out at 100 tok/s: laxity ≈ 3.2 s, in [0, 0.02 D = 6 s).
@@ -156,13 +161,7 @@ fn target_tier1_allows_eight_slack_pauses_per_request() {
 fn target_resume_lane_puts_sacrificed_requests_last() {
     let mut p = target(95.0);
     // Five completions at 333 tok/s (above T) with D = 300 s: credit 1.0.
-    let dep = |id| Departure {
-        id,
-        completed: true,
-        first_token_time: Some(0.0),
-        finish_time: 300.0,
-        output_tokens: 100_000,
-    };
+    let dep = above_target_completion;
     let deps: Vec<_> = (100..105).map(dep).collect();
     step(&mut p, 0.0, &[], &deps, &quiet(0.0, None));
     // At t = 30: requests 0–2 have laxity ≈ 3.2 s (< 0.02 D = 6 s); request 3 ≈ 31.6 s.
