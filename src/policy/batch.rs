@@ -3,6 +3,8 @@
 //! first token go first (each first step emits a first token), then requests force-resumed
 //! this pass, then the rest oldest admission first. What the size limit leaves out is
 //! displaced: it keeps all state and returns from its last host token.
+//! The pass builds its batch in one walk over the resident table (`worker::build`), with
+//! this module's cut; `build` states the same order over a candidate list.
 
 use std::cmp::Ordering;
 
@@ -16,6 +18,17 @@ pub struct BatchLimits {
     pub max_num_tokens: u32,
     /// Tokens a decode request costs per step (1 + draft tokens).
     pub tokens_per_request: u32,
+}
+
+impl BatchLimits {
+    /// The cut: how many requests one step takes (every request costs the same tokens, so
+    /// this is a count), and whether `max_batch_size` sets it. What the cut leaves out is
+    /// displaced when it does and token-limited when `max_num_tokens` does.
+    pub fn cut(&self) -> (usize, bool) {
+        let by_tokens = (self.max_num_tokens / self.tokens_per_request.max(1)) as usize;
+        let by_size = self.max_batch_size as usize;
+        (by_size.min(by_tokens), by_tokens >= by_size)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -81,16 +94,14 @@ pub fn build_sorted_into(cands: &[Candidate], limits: &BatchLimits, plan: &mut B
     plan.scheduled_slots.clear();
     plan.displaced.clear();
     plan.token_limited.clear();
-    // Every request costs the same tokens, so the plan is a split: the first `k` are
-    // scheduled, the rest displaced when the batch is full and token-limited otherwise.
-    let per = limits.tokens_per_request.max(1);
-    let by_tokens = (limits.max_num_tokens / per) as usize;
-    let by_size = limits.max_batch_size as usize;
-    let k = cands.len().min(by_size).min(by_tokens);
+    // The plan is a split: the first `k` are scheduled, the rest left out by the limit
+    // that set the cut.
+    let (limit, size_cut) = limits.cut();
+    let k = cands.len().min(limit);
     let (taken, rest) = cands.split_at(k);
     plan.scheduled.extend(taken.iter().map(|c| c.id));
     plan.scheduled_slots.extend(taken.iter().map(|c| c.slot));
-    let left_out = if k >= by_size {
+    let left_out = if size_cut {
         &mut plan.displaced
     } else {
         &mut plan.token_limited

@@ -13,6 +13,7 @@ use super::pass::PassMachine;
 use super::ports::RetainOp;
 use super::table::RowMut;
 use super::{BatchRow, FirstToken, PassOutput};
+use crate::policy::batch::BatchLimits;
 use crate::policy::RequestId;
 
 /// A batch row that outgrows its pages, until the KV pool answers.
@@ -73,11 +74,13 @@ impl PassMachine {
         }));
         b.head[firsts..].sort_unstable_by(order);
 
-        let per = self.params.tokens_per_step.max(1);
-        let by_size = self.params.max_batch_size as usize;
-        let limit = by_size.min((self.params.max_num_tokens / per) as usize);
         // Anything left out is left out by the limit that set the cut.
-        let size_cut = limit >= by_size;
+        let (limit, size_cut) = BatchLimits {
+            max_batch_size: self.params.max_batch_size,
+            max_num_tokens: self.params.max_num_tokens,
+            tokens_per_request: self.params.tokens_per_step,
+        }
+        .cut();
         out.batch.reserve(self.residents.len().min(limit));
         let head = std::mem::take(&mut b.head);
         for (i, &(_, id, place)) in head.iter().enumerate() {
