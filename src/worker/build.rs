@@ -12,8 +12,9 @@
 use super::pass::PassMachine;
 use super::ports::RetainOp;
 use super::table::RowMut;
-use super::{BatchRow, FirstToken, PassOutput};
+use super::{BatchRow, FirstToken, PassOutput, Res};
 use crate::policy::batch::BatchLimits;
+use crate::policy::preemption::{AdmitRow, Resident};
 use crate::policy::RequestId;
 
 /// A batch row that outgrows its pages, until the KV pool answers.
@@ -37,7 +38,7 @@ impl PassMachine {
         now: f64,
         out: &mut PassOutput,
     ) {
-        self.batch_rows.clear();
+        self.batch_places.clear();
         let b = &mut self.buf;
         b.ttfts.clear();
         b.grow.clear();
@@ -94,49 +95,28 @@ impl PassMachine {
         self.buf.head = head;
 
         // The rest: not at the first token (those are in the head), not forced.
-        let tps = self.params.tokens_per_step;
         let b = &mut self.buf;
-        let mut skipped_firsts = 0;
-        // Place in the batch order of the next row.
-        let mut at = heads;
-        for a in self.residents.admission_order() {
-            let (r, x) = self.residents.at(a.slot);
-            if x.kv_ready.is_none() || x.paused {
-                continue;
-            }
-            if r.first_token_time.is_none() {
-                skipped_firsts += 1;
-                continue;
-            }
-            if !b.forced.is_empty() && b.forced.binary_search(&r.id).is_ok() {
-                continue;
-            }
-            at += 1;
-            if at > limit {
-                if size_cut {
-                    b.displaced_now.push(r.id);
-                } else {
-                    b.token_limited.push(r.id);
-                }
-                continue;
-            }
-            let need = x.kv_need(r, tps);
-            if need > x.kv_capacity {
-                b.grow.push((r.id, need));
-                b.growing.push(Growing {
-                    row: out.batch.len(),
-                    place: a.slot,
-                    output_tokens: r.output_tokens,
-                });
-            }
-            self.batch_rows.push((r.id, a.slot));
-            out.batch.push(BatchRow {
-                id: r.id,
-                slot: x.slot,
-                context_len: x.cached_tokens(r),
-                first_token: false,
-            });
-        }
+        let walk = Walk {
+            order: self.residents.admission_order(),
+            rows: self.residents.rows(),
+            res: self.residents.res(),
+            forced: &b.forced,
+            tokens_per_step: self.params.tokens_per_step,
+            heads,
+            limit,
+        };
+        let left_out = if size_cut {
+            &mut b.displaced_now
+        } else {
+            &mut b.token_limited
+        };
+        let skipped_firsts = walk.run(
+            &mut out.batch,
+            &mut self.batch_places,
+            &mut b.grow,
+            &mut b.growing,
+            left_out,
+        );
         debug_assert_eq!(skipped_firsts, firsts, "a first-token row missed the head");
         // The head's first tokens count in only now: the walk told them by their absence.
         for &(_, id, place) in &self.buf.head[..firsts.min(limit)] {
@@ -185,7 +165,7 @@ impl PassMachine {
                 waited: x.waited,
             });
         }
-        self.batch_rows.push((id, place));
+        self.batch_places.push(place);
         out.batch.push(BatchRow {
             id,
             slot: x.slot,
@@ -234,8 +214,17 @@ impl PassMachine {
         }
         if waiting > 0 {
             let kv_waiting = &out.kv_waiting[out.kv_waiting.len() - waiting..];
-            out.batch.retain(|r| !kv_waiting.contains(&r.id));
-            self.batch_rows.retain(|(id, _)| !kv_waiting.contains(id));
+            // The batch and its places stay aligned.
+            let mut kept = 0;
+            for i in 0..out.batch.len() {
+                if !kv_waiting.contains(&out.batch[i].id) {
+                    out.batch[kept] = out.batch[i];
+                    self.batch_places[kept] = self.batch_places[i];
+                    kept += 1;
+                }
+            }
+            out.batch.truncate(kept);
+            self.batch_places.truncate(kept);
             self.last_batch = out.batch.len();
         }
     }
@@ -261,5 +250,77 @@ impl PassMachine {
         std::mem::swap(&mut self.displaced, &mut b.displaced);
         out.displaced.extend_from_slice(&b.displaced_now);
         out.token_limited.extend_from_slice(&b.token_limited);
+    }
+}
+
+/// The walk over the residents after the head, oldest admission first. Its own function
+/// with the lists as parameters, so the compiler knows they do not overlap and keeps their
+/// lengths in registers instead of reloading them after every row written.
+struct Walk<'a> {
+    order: &'a [AdmitRow],
+    rows: &'a [Resident],
+    res: &'a [Res],
+    /// This pass's forced resumes, sorted (they are in the head).
+    forced: &'a [RequestId],
+    tokens_per_step: u32,
+    /// Rows in the head, and the batch's size limit.
+    heads: usize,
+    limit: usize,
+}
+
+impl Walk<'_> {
+    /// Writes the rows that fit into `batch` and `places`, the rows that outgrow their pages
+    /// into `grow` and `growing`, and the rows past the limit into `left_out`. Returns how
+    /// many rows at their first token it skipped (they are in the head).
+    #[inline(never)]
+    fn run(
+        &self,
+        batch: &mut Vec<BatchRow>,
+        places: &mut Vec<u32>,
+        grow: &mut Vec<(RequestId, u32)>,
+        growing: &mut Vec<Growing>,
+        left_out: &mut Vec<RequestId>,
+    ) -> usize {
+        let mut skipped_firsts = 0;
+        // Place in the batch order of the next row.
+        let mut at = self.heads;
+        for a in self.order {
+            let place = a.slot as usize;
+            let (Some(r), Some(x)) = (self.rows.get(place), self.res.get(place)) else {
+                continue;
+            };
+            if x.kv_ready.is_none() || x.paused {
+                continue;
+            }
+            if r.first_token_time.is_none() {
+                skipped_firsts += 1;
+                continue;
+            }
+            if !self.forced.is_empty() && self.forced.binary_search(&r.id).is_ok() {
+                continue;
+            }
+            at += 1;
+            if at > self.limit {
+                left_out.push(r.id);
+                continue;
+            }
+            let need = x.kv_need(r, self.tokens_per_step);
+            if need > x.kv_capacity {
+                grow.push((r.id, need));
+                growing.push(Growing {
+                    row: batch.len(),
+                    place: a.slot,
+                    output_tokens: r.output_tokens,
+                });
+            }
+            places.push(a.slot);
+            batch.push(BatchRow {
+                id: r.id,
+                slot: x.slot,
+                context_len: x.cached_tokens(r),
+                first_token: false,
+            });
+        }
+        skipped_firsts
     }
 }

@@ -16,9 +16,10 @@ use crate::pools::AdmitBudget;
 pub struct PassMachine {
     pub(super) params: WorkerParams,
     pub(super) residents: ResidentTable,
-    /// The batch of the last pass as (id, place in the table): step results usually come
-    /// back in this order, and the table does not change between the batch and them.
-    pub(super) batch_rows: Vec<(RequestId, u32)>,
+    /// The places in the table of the last pass's batch rows, aligned with its batch: step
+    /// results usually come back in this order, and the table does not change between the
+    /// batch and them.
+    pub(super) batch_places: Vec<u32>,
     /// Residents whose first token is not out yet (and some that left or got it since:
     /// the batch build prunes them).
     pub(super) first_pending: Vec<RequestId>,
@@ -65,7 +66,7 @@ impl PassMachine {
         Self {
             params,
             residents: ResidentTable::default(),
-            batch_rows: Vec::new(),
+            batch_places: Vec::new(),
             first_pending: Vec::new(),
             displaced: Vec::new(),
             d: None,
@@ -218,16 +219,15 @@ impl PassMachine {
         let b = &mut self.buf;
         b.finished.clear();
         for (i, st) in inp.stepped.iter().enumerate() {
-            let by_place = self
-                .batch_rows
-                .get(i)
-                .filter(|(id, _)| *id == st.id)
-                .map(|&(_, s)| s);
-            let r = match by_place {
-                Some(place) => self.residents.at_mut(place, st.id),
-                None => self.residents.get_mut(&st.id),
+            let at_place = match self.batch_places.get(i) {
+                Some(&place) => self.residents.row_at_mut(place, st.id),
+                None => None,
             };
-            if let Some(r) = r.map(|r| r.v) {
+            let r = match at_place {
+                Some(r) => Some(r),
+                None => self.residents.get_mut(&st.id).map(|r| r.v),
+            };
+            if let Some(r) = r {
                 r.output_tokens = (r.output_tokens + st.tokens).min(r.max_tokens);
                 r.decode_iters += 1;
                 if st.stop || r.output_tokens >= r.max_tokens {

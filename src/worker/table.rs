@@ -74,6 +74,11 @@ impl ResidentTable {
         })
     }
 
+    /// The controller's row at `place`, if it belongs to `id`.
+    pub fn row_at_mut(&mut self, place: u32, id: RequestId) -> Option<&mut Resident> {
+        self.rows.get_mut(place as usize).filter(|r| r.id == id)
+    }
+
     /// The record at `place` (one from `admission_order`).
     pub fn at(&self, place: u32) -> (&Resident, &Res) {
         (&self.rows[place as usize], &self.res[place as usize])
@@ -165,6 +170,11 @@ impl ResidentTable {
     /// The controller's rows, in id order.
     pub fn rows(&self) -> &[Resident] {
         &self.rows
+    }
+
+    /// The worker's part of each row, aligned with `rows`.
+    pub fn res(&self) -> &[Res] {
+        &self.res
     }
 
     /// Records in id order.

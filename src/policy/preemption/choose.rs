@@ -48,17 +48,14 @@ impl GenPreemption {
             if best.is_some_and(|b| b.admit_time.total_cmp(&row.admit_time).is_lt()) {
                 break;
             }
-            if self.paused.contains(row.id) {
+            // A paused request's record says so: one lookup answers both questions.
+            let rec = self.records.get(row.id);
+            if rec.is_some_and(|x| x.paused.is_some() || x.pauses >= BUDGET_PAUSES_PER_REQUEST) {
                 continue;
             }
-            let Ok(i) = v.residents.binary_search_by_key(&row.id, |r| r.id) else {
+            let Some(r) = v.resident_at(row) else {
                 continue;
             };
-            let r = &v.residents[i];
-            let rec = self.records.get(row.id);
-            if rec.map_or(0, |x| x.pauses) >= BUDGET_PAUSES_PER_REQUEST {
-                continue;
-            }
             let iters = r.decode_iters - rec.map_or(0, |x| x.iters_at_resume.min(r.decode_iters));
             let unpaused = Self::rate_state(r, rec, v.now).map_or(0.0, |s| s.unpaused_decode_s);
             if el.eligible(r, iters, unpaused)

@@ -110,7 +110,8 @@ pub struct Departure {
 pub struct AdmitRow {
     pub admit_time: f64,
     pub id: RequestId,
-    /// The caller's own handle for the row (the worker's place for it); unused here.
+    /// The row's place in the pass's `residents`, when the caller keeps one (the worker
+    /// does): checked against the id, and any other value costs a search, never a wrong row.
     pub slot: u32,
 }
 
@@ -126,6 +127,21 @@ pub struct StepView<'a> {
     pub departed: &'a [Departure],
     /// The admission queue, refreshed for `now`.
     pub queue: QueueFacts,
+}
+
+impl StepView<'_> {
+    /// The resident an admission-order row names: at its place when the place holds it,
+    /// else found by id.
+    fn resident_at(&self, row: &AdmitRow) -> Option<&Resident> {
+        match self.residents.get(row.slot as usize) {
+            Some(r) if r.id == row.id => Some(r),
+            _ => self
+                .residents
+                .binary_search_by_key(&row.id, |r| r.id)
+                .ok()
+                .map(|i| &self.residents[i]),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -305,6 +321,8 @@ pub struct GenPreemption {
     gain: WindowGain,
     credit: Credit,
     records: IdMap<Record>,
+    /// The paused ids: exactly the records whose `paused` is set (`pause`, `resume` and the
+    /// departures change both together).
     paused: IdMap<()>,
     window: StatWindow,
     totals: Totals,
