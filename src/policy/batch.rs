@@ -4,7 +4,8 @@
 //! this pass, then the rest oldest admission first. What the size limit leaves out is
 //! displaced: it keeps all state and returns from its last host token.
 //! The pass builds its batch in one walk over the resident table (`worker::build`), with
-//! this module's cut; `build` states the same order over a candidate list.
+//! this module's cut; `build` states the same order over a candidate list, and a property
+//! test of the worker (`pass_batch_is_the_policy_batch_order`) checks the two agree.
 
 use std::cmp::Ordering;
 
