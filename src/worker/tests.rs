@@ -365,6 +365,46 @@ fn mode_strategy() -> impl Strategy<Value = Mode> {
     ]
 }
 
+/// Plays random events against a driver, calling `check` after every pass. A stop names
+/// a request whose next step result says stop; a cancel, one to cancel at the next pass.
+fn play(
+    d: &mut Driver,
+    events: Vec<Ev>,
+    mut check: impl FnMut(&WorkerCore, &PassOutput) -> Result<(), TestCaseError>,
+) -> Result<(), TestCaseError> {
+    let mut stops: Vec<RequestId> = Vec::new();
+    for e in events {
+        match e {
+            Ev::Arrive { ctx, out } => {
+                d.arrive(ctx, out);
+            }
+            Ev::Cancel(k) => {
+                if d.next_id > 1 {
+                    d.pending_cancels.push(1 + k as u64 % (d.next_id - 1));
+                }
+            }
+            Ev::Stop(k) => {
+                if d.next_id > 1 {
+                    stops.push(1 + k as u64 % (d.next_id - 1));
+                }
+            }
+            Ev::Pass { dt } => {
+                let mut inp = d.inputs();
+                for s in inp.stepped.iter_mut() {
+                    if stops.contains(&s.id) {
+                        s.stop = true;
+                    }
+                }
+                let out = d.core.pass(&inp);
+                d.apply(&out);
+                d.now += dt;
+                check(&d.core, &out)?;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The pass builds its batch in one walk over the resident table; `policy::batch::build`
 /// states the same order (first tokens, forced resumes, the rest, each oldest admission
 /// first) and cut over a candidate list. This rebuilds that list from the table after the
@@ -428,27 +468,13 @@ proptest! {
         p.max_num_tokens = max_num_tokens;
         p.kv.total_pages = (kv_tokens / 32) as u32;
         let mut d = Driver::new(p);
-        let mut stops: Vec<RequestId> = Vec::new();
         let mut left_out = 0;
-        for e in events {
-            match e {
-                Ev::Arrive { ctx, out } => { d.arrive(ctx, out); }
-                Ev::Cancel(k) => {
-                    if d.next_id > 1 { d.pending_cancels.push(1 + k as u64 % (d.next_id - 1)); }
-                }
-                Ev::Stop(k) => { if d.next_id > 1 { stops.push(1 + k as u64 % (d.next_id - 1)); } }
-                Ev::Pass { dt } => {
-                    let mut inp = d.inputs();
-                    for s in inp.stepped.iter_mut() { if stops.contains(&s.id) { s.stop = true; } }
-                    let out = d.core.pass(&inp);
-                    d.apply(&out);
-                    d.now += dt;
-                    left_out += out.displaced.len() + out.token_limited.len();
-                    let check = batch_is_the_policy_order(&d.core, &out);
-                    prop_assert!(check.is_ok(), "{:?}", check);
-                }
-            }
-        }
+        play(&mut d, events, |core, out| {
+            left_out += out.displaced.len() + out.token_limited.len();
+            let check = batch_is_the_policy_order(core, out);
+            prop_assert!(check.is_ok(), "{:?}", check);
+            Ok(())
+        })?;
         // Not a vacuous check: with 4 tokens a step, a busy run leaves rows out.
         if max_num_tokens == 4 && d.core.totals().admitted > 12 {
             prop_assert!(left_out > 0, "no row was ever left out");
@@ -468,25 +494,11 @@ proptest! {
         let mut p = params(6, mode, true);
         p.kv.total_pages = (kv_tokens / 32) as u32;
         let mut d = Driver::new(p);
-        let mut stops: Vec<RequestId> = Vec::new();
-        for e in events {
-            match e {
-                Ev::Arrive { ctx, out } => { d.arrive(ctx, out); }
-                Ev::Cancel(k) => {
-                    if d.next_id > 1 { d.pending_cancels.push(1 + k as u64 % (d.next_id - 1)); }
-                }
-                Ev::Stop(k) => { if d.next_id > 1 { stops.push(1 + k as u64 % (d.next_id - 1)); } }
-                Ev::Pass { dt } => {
-                    let mut inp = d.inputs();
-                    for s in inp.stepped.iter_mut() { if stops.contains(&s.id) { s.stop = true; } }
-                    let out = d.core.pass(&inp);
-                    d.apply(&out);
-                    d.now += dt;
-                    prop_assert!(d.core.check_invariants(&out).is_ok(), "{:?}", d.core.check_invariants(&out));
-                    prop_assert!(out.admission_count <= 6 + d.core.preemption().paused_cap());
-                }
-            }
-        }
+        play(&mut d, events, |core, out| {
+            prop_assert!(core.check_invariants(out).is_ok(), "{:?}", core.check_invariants(out));
+            prop_assert!(out.admission_count <= 6 + core.preemption().paused_cap());
+            Ok(())
+        })?;
         // Cancel everyone still here; every lease must come back.
         for id in 1..d.next_id { d.pending_cancels.push(id); }
         let out = d.pass();
