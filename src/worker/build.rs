@@ -84,18 +84,20 @@ impl PassMachine {
         .cut();
         out.batch.reserve(self.residents.len().min(limit));
         let head = std::mem::take(&mut b.head);
-        for (i, &(_, id, place)) in head.iter().enumerate() {
-            if i < limit {
-                self.head_row(id, place, now, out);
-            } else {
-                self.left_out(id, size_cut);
-            }
+        for &(_, id, place) in head.iter().take(limit) {
+            self.head_row(id, place, now, out);
         }
         let heads = head.len();
         self.buf.head = head;
+        let b = &mut self.buf;
+        let left_out = if size_cut {
+            &mut b.displaced_now
+        } else {
+            &mut b.token_limited
+        };
+        left_out.extend(b.head.iter().skip(limit).map(|&(_, id, _)| id));
 
         // The rest: not at the first token (those are in the head), not forced.
-        let b = &mut self.buf;
         let walk = Walk {
             order: self.residents.admission_order(),
             rows: self.residents.rows(),
@@ -104,11 +106,6 @@ impl PassMachine {
             tokens_per_step: self.params.tokens_per_step,
             heads,
             limit,
-        };
-        let left_out = if size_cut {
-            &mut b.displaced_now
-        } else {
-            &mut b.token_limited
         };
         let skipped_firsts = walk.run(
             &mut out.batch,
@@ -126,14 +123,6 @@ impl PassMachine {
             }
         }
         self.last_batch = out.batch.len();
-    }
-
-    fn left_out(&mut self, id: RequestId, size_cut: bool) {
-        if size_cut {
-            self.buf.displaced_now.push(id);
-        } else {
-            self.buf.token_limited.push(id);
-        }
     }
 
     /// A head row into the batch, its growth listed; a first token is reported here and
