@@ -35,8 +35,6 @@ impl BatchLimits {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Candidate {
     pub id: RequestId,
-    /// Opaque to the builder; handed back with the scheduled ids.
-    pub slot: u32,
     pub admit_time: f64,
     pub first_token_pending: bool,
     pub forced_resume: bool,
@@ -46,8 +44,6 @@ pub struct Candidate {
 pub struct BatchPlan {
     /// Scheduling order.
     pub scheduled: Vec<RequestId>,
-    /// The candidates' `slot`s, aligned with `scheduled`.
-    pub scheduled_slots: Vec<u32>,
     /// Left out by `max_batch_size`.
     pub displaced: Vec<RequestId>,
     /// Left out by `max_num_tokens`.
@@ -73,41 +69,23 @@ fn by_priority(a: &Candidate, b: &Candidate) -> Ordering {
 
 /// Order candidates and cut at the limits.
 pub fn build(cands: &mut [Candidate], limits: &BatchLimits) -> BatchPlan {
-    let mut plan = BatchPlan::default();
-    build_into(cands, limits, &mut plan);
-    plan
-}
-
-/// `build` into a plan whose buffers are reused.
-pub fn build_into(cands: &mut [Candidate], limits: &BatchLimits, plan: &mut BatchPlan) {
     cands.sort_by(by_priority);
-    build_sorted_into(cands, limits, plan);
-}
-
-/// `build_into` for candidates the caller already has in priority order (first tokens,
-/// forced resumes, the rest; each oldest admission first, ties by id).
-pub fn build_sorted_into(cands: &[Candidate], limits: &BatchLimits, plan: &mut BatchPlan) {
-    debug_assert!(
-        cands.is_sorted_by(|a, b| by_priority(a, b) != Ordering::Greater),
-        "candidates out of priority order"
-    );
-    plan.scheduled.clear();
-    plan.scheduled_slots.clear();
-    plan.displaced.clear();
-    plan.token_limited.clear();
     // The plan is a split: the first `k` are scheduled, the rest left out by the limit
     // that set the cut.
     let (limit, size_cut) = limits.cut();
     let k = cands.len().min(limit);
     let (taken, rest) = cands.split_at(k);
-    plan.scheduled.extend(taken.iter().map(|c| c.id));
-    plan.scheduled_slots.extend(taken.iter().map(|c| c.slot));
-    let left_out = if size_cut {
-        &mut plan.displaced
+    let left_out = rest.iter().map(|c| c.id).collect();
+    let (displaced, token_limited) = if size_cut {
+        (left_out, Vec::new())
     } else {
-        &mut plan.token_limited
+        (Vec::new(), left_out)
     };
-    left_out.extend(rest.iter().map(|c| c.id));
+    BatchPlan {
+        scheduled: taken.iter().map(|c| c.id).collect(),
+        displaced,
+        token_limited,
+    }
 }
 
 #[cfg(test)]
@@ -117,7 +95,6 @@ mod tests {
     fn c(id: u64, admit: f64) -> Candidate {
         Candidate {
             id,
-            slot: id as u32,
             admit_time: admit,
             first_token_pending: false,
             forced_resume: false,

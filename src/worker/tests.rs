@@ -419,7 +419,6 @@ fn batch_is_the_policy_order(core: &WorkerCore, out: &PassOutput) -> Result<(), 
         .filter(|(_, x)| x.kv_ready.is_some() && !x.paused)
         .map(|(r, _)| Candidate {
             id: r.id,
-            slot: 0,
             admit_time: r.admit_time,
             // A first token counts in once it is scheduled; one the KV pool sent to wait
             // is pending again.
