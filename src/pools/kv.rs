@@ -1,13 +1,16 @@
 //! The KV pool: pages of `tokens_per_block` tokens and a page-table (index) pool with one
 //! row per resident request. Pausing frees a slot, not pages: a paused request keeps its
 //! pages and there is no eviction at all, since a GEN worker cannot recompute a context.
-//! When decode growth cannot get a page, `grow` fails and the request waits.
+//! When decode growth cannot get a page, `grow` fails and the request waits. Pages are
+//! handed out and counted one by one but stored in chunks (`pages.rs`), so admitting and
+//! releasing a long context moves a few chunk numbers, not thousands of page numbers.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
 use super::budget::KvBudget;
+use super::pages::{PageList, PageStore};
 use super::{PoolError, PoolReport, PoolUsage};
 use crate::policy::RequestId;
 
@@ -54,44 +57,23 @@ pub fn kv_bytes(cfg: &KvConfig, bytes_per_token: u64, max_pages_per_row: u64) ->
 #[derive(Debug, Clone)]
 struct Lease {
     row: u32,
-    pages: Vec<u32>,
-    swa: Vec<u32>,
+    pages: PageList,
+    swa: PageList,
 }
 
 #[derive(Debug, Clone)]
 pub struct KvPool {
     cfg: KvConfig,
-    /// Released pages, reused last-in first-out.
-    released: Vec<u32>,
-    /// Pages at or above this were never handed out, so memory stays O(pages in use).
-    fresh: u32,
+    pages: PageStore,
     free_rows: BTreeSet<u32>,
     held: BTreeMap<RequestId, Lease>,
-}
-
-/// Page-table room an admission reserves beyond its context (and a quarter of it), so
-/// decode growth rarely reallocates the table.
-const GROWTH_PAGES: usize = 32;
-
-/// Append `n` pages to `into`: released ones first, most recently released first, then
-/// fresh ones in order (in bulk: a long context takes thousands of pages).
-fn take_pages(released: &mut Vec<u32>, fresh: &mut u32, n: usize, into: &mut Vec<u32>) {
-    let reused = n.min(released.len());
-    let from = released.len() - reused;
-    into.reserve(n);
-    into.extend(released[from..].iter().rev());
-    released.truncate(from);
-    let new = (n - reused) as u32;
-    into.extend(*fresh..*fresh + new);
-    *fresh += new;
 }
 
 impl KvPool {
     pub fn new(cfg: KvConfig) -> Self {
         Self {
             cfg,
-            released: Vec::new(),
-            fresh: 0,
+            pages: PageStore::new(cfg.total_pages),
             free_rows: (0..cfg.index_rows).collect(),
             held: BTreeMap::new(),
         }
@@ -115,21 +97,16 @@ impl KvPool {
         self.budget().fits(tokens)
     }
 
-    /// A free page: a released one if any, else the next never-used one. Callers check
-    /// `free_pages()` first.
-    fn take_pages(&mut self, n: usize, into: &mut Vec<u32>) {
-        take_pages(&mut self.released, &mut self.fresh, n, into);
-    }
-
-    /// Take a row and the pages for a context of `tokens` (plus the SWA reservation).
-    pub fn admit(&mut self, id: RequestId, tokens: u32) -> Result<u32, PoolError> {
+    /// Take a row and the pages for a context of `tokens` (plus the SWA reservation);
+    /// answers the row and the context's page count.
+    pub fn admit(&mut self, id: RequestId, tokens: u32) -> Result<(u32, u32), PoolError> {
         if self.held.contains_key(&id) {
             return Err(PoolError::AlreadyHeld { pool: ROWS, id });
         }
         // The page rule is the budget's, so `can_admit` and `admit` never disagree.
         let budget = self.budget();
-        let total = budget.admit_pages(tokens) as usize;
-        if (budget.pages as usize) < total {
+        let total = budget.admit_pages(tokens);
+        if budget.pages < total {
             return Err(PoolError::Exhausted {
                 pool: PAGES,
                 capacity: self.cfg.total_pages as u64,
@@ -139,43 +116,39 @@ impl KvPool {
             pool: ROWS,
             capacity: self.cfg.index_rows as u64,
         })?;
-        let swa = budget.swa_pages as usize;
-        let need = total - swa;
-        // Room to decode into: without it the first growth copies the whole page table.
-        let mut pages = Vec::with_capacity(need + need / 4 + GROWTH_PAGES);
-        let mut swa_pages = Vec::new();
-        self.take_pages(need, &mut pages);
-        self.take_pages(swa, &mut swa_pages);
-        self.held.insert(
-            id,
-            Lease {
-                row,
-                pages,
-                swa: swa_pages,
-            },
-        );
-        Ok(row)
+        let swa = budget.swa_pages;
+        // At most the free pages, which a u32 counts.
+        let context = (total - u64::from(swa)) as u32;
+        let mut lease = Lease {
+            row,
+            pages: PageList::default(),
+            swa: PageList::default(),
+        };
+        self.pages.take(&mut lease.pages, context);
+        self.pages.take(&mut lease.swa, swa);
+        self.held.insert(id, lease);
+        Ok((row, context))
     }
 
     /// Make room for `tokens` in the request's cache. `Ok(false)` when it already fits;
     /// an error when no page is free (the request must wait; nothing is evicted).
     pub fn grow(&mut self, id: RequestId, tokens: u32) -> Result<bool, PoolError> {
-        let before = self.pages_of(id).map(<[u32]>::len);
+        let before = self.page_count(id);
         let after = self.grow_pages(id, tokens)?;
-        Ok(before.is_some_and(|b| after as usize > b))
+        Ok(before.is_some_and(|b| after > b))
     }
 
     /// `grow`, answering the request's page count after it (one lookup, for the pass).
     pub fn grow_pages(&mut self, id: RequestId, tokens: u32) -> Result<u32, PoolError> {
-        let need = self.cfg.pages_for(tokens) as usize;
-        let free = self.free_pages() as usize;
+        let need = self.cfg.pages_for(tokens);
+        let free = self.free_pages();
         let lease = self
             .held
             .get_mut(&id)
             .ok_or(PoolError::NotHeld { pool: PAGES, id })?;
         let have = lease.pages.len();
         if have >= need {
-            return Ok(have as u32);
+            return Ok(have);
         }
         if free < need - have {
             return Err(PoolError::Exhausted {
@@ -183,13 +156,8 @@ impl KvPool {
                 capacity: self.cfg.total_pages as u64,
             });
         }
-        take_pages(
-            &mut self.released,
-            &mut self.fresh,
-            need - have,
-            &mut lease.pages,
-        );
-        Ok(need as u32)
+        self.pages.take(&mut lease.pages, need - have);
+        Ok(need)
     }
 
     pub fn release(&mut self, id: RequestId) -> Result<(), PoolError> {
@@ -198,13 +166,20 @@ impl KvPool {
             .remove(&id)
             .ok_or(PoolError::NotHeld { pool: ROWS, id })?;
         self.free_rows.insert(lease.row);
-        self.released.extend(lease.pages.into_iter().rev());
-        self.released.extend(lease.swa.into_iter().rev());
+        self.pages.give_back(lease.pages);
+        self.pages.give_back(lease.swa);
         Ok(())
     }
 
-    pub fn pages_of(&self, id: RequestId) -> Option<&[u32]> {
-        self.held.get(&id).map(|l| l.pages.as_slice())
+    /// The request's context pages, in order (its page table).
+    pub fn pages_of(&self, id: RequestId) -> Option<Vec<u32>> {
+        let lease = self.held.get(&id)?;
+        Some(self.pages.pages(&lease.pages).collect())
+    }
+
+    /// How many context pages the request holds.
+    pub fn page_count(&self, id: RequestId) -> Option<u32> {
+        self.held.get(&id).map(|l| l.pages.len())
     }
 
     pub fn holds(&self, id: RequestId) -> bool {
@@ -212,7 +187,7 @@ impl KvPool {
     }
 
     pub fn free_pages(&self) -> u32 {
-        self.released.len() as u32 + (self.cfg.total_pages - self.fresh)
+        self.pages.free()
     }
 
     pub fn used_pages(&self) -> u32 {
@@ -249,26 +224,8 @@ impl KvPool {
 
     /// Every page is free or held by exactly one request, and rows likewise.
     pub fn check_invariants(&self) -> Result<(), String> {
-        // Pages handed out at least once are either held by exactly one request or released;
-        // the rest were never used.
-        let mut seen = BTreeSet::new();
-        let held = self
-            .held
-            .values()
-            .flat_map(|l| l.pages.iter().chain(l.swa.iter()))
-            .copied();
-        for p in self.released.iter().copied().chain(held) {
-            if p >= self.fresh || !seen.insert(p) {
-                return Err(format!("page {p} appears twice or was never handed out"));
-            }
-        }
-        if seen.len() != self.fresh as usize {
-            return Err(format!(
-                "{} pages accounted of {} handed out",
-                seen.len(),
-                self.fresh
-            ));
-        }
+        self.pages
+            .check(self.held.values().flat_map(|l| [&l.pages, &l.swa]))?;
         let rows: BTreeSet<u32> = self.held.values().map(|l| l.row).collect();
         if rows.len() != self.held.len() || rows.iter().any(|r| self.free_rows.contains(r)) {
             return Err("a row is shared".into());
@@ -298,7 +255,7 @@ mod tests {
     fn admit_takes_pages_for_the_context_and_release_returns_them() {
         let mut kv = KvPool::new(cfg(10, 4));
         kv.admit(1, 65).unwrap();
-        assert_eq!(kv.pages_of(1).unwrap().len(), 3);
+        assert_eq!(kv.page_count(1), Some(3));
         assert_eq!(kv.free_pages(), 7);
         kv.release(1).unwrap();
         assert_eq!(kv.free_pages(), 10);
@@ -318,8 +275,8 @@ mod tests {
         kv.admit(1, 32).unwrap();
         kv.admit(2, 32).unwrap();
         assert!(kv.grow(1, 33).is_err());
-        assert_eq!(kv.pages_of(2).unwrap().len(), 1);
-        assert_eq!(kv.pages_of(1).unwrap().len(), 1);
+        assert_eq!(kv.page_count(2), Some(1));
+        assert_eq!(kv.page_count(1), Some(1));
         kv.release(2).unwrap();
         assert_eq!(kv.grow(1, 33), Ok(true));
         kv.check_invariants().unwrap();

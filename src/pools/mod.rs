@@ -8,6 +8,7 @@ pub mod budget;
 pub mod drafter;
 pub mod index;
 pub mod kv;
+pub mod pages;
 pub mod recurrent;
 pub mod slot;
 

@@ -185,10 +185,10 @@ pub mod op {
     pub fn admit_kv(kv: &mut KvPool, popped: &[Popped], into: &mut [AdmitOutcome]) {
         for (p, o) in popped.iter().zip(into) {
             let w = p.waiter;
-            o.kv_pages = match kv.admit(w.id, w.context_tokens) {
-                Ok(_) => kv.pages_of(w.id).map(|p| p.len() as u32),
-                Err(_) => None,
-            };
+            o.kv_pages = kv
+                .admit(w.id, w.context_tokens)
+                .ok()
+                .map(|(_, pages)| pages);
         }
     }
 

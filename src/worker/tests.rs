@@ -153,7 +153,7 @@ fn paused_request_stays_resident_takes_no_batch_slot_and_is_scheduled_after_resu
         out.admitted.iter().any(|a| a.id == waiter),
         "the freed slot admits the waiter"
     );
-    let pages_before = d.core.pages_of(victim).map(<[u32]>::to_vec);
+    let pages_before = d.core.pages_of(victim);
     assert!(pages_before.is_some(), "paused request keeps its KV pages");
     let window_before = d.core.drafter().and_then(|a| a.window_of(victim));
     // While paused: never in a batch, still resident, pages and drafter window unchanged.
@@ -169,7 +169,7 @@ fn paused_request_stays_resident_takes_no_batch_slot_and_is_scheduled_after_resu
             "a paused request is never scheduled"
         );
         assert!(d.core.is_resident(victim));
-        assert_eq!(d.core.pages_of(victim).map(<[u32]>::to_vec), pages_before);
+        assert_eq!(d.core.pages_of(victim), pages_before);
         assert_eq!(
             d.core.drafter().and_then(|a| a.window_of(victim)),
             window_before
@@ -560,7 +560,7 @@ fn a_row_whose_growth_finds_no_page_waits_out_of_the_batch_without_its_first_tok
     );
     assert_eq!(core.totals().kv_waits, 1);
     assert_eq!(
-        core.pages_of(2).map(<[u32]>::len),
+        core.pages_of(2).map(|p| p.len()),
         Some(1),
         "nothing was taken"
     );

@@ -209,12 +209,9 @@ impl Handler<PageTables> for PoolActor<KvPool> {
     type Result = MessageResult<PageTables>;
     fn handle(&mut self, m: PageTables, _: &mut Context<Self>) -> Self::Result {
         self.handled += 1;
-        let pages = m.0.iter().map(|&id| {
-            self.core
-                .pages_of(id)
-                .map(<[u32]>::to_vec)
-                .unwrap_or_default()
-        });
+        let pages =
+            m.0.iter()
+                .map(|&id| self.core.pages_of(id).unwrap_or_default());
         MessageResult(pages.collect())
     }
 }
