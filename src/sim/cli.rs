@@ -62,6 +62,10 @@ pub struct SimArgs {
     /// X's percentile for every arm, in (0, 100) (default 90).
     #[arg(long)]
     pub ttft_percentile: Option<f64>,
+    /// An operator-set X in seconds for every arm, control included, instead of the
+    /// percentile (an experiment outside SPEC §4.2: the queue with an anchored target).
+    #[arg(long)]
+    pub fixed_target: Option<f64>,
     /// Open-loop traces: multiply the arrival rate.
     #[arg(long, default_value_t = 1.0)]
     pub rate_scale: f64,
@@ -131,6 +135,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
                 target_window: a.target_window as usize,
                 min_samples: a.min_samples as usize,
                 max_waiting: a.max_waiting as usize,
+                fixed_target: None,
             };
             (
                 super::plant::Plant::from_timing(
@@ -166,6 +171,12 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
             bail!("--ttft-percentile must be in (0, 100)");
         }
         admission.ttft_percentile = q;
+    }
+    if let Some(x) = args.fixed_target {
+        if !(x.is_finite() && x > 0.0) {
+            bail!("--fixed-target must be a positive number of seconds");
+        }
+        admission.fixed_target = Some(x);
     }
     let mut plant = plant;
     if let Some(x) = args.output_scale {
@@ -207,9 +218,10 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
             progress: !args.quiet,
         };
         let mut r = run_experiment(&exp).map_err(anyhow::Error::msg)?;
-        let queue = match (r.target_window, r.ttft_percentile) {
-            (None, None) => String::new(),
-            (w, q) => format!(
+        let queue = match (r.target_window, r.ttft_percentile, r.fixed_target) {
+            (_, _, Some(x)) => format!(", X fixed at {x} s"),
+            (None, None, None) => String::new(),
+            (w, q, None) => format!(
                 ", X = p{} of the last {} waited TTFTs",
                 q.unwrap_or(admission.ttft_percentile),
                 w.unwrap_or(admission.target_window)

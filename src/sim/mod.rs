@@ -66,6 +66,9 @@ pub struct ExperimentResult {
     pub target_window: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ttft_percentile: Option<f64>,
+    /// An operator-set X (`--fixed-target`), present only when set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fixed_target: Option<f64>,
     pub target_output_tps: Option<f64>,
     pub arms: Vec<ArmSummary>,
     pub paired: Vec<Paired>,
@@ -283,6 +286,7 @@ pub fn run_experiment(exp: &Experiment) -> Result<ExperimentResult, String> {
             .filter(|&w| w != AdmissionParams::default().target_window),
         ttft_percentile: Some(exp.base.admission.ttft_percentile)
             .filter(|&q| q != AdmissionParams::default().ttft_percentile),
+        fixed_target: exp.base.admission.fixed_target,
         target_output_tps: target,
         arms: summaries,
         paired,

@@ -80,6 +80,7 @@ pub fn resolve(cfg: &Config) -> Result<(WorkerParams, SetupDecision), SetupError
             target_window: adm.target_window as usize,
             min_samples: adm.min_samples as usize,
             max_waiting: adm.max_waiting as usize,
+            fixed_target: None,
         },
         mode: decision.mode,
         victim_key: Default::default(),

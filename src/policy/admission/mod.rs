@@ -35,6 +35,10 @@ pub struct AdmissionParams {
     pub target_window: usize,
     pub min_samples: usize,
     pub max_waiting: usize,
+    /// An operator-set X in seconds instead of the percentile of waited TTFTs. Not part of
+    /// SPEC §4.2 and not in the YAML config: the simulator's `--fixed-target` sets it, to
+    /// study the queue with an anchored X. It still forms at `min_samples` waited TTFTs.
+    pub fixed_target: Option<f64>,
 }
 
 impl Default for AdmissionParams {
@@ -45,6 +49,7 @@ impl Default for AdmissionParams {
             target_window: 1000,
             min_samples: 200,
             max_waiting: 4096,
+            fixed_target: None,
         }
     }
 }
@@ -180,7 +185,7 @@ impl AdmissionQueue {
         {
             None
         } else {
-            self.target.value()
+            self.params.fixed_target.or_else(|| self.target.value())
         }
     }
 

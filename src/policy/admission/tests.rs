@@ -18,6 +18,25 @@ fn w(id: u64, arrival: f64) -> Waiter {
     }
 }
 
+#[test]
+fn a_fixed_target_replaces_the_percentile_once_formed() {
+    let mut q = AdmissionQueue::new(AdmissionParams {
+        fixed_target: Some(13.5),
+        ..params(3)
+    });
+    q.observe_ttft(1.0);
+    q.observe_ttft(1.0);
+    assert_eq!(q.target(), None, "not formed before min_samples");
+    q.observe_ttft(1.0);
+    assert_eq!(q.target(), Some(13.5));
+    let fcfs = AdmissionQueue::new(AdmissionParams {
+        policy: AdmissionPolicy::Fcfs,
+        fixed_target: Some(13.5),
+        ..params(0)
+    });
+    assert_eq!(fcfs.target(), None, "fcfs never forms X");
+}
+
 /// A queue whose X is formed at `x` seconds (all samples equal), no transfer or step time.
 fn formed(x: f64) -> AdmissionQueue {
     let mut q = AdmissionQueue::new(params(10));
