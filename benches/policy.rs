@@ -12,8 +12,10 @@ use genslot::policy::Mode;
 mod live_workload;
 use live_workload::LiveWorkload;
 
-/// Passes run before measuring, so X, D and the pause churn have formed.
-const WARM_PASSES: usize = 6000;
+/// Passes run before measuring, so X, D and the pause churn have formed: `tpot_budget`'s
+/// controller reaches its steady pause rate between passes 8,000 and 16,000 (BENCHMARKS §1,
+/// round 6), and criterion's own warm-up then runs far past it.
+const WARM_PASSES: usize = 20_000;
 
 fn setup(residents: u32, waiters: u64, mode: Mode) -> LiveWorkload {
     let mut b = LiveWorkload::new(residents, waiters, mode);
