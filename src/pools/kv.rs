@@ -2,8 +2,9 @@
 //! row per resident request. Pausing frees a slot, not pages: a paused request keeps its
 //! pages and there is no eviction at all, since a GEN worker cannot recompute a context.
 //! When decode growth cannot get a page, `grow` fails and the request waits. Pages are
-//! handed out and counted one by one but stored in chunks (`pages.rs`), so admitting and
-//! releasing a long context moves a few chunk numbers, not thousands of page numbers.
+//! counted when taken and numbered when the request's page table is first read, in chunks
+//! (`pages.rs`): the pass's admissions and growth only count, and a backend that reads page
+//! tables numbers the new pages in the same walk that copies the table.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -171,9 +172,11 @@ impl KvPool {
         Ok(())
     }
 
-    /// The request's context pages, in order (its page table).
-    pub fn pages_of(&self, id: RequestId) -> Option<Vec<u32>> {
-        let lease = self.held.get(&id)?;
+    /// The request's context pages, in order (its page table); pages taken since the last
+    /// read are numbered now.
+    pub fn pages_of(&mut self, id: RequestId) -> Option<Vec<u32>> {
+        let lease = self.held.get_mut(&id)?;
+        self.pages.bind(&mut lease.pages);
         Some(self.pages.pages(&lease.pages).collect())
     }
 

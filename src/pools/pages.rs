@@ -1,9 +1,13 @@
 //! KV page bookkeeping in chunks of [`CHUNK`] pages, a two-level page table: a request's
 //! pages are a list of chunks, the last one possibly part-filled, and the free pages are
-//! whole free chunks plus a few loose pages. Admitting a long context moves chunk numbers,
-//! not page numbers, and releasing it gives its chunks back whole: a 50k-token context at
-//! 32 tokens per page is 1,563 pages but 25 chunks. Pages are still handed out and
-//! counted one by one, so the pool's accounting is exact to the page.
+//! whole free chunks plus a few loose pages. Releasing a long context gives its chunks back
+//! whole: a 50k-token context at 32 tokens per page is 1,563 pages but 25 chunks.
+//!
+//! Taking pages counts them at once and numbers them when the page table is first read
+//! ([`PageStore::bind`]): a backend that reads page tables (the CUDA one, for the context's
+//! transfer and every step) numbers them there, in the same walk that copies the table, and
+//! the scheduling pass's decode growth (a few rows every step) only counts. The accounting is
+//! exact to the page either way: numbered or not, a taken page is not free.
 
 /// Pages per chunk.
 pub const CHUNK: usize = 64;
@@ -12,7 +16,10 @@ pub const CHUNK: usize = 64;
 #[derive(Debug, Clone, Default)]
 pub struct PageList {
     chunks: Vec<u32>,
+    /// Pages taken.
     len: u32,
+    /// Pages numbered (the first `bound` of them); the rest are only counted.
+    bound: u32,
 }
 
 impl PageList {
@@ -24,9 +31,10 @@ impl PageList {
         self.len == 0
     }
 
-    /// Place in the last chunk of the next page, 0 when that chunk is full (or none).
+    /// Place in the last chunk of the next page to number, 0 when that chunk is full (or
+    /// none).
     fn fill(&self) -> usize {
-        self.len as usize % CHUNK
+        self.bound as usize % CHUNK
     }
 }
 
@@ -43,6 +51,8 @@ pub struct PageStore {
     empty: Vec<u32>,
     /// Pages at or above this were never handed out, so memory stays O(pages in use).
     fresh: u32,
+    /// Pages taken but not numbered yet: free page numbers that are spoken for.
+    unbound: u32,
 }
 
 impl PageStore {
@@ -54,11 +64,13 @@ impl PageStore {
             loose: Vec::new(),
             empty: Vec::new(),
             fresh: 0,
+            unbound: 0,
         }
     }
 
     pub fn free(&self) -> u32 {
         (self.full.len() * CHUNK + self.loose.len()) as u32 + (self.total - self.fresh)
+            - self.unbound
     }
 
     /// A free page. Callers check `free` first.
@@ -97,19 +109,30 @@ impl PageStore {
         c
     }
 
-    /// Append `n` free pages to `list`. Callers check `free` first.
-    pub fn take(&mut self, list: &mut PageList, mut n: u32) {
+    /// Append `n` free pages to `list`, counted now and numbered by `bind`. Callers check
+    /// `free` first.
+    pub fn take(&mut self, list: &mut PageList, n: u32) {
+        debug_assert!(n <= self.free(), "pages taken past the free ones");
+        list.len += n;
+        self.unbound += n;
+    }
+
+    /// Number every page of `list` taken since the last call: whole free chunks where a
+    /// whole chunk is wanted, single pages into a part-filled one.
+    pub fn bind(&mut self, list: &mut PageList) {
+        let mut n = list.len - list.bound;
+        self.unbound -= n;
         while n > 0 && list.fill() != 0 {
             let c = list.chunks[list.chunks.len() - 1];
             let p = self.one();
             self.slabs[c as usize][list.fill()] = p;
-            list.len += 1;
+            list.bound += 1;
             n -= 1;
         }
         while n as usize >= CHUNK {
             let c = self.whole_chunk();
             list.chunks.push(c);
-            list.len += CHUNK as u32;
+            list.bound += CHUNK as u32;
             n -= CHUNK as u32;
         }
         if n > 0 {
@@ -119,12 +142,13 @@ impl PageStore {
                 let p = self.one();
                 self.slabs[c as usize][i] = p;
             }
-            list.len += n;
+            list.bound += n;
         }
     }
 
     /// Give every page of `list` back.
     pub fn give_back(&mut self, list: PageList) {
+        self.unbound -= list.len - list.bound;
         let part = list.fill();
         let mut chunks = list.chunks;
         if part != 0 {
@@ -145,20 +169,27 @@ impl PageStore {
         }
     }
 
-    /// The pages of `list`, in order.
+    /// The numbered pages of `list`, in order (all of them after `bind`).
     pub fn pages<'a>(&'a self, list: &'a PageList) -> impl Iterator<Item = u32> + 'a {
         list.chunks
             .iter()
             .flat_map(|&c| self.slabs[c as usize])
-            .take(list.len as usize)
+            .take(list.bound as usize)
     }
 
-    /// Every page handed out is free or in exactly one of `lists`, and every chunk is in
-    /// exactly one place.
+    /// Every page number handed out is free or in exactly one of `lists`, every chunk is in
+    /// exactly one place, and the pages taken but not numbered are exactly the lists'.
     pub fn check<'a>(
         &self,
         lists: impl Iterator<Item = &'a PageList> + Clone,
     ) -> Result<(), String> {
+        let unbound: u64 = lists.clone().map(|l| u64::from(l.len - l.bound)).sum();
+        if unbound != u64::from(self.unbound) {
+            return Err(format!(
+                "{unbound} pages taken and unnumbered, {} counted",
+                self.unbound
+            ));
+        }
         let mut seen = vec![false; self.fresh as usize];
         let free_pages = self
             .full
@@ -209,13 +240,19 @@ mod tests {
         let mut a = PageList::default();
         s.take(&mut a, 1000);
         assert_eq!(a.len(), 1000);
+        assert!(pages(&s, &a).is_empty(), "counted, not numbered yet");
+        s.check([&a].into_iter()).unwrap();
+        s.bind(&mut a);
         assert_eq!(pages(&s, &a), (0..1000).collect::<Vec<_>>());
         let mut b = PageList::default();
         s.take(&mut b, 70);
+        s.bind(&mut b);
         for _ in 0..5 {
             s.take(&mut b, 1);
         }
+        s.bind(&mut b);
         assert_eq!(b.len(), 75);
+        assert_eq!(pages(&s, &b).len(), 75);
         assert_eq!(s.free(), 10_000 - 1075);
         s.check([&a, &b].into_iter()).unwrap();
         s.give_back(a);
@@ -224,6 +261,7 @@ mod tests {
         // The released chunks are reused whole before any fresh page.
         let mut c = PageList::default();
         s.take(&mut c, 640);
+        s.bind(&mut c);
         assert!(pages(&s, &c).iter().all(|&p| p < 1000));
         s.check([&b, &c].into_iter()).unwrap();
         s.give_back(b);
@@ -237,6 +275,7 @@ mod tests {
         let mut s = PageStore::new(500);
         let mut a = PageList::default();
         s.take(&mut a, 130);
+        s.bind(&mut a);
         assert!(s.check([&a, &a].into_iter()).is_err(), "held twice");
         assert!(s.check(std::iter::empty()).is_err(), "lost");
         s.check([&a].into_iter()).unwrap();
@@ -247,11 +286,14 @@ mod tests {
         let mut s = PageStore::new(200);
         let mut a = PageList::default();
         s.take(&mut a, 10);
+        s.bind(&mut a);
         let mut b = PageList::default();
         s.take(&mut b, 3);
+        s.bind(&mut b);
         s.give_back(a);
         let mut c = PageList::default();
         s.take(&mut c, 4);
+        s.bind(&mut c);
         assert!(pages(&s, &c).iter().all(|&p| p < 10), "{:?}", pages(&s, &c));
         s.check([&b, &c].into_iter()).unwrap();
     }
@@ -276,12 +318,19 @@ mod tests {
                     if s.free() > 0 {
                         s.take(&mut lists[i], 1);
                     }
+                    // Numbered at some reads of the page table, counted only until then.
+                    if r & 16 != 0 {
+                        s.bind(&mut lists[i]);
+                    }
                 }
                 _ => {
                     let n = (r >> 4) % 400;
                     if n <= s.free() {
                         let mut l = PageList::default();
                         s.take(&mut l, n);
+                        if r & 32 != 0 {
+                            s.bind(&mut l);
+                        }
                         lists.push(l);
                     }
                 }
@@ -290,6 +339,12 @@ mod tests {
             assert_eq!(held + s.free(), 5_000);
         }
         s.check(lists.iter()).unwrap();
+        for l in &mut lists {
+            s.bind(l);
+        }
+        s.check(lists.iter()).unwrap();
+        let numbered: usize = lists.iter().map(|l| pages(&s, l).len()).sum();
+        assert_eq!(numbered as u32 + s.free(), 5_000);
         assert!(s.loose.len() < 2 * CHUNK);
     }
 }

@@ -163,7 +163,7 @@ impl WorkerCore {
         self.machine.is_resident(id)
     }
     /// KV pages of a resident request (its page table).
-    pub fn pages_of(&self, id: RequestId) -> Option<Vec<u32>> {
+    pub fn pages_of(&mut self, id: RequestId) -> Option<Vec<u32>> {
         self.parts.kv.pages_of(id)
     }
     pub fn drafter(&self) -> Option<&DrafterArena> {
