@@ -96,16 +96,21 @@ impl PageStore {
         })
     }
 
+    /// Free pages into the places `at` of chunk `c`, one by one.
+    fn fill_chunk(&mut self, c: u32, at: std::ops::Range<usize>) {
+        for i in at {
+            let p = self.one();
+            self.slabs[c as usize][i] = p;
+        }
+    }
+
     /// A chunk of free pages: a whole free one if any, else one filled page by page.
     fn whole_chunk(&mut self) -> u32 {
         if let Some(c) = self.full.pop() {
             return c;
         }
         let c = self.empty_chunk();
-        for i in 0..CHUNK {
-            let p = self.one();
-            self.slabs[c as usize][i] = p;
-        }
+        self.fill_chunk(c, 0..CHUNK);
         c
     }
 
@@ -122,12 +127,12 @@ impl PageStore {
     pub fn bind(&mut self, list: &mut PageList) {
         let mut n = list.len - list.bound;
         self.unbound -= n;
-        while n > 0 && list.fill() != 0 {
-            let c = list.chunks[list.chunks.len() - 1];
-            let p = self.one();
-            self.slabs[c as usize][list.fill()] = p;
-            list.bound += 1;
-            n -= 1;
+        let part = list.fill();
+        if let Some(&c) = list.chunks.last().filter(|_| n > 0 && part != 0) {
+            let k = (n as usize).min(CHUNK - part);
+            self.fill_chunk(c, part..part + k);
+            list.bound += k as u32;
+            n -= k as u32;
         }
         while n as usize >= CHUNK {
             let c = self.whole_chunk();
@@ -138,10 +143,7 @@ impl PageStore {
         if n > 0 {
             let c = self.empty_chunk();
             list.chunks.push(c);
-            for i in 0..n as usize {
-                let p = self.one();
-                self.slabs[c as usize][i] = p;
-            }
+            self.fill_chunk(c, 0..n as usize);
             list.bound += n;
         }
     }
@@ -234,6 +236,14 @@ mod tests {
         s.pages(l).collect()
     }
 
+    /// A list of `n` pages, taken and numbered.
+    fn numbered(s: &mut PageStore, n: u32) -> PageList {
+        let mut l = PageList::default();
+        s.take(&mut l, n);
+        s.bind(&mut l);
+        l
+    }
+
     #[test]
     fn long_lists_come_and_go_in_whole_chunks_and_every_page_is_accounted() {
         let mut s = PageStore::new(10_000);
@@ -259,9 +269,7 @@ mod tests {
         assert_eq!(s.free(), 10_000 - 75);
         s.check([&b].into_iter()).unwrap();
         // The released chunks are reused whole before any fresh page.
-        let mut c = PageList::default();
-        s.take(&mut c, 640);
-        s.bind(&mut c);
+        let c = numbered(&mut s, 640);
         assert!(pages(&s, &c).iter().all(|&p| p < 1000));
         s.check([&b, &c].into_iter()).unwrap();
         s.give_back(b);
@@ -273,9 +281,7 @@ mod tests {
     #[test]
     fn the_check_finds_a_page_held_twice_and_a_page_lost() {
         let mut s = PageStore::new(500);
-        let mut a = PageList::default();
-        s.take(&mut a, 130);
-        s.bind(&mut a);
+        let a = numbered(&mut s, 130);
         assert!(s.check([&a, &a].into_iter()).is_err(), "held twice");
         assert!(s.check(std::iter::empty()).is_err(), "lost");
         s.check([&a].into_iter()).unwrap();
@@ -284,16 +290,10 @@ mod tests {
     #[test]
     fn a_part_filled_chunk_returns_its_pages_loose_and_they_are_reused_first() {
         let mut s = PageStore::new(200);
-        let mut a = PageList::default();
-        s.take(&mut a, 10);
-        s.bind(&mut a);
-        let mut b = PageList::default();
-        s.take(&mut b, 3);
-        s.bind(&mut b);
+        let a = numbered(&mut s, 10);
+        let b = numbered(&mut s, 3);
         s.give_back(a);
-        let mut c = PageList::default();
-        s.take(&mut c, 4);
-        s.bind(&mut c);
+        let c = numbered(&mut s, 4);
         assert!(pages(&s, &c).iter().all(|&p| p < 10), "{:?}", pages(&s, &c));
         s.check([&b, &c].into_iter()).unwrap();
     }

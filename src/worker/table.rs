@@ -35,6 +35,24 @@ fn admit_order(a: &AdmitRow, admit_time: f64, id: RequestId) -> Ordering {
     a.admit_time.total_cmp(&admit_time).then(a.id.cmp(&id))
 }
 
+/// Keep the entries whose place `to` maps to a new one, at that place. Each kept entry is
+/// read whole, renumbered and written once: `retain_mut` with the renumbering in its
+/// closure wrote the place and then read the whole entry back to move it, and that read
+/// waited on the store (half of `remove_sorted`'s time).
+#[inline(always)]
+fn keep_renumbered(by_admit: &mut Vec<AdmitRow>, to: impl Fn(u32) -> Option<u32>) {
+    let mut w = 0;
+    for r in 0..by_admit.len() {
+        let mut e = by_admit[r];
+        if let Some(slot) = to(e.slot) {
+            e.slot = slot;
+            by_admit[w] = e;
+            w += 1;
+        }
+    }
+    by_admit.truncate(w);
+}
+
 impl ResidentTable {
     pub fn len(&self) -> usize {
         self.rows.len()
@@ -149,21 +167,11 @@ impl ResidentTable {
         }
         self.rows.truncate(w);
         self.res.truncate(w);
-        // Each kept entry is read whole, renumbered and written once. (`retain_mut` with
-        // the renumbering in its closure wrote the place and then read the whole entry back
-        // to move it, and that read waited on the store: half of this function's time.)
-        let by_admit = &mut self.by_admit;
-        let mut w = 0;
         if let [g] = gone[..] {
             // The usual pass: one departure.
-            for r in 0..by_admit.len() {
-                let mut e = by_admit[r];
-                if e.slot != g {
-                    e.slot -= u32::from(e.slot > g);
-                    by_admit[w] = e;
-                    w += 1;
-                }
-            }
+            keep_renumbered(&mut self.by_admit, |slot| {
+                (slot != g).then(|| slot - u32::from(slot > g))
+            });
         } else {
             // Every old place's new one (`u32::MAX` for a removed row), made in one sweep,
             // so each entry is renumbered by a lookup instead of a search of `gone`.
@@ -179,17 +187,13 @@ impl ResidentTable {
                     moved.push(place - shift);
                 }
             }
-            for r in 0..by_admit.len() {
-                let mut e = by_admit[r];
-                let to = moved.get(e.slot as usize).copied().unwrap_or(u32::MAX);
-                if to != u32::MAX {
-                    e.slot = to;
-                    by_admit[w] = e;
-                    w += 1;
-                }
-            }
+            keep_renumbered(&mut self.by_admit, |slot| {
+                moved
+                    .get(slot as usize)
+                    .copied()
+                    .filter(|&to| to != u32::MAX)
+            });
         }
-        by_admit.truncate(w);
     }
 
     /// The controller's rows, in id order.
