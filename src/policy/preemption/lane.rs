@@ -3,7 +3,7 @@
 //! "Resume").
 
 use super::idmap::IdMap;
-use super::objective::laxity;
+use super::objective::{deadline, deadline_slack_estimate, laxity_by, laxity_estimate};
 use super::{
     merge_find, GenPreemption, LaneKey, Mode, PauseKind, PausedRow, Record, Resident, Walk,
     SLACK_FORCED_RESUME_FRACTION_OF_D,
@@ -83,8 +83,28 @@ pub(super) struct LaneRule {
 impl LaneRule {
     fn laxity(&self, r: &Resident, rec: Option<&Record>, target: f64) -> f64 {
         GenPreemption::rate_state(r, rec, self.now).map_or(f64::INFINITY, |s| {
-            laxity(&s, self.now, target, self.fallback_rate)
+            let deadline = deadline(s.first_token_time, s.max_tokens, target);
+            laxity_by(deadline, &s, self.now, self.fallback_rate)
         })
+    }
+
+    /// Whether the laxity is at or below `floor`, computing it only when its estimate
+    /// (`laxity_estimate`) cannot tell.
+    fn laxity_at_most(&self, r: &Resident, rec: Option<&Record>, target: f64, floor: f64) -> bool {
+        let Some(s) = GenPreemption::rate_state(r, rec, self.now) else {
+            return false;
+        };
+        if s.output_tokens > 1 && s.unpaused_decode_s > 0.0 {
+            let slack =
+                deadline_slack_estimate(s.first_token_time, s.max_tokens, 1.0 / target, self.now);
+            let tpot = s.unpaused_decode_s / (s.output_tokens - 1) as f64;
+            let remaining = s.max_tokens.saturating_sub(s.output_tokens);
+            if laxity_estimate(slack, remaining, tpot).above(floor) {
+                return false;
+            }
+        }
+        let deadline = deadline(s.first_token_time, s.max_tokens, target);
+        laxity_by(deadline, &s, self.now, self.fallback_rate) <= floor
     }
 
     /// A paused request's key in the mode's resume order (see `lane_order`).
@@ -117,10 +137,10 @@ impl LaneRule {
             return true;
         }
         match (self.target, kind) {
-            (Some(t), PauseKind::Slack) => {
-                let lax = keyed_laxity.unwrap_or_else(|| self.laxity(row.resident, Some(rec), t));
-                lax <= self.slack_floor
-            }
+            (Some(t), PauseKind::Slack) => match keyed_laxity {
+                Some(lax) => lax <= self.slack_floor,
+                None => self.laxity_at_most(row.resident, Some(rec), t, self.slack_floor),
+            },
             _ => false,
         }
     }

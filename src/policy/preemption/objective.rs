@@ -35,7 +35,16 @@ pub fn deadline(first_token_time: f64, max_tokens: u32, target_tps: f64) -> f64 
 /// (max_tokens − 1) / T and the projected finish is now + remaining ÷ own unpaused rate.
 /// It is how long the request can still be paused and finish at or above T.
 pub fn laxity(r: &RateState, now: f64, target_tps: f64, fallback_rate: f64) -> f64 {
-    let deadline = deadline(r.first_token_time, r.max_tokens, target_tps);
+    laxity_by(
+        deadline(r.first_token_time, r.max_tokens, target_tps),
+        r,
+        now,
+        fallback_rate,
+    )
+}
+
+/// `laxity` with the request's deadline already computed (by `deadline`).
+pub fn laxity_by(deadline: f64, r: &RateState, now: f64, fallback_rate: f64) -> f64 {
     let remaining = r.max_tokens.saturating_sub(r.output_tokens) as f64;
     let rate = own_rate(r, fallback_rate);
     let projected = if rate > 0.0 {
@@ -44,6 +53,58 @@ pub fn laxity(r: &RateState, now: f64, target_tps: f64, fallback_rate: f64) -> f
         f64::INFINITY
     };
     deadline - projected
+}
+
+/// A value computed cheaply, with a bound on how far the exact computation's value can be
+/// from it. Rounding makes each of the few operations behind an estimate off by at most
+/// half an ulp of a value no larger than the sum of the magnitudes involved, so 10⁻¹² of
+/// that sum bounds the difference with room to spare. A rule that compares can decide on
+/// the estimate when it is that far on one side, and compute the exact value otherwise: it
+/// then decides exactly as if it had computed every value.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Estimate {
+    pub value: f64,
+    pub margin: f64,
+}
+
+/// Relative size of an estimate's margin.
+const ESTIMATE_MARGIN: f64 = 1e-12;
+
+impl Estimate {
+    /// Certainly below `x` (false for NaN).
+    pub fn below(&self, x: f64) -> bool {
+        self.value + self.margin < x
+    }
+    /// Certainly above `x` (false for NaN).
+    pub fn above(&self, x: f64) -> bool {
+        self.value - self.margin > x
+    }
+}
+
+/// deadline − now, with a multiplication by 1/T (`inverse_target`) where `deadline` divides.
+pub fn deadline_slack_estimate(
+    first_token_time: f64,
+    max_tokens: u32,
+    inverse_target: f64,
+    now: f64,
+) -> Estimate {
+    let span = max_tokens.saturating_sub(1) as f64 * inverse_target;
+    Estimate {
+        value: (first_token_time + span) - now,
+        margin: ESTIMATE_MARGIN * (first_token_time.abs() + span.abs() + now.abs()),
+    }
+}
+
+/// The laxity of a request with its own rate, from its deadline slack's estimate and its own
+/// TPOT (unpaused decode seconds per token after the first, which the eligibility rule
+/// computes anyway): one multiplication where `laxity` divides three times.
+pub fn laxity_estimate(slack: Estimate, remaining: u32, own_tpot: f64) -> Estimate {
+    let left = remaining as f64 * own_tpot;
+    let value = slack.value - left;
+    Estimate {
+        value,
+        margin: slack.margin + ESTIMATE_MARGIN * (slack.value.abs() + left.abs()),
+    }
 }
 
 /// Whether a finished request kept the objective: (tokens − 1) / decode time ≥ T.
@@ -153,6 +214,37 @@ mod tests {
             c.complete(false, false);
         }
         assert!((c.value() + 600.0).abs() < 1e-9);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_slack_and_laxity_estimates_are_within_their_margins_of_the_exact_values(
+            ft in 0.0f64..1e6,
+            since_ft in 0.0f64..1e4,
+            max_tokens in 2u32..100_000,
+            output in 2u32..100_000,
+            unpaused_share in 0.001f64..1.0,
+            target in 0.1f64..1000.0,
+        ) {
+            let output = output.min(max_tokens);
+            let r = RateState {
+                first_token_time: ft,
+                max_tokens,
+                output_tokens: output,
+                unpaused_decode_s: since_ft * unpaused_share,
+            };
+            proptest::prop_assume!(r.unpaused_decode_s > 0.0);
+            let now = ft + since_ft;
+            let d = deadline(ft, max_tokens, target);
+            let slack = deadline_slack_estimate(ft, max_tokens, 1.0 / target, now);
+            proptest::prop_assert!((slack.value - (d - now)).abs() <= slack.margin);
+            let tpot = r.unpaused_decode_s / (output - 1) as f64;
+            let est = laxity_estimate(slack, max_tokens - output, tpot);
+            let exact = laxity(&r, now, target, 1.0);
+            proptest::prop_assert!((est.value - exact).abs() <= est.margin, "{est:?} {exact}");
+            proptest::prop_assert!(!est.below(exact) && !est.above(exact));
+            proptest::prop_assert_eq!(laxity_by(d, &r, now, 1.0), exact);
+        }
     }
 
     #[test]

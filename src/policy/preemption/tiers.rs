@@ -4,15 +4,23 @@
 //! A request's laxity never exceeds its deadline minus now: the projected finish is now plus
 //! a non-negative time, and f64 rounding is monotone, so the computed laxity obeys the bound
 //! the exact one does. Tier 1 takes the largest laxity at or above 0.02 D, so a resident whose
-//! bound is below that floor, or below the best laxity found so far, cannot be its choice, and
-//! neither its eligibility nor its laxity is computed. The deadline depends only on the first
-//! token time and `max_tokens`, so the bound costs one division. (Starting the walk at the
-//! previous pass's runner-up cost more in bookkeeping than it saved.) Tiers 2 and 3 matter
-//! only when tier 1 has no candidate, and only then are walked.
+//! bound is below that floor, or below the best laxity found so far, cannot be its choice.
+//! That bound rarely rules a request out, since most of a laxity is the remaining decode
+//! time, so a request that passes it is next ruled out, when it can be, on an estimate of its
+//! laxity from the TPOT its eligibility test computed. Both are estimates with a margin
+//! (`objective::Estimate`): a multiplication by 1/T for the deadline, one for the remaining
+//! time, where the laxity divides four times. Only requests whose estimate comes within its
+//! margin of the best so far get their laxity computed, so the choice is exactly the one
+//! computing every laxity would make. (Starting the walk at the previous pass's runner-up
+//! cost more in bookkeeping than it saved.) Tiers 2 and 3 matter only when tier 1 has no
+//! candidate, and only then are walked.
 
 use std::cmp::Ordering;
 
-use super::objective::{deadline, laxity};
+use super::objective::{
+    deadline, deadline_slack_estimate, laxity, laxity_by, laxity_estimate, Estimate,
+};
+use super::victim::Tpot;
 use super::victim::{largest_slack_first, Eligibility};
 use super::{
     merge_find, GenPreemption, PauseKind, Record, Resident, StepView, Walk,
@@ -49,6 +57,7 @@ impl GenPreemption {
         let el = self.eligibility(v.now);
         let fallback = self.stats.r0().unwrap_or(target);
         let floor = SLACK_TIER_MIN_FRACTION_OF_D * self.stats.d().unwrap_or(0.0);
+        let inverse_target = 1.0 / target;
         let mut best: Option<Slack> = None;
         // Newest first: later first tokens mostly mean later deadlines, so the best
         // laxity found early bounds out more of the older residents. The choice is a
@@ -60,8 +69,10 @@ impl GenPreemption {
             let Some(ft) = r.first_token_time else {
                 continue;
             };
-            let bound = deadline(ft, r.max_tokens, target) - v.now;
-            if bound < floor || best.is_some_and(|(b, _)| bound < b) {
+            let slack = deadline_slack_estimate(ft, r.max_tokens, inverse_target, v.now);
+            // Below the floor or below the best so far: the laxity is too.
+            let short = |e: Estimate| e.below(floor) || best.is_some_and(|(b, _)| e.below(b));
+            if short(slack) {
                 continue;
             }
             if merge_find(Walk::Descending, &mut paused, r.id, |id| *id).is_some() {
@@ -71,9 +82,20 @@ impl GenPreemption {
             if rec.is_some_and(|x| x.sacrificed || x.slack_pauses >= SLACK_PAUSES_PER_REQUEST) {
                 continue;
             }
-            let Some(lax) = Self::eligible_laxity(&el, r, rec, target, fallback) else {
+            let Some(s) = Self::rate_state(r, rec, el.now) else {
                 continue;
             };
+            let iters = r.decode_iters - rec.map_or(0, |x| x.iters_at_resume.min(r.decode_iters));
+            let Some(tpot) = el.eligible_tpot(r, iters, s.unpaused_decode_s) else {
+                continue;
+            };
+            if let Tpot::Own(tpot) = tpot {
+                let remaining = r.max_tokens.saturating_sub(r.output_tokens);
+                if short(laxity_estimate(slack, remaining, tpot)) {
+                    continue;
+                }
+            }
+            let lax = laxity_by(deadline(ft, r.max_tokens, target), &s, el.now, fallback);
             if lax >= floor && best.is_none_or(|b| largest_slack_first((lax, r.id), b).is_lt()) {
                 best = Some((lax, r.id));
             }

@@ -23,29 +23,66 @@ pub struct Eligibility {
     pub fallback_tpot: f64,
 }
 
+/// The TPOT a rule uses for a request: its own, or the fallback while it is too young.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Tpot {
+    /// Unpaused decode time per token after the first.
+    Own(f64),
+    /// 1 / R0: the request has produced too little to measure.
+    Fallback(f64),
+}
+
+impl Tpot {
+    pub fn secs(self) -> f64 {
+        match self {
+            Tpot::Own(t) | Tpot::Fallback(t) => t,
+        }
+    }
+}
+
 impl Eligibility {
+    /// The request's own unpaused TPOT, or the fallback while it has produced too little.
+    pub fn tpot(&self, r: &Resident, unpaused_decode_s: f64) -> Tpot {
+        if r.output_tokens > 1 && unpaused_decode_s > 0.0 {
+            Tpot::Own(unpaused_decode_s / (r.output_tokens - 1) as f64)
+        } else {
+            Tpot::Fallback(self.fallback_tpot)
+        }
+    }
+
     /// A request is "near finished" when its remaining tokens at its own unpaused TPOT
     /// would take less than the minimum decode time (0.07 D): pausing it buys a slot for
     /// only a moment and makes a nearly done request late.
     pub fn near_finished(&self, r: &Resident, unpaused_decode_s: f64) -> bool {
-        let own_tpot = if r.output_tokens > 1 && unpaused_decode_s > 0.0 {
-            unpaused_decode_s / (r.output_tokens - 1) as f64
-        } else {
-            self.fallback_tpot
-        };
+        self.near_finished_at(r, self.tpot(r, unpaused_decode_s))
+    }
+
+    fn near_finished_at(&self, r: &Resident, tpot: Tpot) -> bool {
         let remaining = r.max_tokens.saturating_sub(r.output_tokens) as f64;
-        remaining * own_tpot < self.min_decode_s
+        remaining * tpot.secs() < self.min_decode_s
     }
 
     /// Mode-independent eligibility: first token out, decoding long enough, enough
     /// iterations since the last resume, not near finished.
     pub fn eligible(&self, r: &Resident, iters_since_resume: u32, unpaused_decode_s: f64) -> bool {
-        let Some(ft) = r.first_token_time else {
-            return false;
-        };
-        self.now - ft >= self.min_decode_s
-            && iters_since_resume >= MIN_ITERS_SINCE_RESUME
-            && !self.near_finished(r, unpaused_decode_s)
+        self.eligible_tpot(r, iters_since_resume, unpaused_decode_s)
+            .is_some()
+    }
+
+    /// `eligible`, answering the TPOT its near-finished test used when the request is
+    /// eligible (the target mode's laxity estimate reuses it).
+    pub fn eligible_tpot(
+        &self,
+        r: &Resident,
+        iters_since_resume: u32,
+        unpaused_decode_s: f64,
+    ) -> Option<Tpot> {
+        let ft = r.first_token_time?;
+        if !(self.now - ft >= self.min_decode_s && iters_since_resume >= MIN_ITERS_SINCE_RESUME) {
+            return None;
+        }
+        let tpot = self.tpot(r, unpaused_decode_s);
+        (!self.near_finished_at(r, tpot)).then_some(tpot)
     }
 }
 
