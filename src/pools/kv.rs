@@ -6,7 +6,7 @@
 //! (`pages.rs`): the pass's admissions and growth only count, and a backend that reads page
 //! tables numbers the new pages in the same walk that copies the table.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use serde::Serialize;
 
@@ -62,12 +62,61 @@ struct Lease {
     swa: PageList,
 }
 
+/// The leases by page-table row, found by id through a compact sorted index: a pass's decode
+/// growth looks up a few ids among a few hundred, and the index's few kilobytes stay in
+/// cache where a B-tree keeping each lease beside its key missed on every node.
+#[derive(Debug, Clone, Default)]
+struct Held {
+    /// (id, row), in id order.
+    ids: Vec<(RequestId, u32)>,
+    by_row: Vec<Option<Lease>>,
+}
+
+impl Held {
+    fn find(&self, id: RequestId) -> Result<usize, usize> {
+        self.ids.binary_search_by_key(&id, |e| e.0)
+    }
+    fn len(&self) -> usize {
+        self.ids.len()
+    }
+    fn contains_key(&self, id: &RequestId) -> bool {
+        self.find(*id).is_ok()
+    }
+    fn get(&self, id: &RequestId) -> Option<&Lease> {
+        let row = self.ids[self.find(*id).ok()?].1;
+        self.by_row.get(row as usize)?.as_ref()
+    }
+    fn get_mut(&mut self, id: &RequestId) -> Option<&mut Lease> {
+        let row = self.ids[self.find(*id).ok()?].1;
+        self.by_row.get_mut(row as usize)?.as_mut()
+    }
+    /// `id` must not be held (the pool checks first).
+    fn insert(&mut self, id: RequestId, lease: Lease) {
+        let (Err(at), row) = (self.find(id), lease.row as usize) else {
+            return;
+        };
+        self.ids.insert(at, (id, lease.row));
+        if self.by_row.len() <= row {
+            self.by_row.resize(row + 1, None);
+        }
+        self.by_row[row] = Some(lease);
+    }
+    fn remove(&mut self, id: &RequestId) -> Option<Lease> {
+        let (_, row) = self.ids.remove(self.find(*id).ok()?);
+        self.by_row.get_mut(row as usize)?.take()
+    }
+    /// The leases in row order.
+    fn values(&self) -> impl Iterator<Item = &Lease> + Clone {
+        self.by_row.iter().flatten()
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct KvPool {
     cfg: KvConfig,
     pages: PageStore,
     free_rows: BTreeSet<u32>,
-    held: BTreeMap<RequestId, Lease>,
+    held: Held,
 }
 
 impl KvPool {
@@ -76,7 +125,7 @@ impl KvPool {
             cfg,
             pages: PageStore::new(cfg.total_pages),
             free_rows: (0..cfg.index_rows).collect(),
-            held: BTreeMap::new(),
+            held: Held::default(),
         }
     }
 
@@ -230,6 +279,9 @@ impl KvPool {
         self.pages
             .check(self.held.values().flat_map(|l| [&l.pages, &l.swa]))?;
         let rows: BTreeSet<u32> = self.held.values().map(|l| l.row).collect();
+        if self.held.ids.iter().any(|&(_, row)| !rows.contains(&row)) {
+            return Err("an id names a row without a lease".into());
+        }
         if rows.len() != self.held.len() || rows.iter().any(|r| self.free_rows.contains(r)) {
             return Err("a row is shared".into());
         }
