@@ -69,7 +69,7 @@ pub struct Admitted {
 }
 
 /// One row of this pass's decode step.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Default)]
 pub struct BatchRow {
     pub id: RequestId,
     pub slot: u32,

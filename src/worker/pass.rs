@@ -205,8 +205,8 @@ impl PassMachine {
         b.transfers.clear();
         for k in &inp.kv_ready {
             if let Some(r) = self.residents.get_mut(&k.id) {
-                if r.x.kv_ready.is_none() {
-                    r.x.kv_ready = Some(k.at);
+                if !r.x.kv_ready {
+                    r.x.kv_ready = true;
                     b.transfers
                         .push((r.x.context_tokens, (k.at - r.v.admit_time).max(0.0)));
                 }
@@ -335,7 +335,7 @@ impl PassMachine {
                 Res {
                     context_tokens: w.context_tokens,
                     waited: p.waited,
-                    kv_ready: None,
+                    kv_ready: false,
                     slot,
                     paused: false,
                     kv_capacity: kv_pages * self.params.kv.tokens_per_block,

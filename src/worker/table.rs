@@ -237,7 +237,7 @@ mod tests {
             let res = Res {
                 context_tokens: id as u32,
                 waited: false,
-                kv_ready: None,
+                kv_ready: false,
                 slot: id as u32,
                 paused: false,
                 kv_capacity: 0,
