@@ -218,21 +218,23 @@ impl PassMachine {
     fn step_results(&mut self, inp: &PassInputs) {
         let b = &mut self.buf;
         b.finished.clear();
+        // Plain slices, so the lists' lengths and buffers stay in registers while rows are
+        // written (through the table they were reloaded for every result).
+        let places = &self.batch_places[..];
+        let rows = self.residents.rows_mut();
         for (i, st) in inp.stepped.iter().enumerate() {
-            let at_place = match self.batch_places.get(i) {
-                Some(&place) => self.residents.row_at_mut(place, st.id),
-                None => None,
+            let place = match places.get(i) {
+                Some(&p) if rows.get(p as usize).is_some_and(|r| r.id == st.id) => p as usize,
+                _ => match rows.binary_search_by_key(&st.id, |r| r.id) {
+                    Ok(p) => p,
+                    Err(_) => continue,
+                },
             };
-            let r = match at_place {
-                Some(r) => Some(r),
-                None => self.residents.get_mut(&st.id).map(|r| r.v),
-            };
-            if let Some(r) = r {
-                r.output_tokens = (r.output_tokens + st.tokens).min(r.max_tokens);
-                r.decode_iters += 1;
-                if st.stop || r.output_tokens >= r.max_tokens {
-                    b.finished.push(st.id);
-                }
+            let r = &mut rows[place];
+            r.output_tokens = (r.output_tokens + st.tokens).min(r.max_tokens);
+            r.decode_iters += 1;
+            if st.stop || r.output_tokens >= r.max_tokens {
+                b.finished.push(st.id);
             }
         }
         b.finished.sort_unstable();

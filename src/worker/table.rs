@@ -94,9 +94,9 @@ impl ResidentTable {
         })
     }
 
-    /// The controller's row at `place`, if it belongs to `id`.
-    pub fn row_at_mut(&mut self, place: u32, id: RequestId) -> Option<&mut Resident> {
-        self.rows.get_mut(place as usize).filter(|r| r.id == id)
+    /// The controller's rows, to change in place; never their ids, which keep the order.
+    pub fn rows_mut(&mut self) -> &mut [Resident] {
+        &mut self.rows
     }
 
     /// The record at `place` (one from `admission_order`).
