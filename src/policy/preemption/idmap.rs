@@ -61,6 +61,11 @@ impl<V> IdMap<V> {
         self.0.iter().map(|(k, v)| (*k, v))
     }
 
+    /// Entries in id order, values mutable.
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (RequestId, &mut V)> {
+        self.0.iter_mut().map(|(k, v)| (*k, v))
+    }
+
     /// Ids in id order.
     pub fn ids(&self) -> impl DoubleEndedIterator<Item = RequestId> + '_ {
         self.0.iter().map(|e| e.0)

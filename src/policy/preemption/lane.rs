@@ -11,35 +11,50 @@ use super::{
 use crate::policy::RequestId;
 
 /// Every paused request that is still resident, with its row and record, its resume-lane
-/// key left unset (`with_lane_keys`); the ids of the others go to `gone`. Paused ids,
-/// records and residents are all in id order, so this is one merge, with no search per
-/// request.
+/// key left unset (`with_lane_keys`); the ids of the others go to `gone`. Each paused id
+/// keeps its row's place in the last pass's residents: rows move only when others leave
+/// before them (a few places down) or join before them (rarely: ids mostly grow), so the
+/// row is looked for there and a few places below before a search. Records and paused ids
+/// are both in id order, so the records are one merge.
 pub(super) fn paused_rows<'a>(
-    paused: &IdMap<()>,
+    paused: &mut IdMap<u32>,
     records: &'a IdMap<Record>,
     residents: &'a [Resident],
     gone: &mut Vec<RequestId>,
 ) -> Vec<(LaneKey, PausedRow<'a>)> {
-    let mut res = residents.iter().peekable();
     let mut recs = records.iter().peekable();
     let mut rows = Vec::with_capacity(paused.len());
-    for id in paused.ids() {
-        let Some(resident) = merge_find(Walk::Ascending, &mut res, id, |r| r.id) else {
+    for (id, place) in paused.iter_mut() {
+        let near = (place.saturating_sub(PLACES_LOOKED_BELOW)..=*place)
+            .rev()
+            .find(|&p| residents.get(p as usize).is_some_and(|r| r.id == id));
+        let found = near.or_else(|| {
+            residents
+                .binary_search_by_key(&id, |r| r.id)
+                .ok()
+                .map(|p| p as u32)
+        });
+        let Some(at) = found else {
             gone.push(id);
             continue;
         };
+        *place = at;
         let record = merge_find(Walk::Ascending, &mut recs, id, |(k, _)| *k).map(|(_, r)| r);
         rows.push((
             (false, 0.0),
             PausedRow {
                 id,
-                resident,
+                resident: &residents[at as usize],
                 record,
             },
         ));
     }
     rows
 }
+
+/// How far below its last place a paused request's row is looked for before a search: a
+/// pass with more departures before it than this searches.
+const PLACES_LOOKED_BELOW: u32 = 3;
 
 impl GenPreemption {
     /// Sets the resume-lane key of each row. A key reads only its own row's copy of the

@@ -323,7 +323,8 @@ pub struct GenPreemption {
     records: IdMap<Record>,
     /// The paused ids: exactly the records whose `paused` is set (`pause`, `resume` and the
     /// departures change both together).
-    paused: IdMap<()>,
+    /// Each with its row's place in the last pass's residents, where it is looked for first.
+    paused: IdMap<u32>,
     window: StatWindow,
     totals: Totals,
     last_window: f64,
@@ -502,7 +503,7 @@ impl GenPreemption {
             PauseKind::Budget => {}
         }
         rec.paused = Some((now, kind));
-        self.paused.get_or_insert_with(id, || ());
+        self.paused.get_or_insert_with(id, || 0);
     }
 
     /// One pass: track → resume → pause. The queue must be refreshed for `v.now`.
@@ -518,7 +519,7 @@ impl GenPreemption {
         // dropped. The lane borrows the records, so the pass decides its resumes first and
         // applies them, and drops the gone, once the lane is done with.
         let mut gone = Vec::new();
-        let rows = paused_rows(&self.paused, &self.records, v.residents, &mut gone);
+        let rows = paused_rows(&mut self.paused, &self.records, v.residents, &mut gone);
         // Every paused id but the gone is resident, so occupancy needs no scan.
         let mut active = (v.residents.len() + gone.len()).saturating_sub(self.paused.len()) as u32;
 

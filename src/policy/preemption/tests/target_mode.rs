@@ -319,7 +319,7 @@ proptest::proptest! {
             if let Some(mut rec) = rec {
                 if is_paused {
                     rec.paused = Some((now - 1.0, PauseKind::Slack));
-                    p.paused.get_or_insert_with(r.id, || ());
+                    p.paused.get_or_insert_with(r.id, || 0);
                 }
                 *p.records.get_or_insert_with(r.id, Record::default) = rec;
             }
