@@ -3,7 +3,7 @@
 //! "Resume").
 
 use super::idmap::IdMap;
-use super::objective::{deadline, deadline_slack_estimate, laxity_by, laxity_estimate};
+use super::objective::{deadline_slack_estimate, laxity, laxity_estimate, own_tpot};
 use super::{
     merge_find, GenPreemption, LaneKey, Mode, PauseKind, PausedRow, Record, Resident, Walk,
     SLACK_FORCED_RESUME_FRACTION_OF_D,
@@ -77,6 +77,7 @@ impl GenPreemption {
             now,
             max_pause: self.max_pause(),
             target,
+            inverse_target: target.map_or(0.0, |t| 1.0 / t),
             fallback_rate: target.map_or(0.0, |t| self.stats.r0().unwrap_or(t)),
             slack_floor: SLACK_FORCED_RESUME_FRACTION_OF_D * self.stats.d().unwrap_or(0.0),
         }
@@ -89,6 +90,8 @@ pub(super) struct LaneRule {
     max_pause: f64,
     /// T in target mode.
     target: Option<f64>,
+    /// 1 / T (0 outside target mode), for laxity estimates.
+    inverse_target: f64,
     /// R0, or T before R0 exists: the rate of a request too young to have its own.
     fallback_rate: f64,
     /// 0.01 D: a slack-bounded pause ends when the laxity falls to it.
@@ -98,8 +101,7 @@ pub(super) struct LaneRule {
 impl LaneRule {
     fn laxity(&self, r: &Resident, rec: Option<&Record>, target: f64) -> f64 {
         GenPreemption::rate_state(r, rec, self.now).map_or(f64::INFINITY, |s| {
-            let deadline = deadline(s.first_token_time, s.max_tokens, target);
-            laxity_by(deadline, &s, self.now, self.fallback_rate)
+            laxity(&s, self.now, target, self.fallback_rate)
         })
     }
 
@@ -109,17 +111,19 @@ impl LaneRule {
         let Some(s) = GenPreemption::rate_state(r, rec, self.now) else {
             return false;
         };
-        if s.output_tokens > 1 && s.unpaused_decode_s > 0.0 {
-            let slack =
-                deadline_slack_estimate(s.first_token_time, s.max_tokens, 1.0 / target, self.now);
-            let tpot = s.unpaused_decode_s / (s.output_tokens - 1) as f64;
+        if let Some(tpot) = own_tpot(s.output_tokens, s.unpaused_decode_s) {
+            let slack = deadline_slack_estimate(
+                s.first_token_time,
+                s.max_tokens,
+                self.inverse_target,
+                self.now,
+            );
             let remaining = s.max_tokens.saturating_sub(s.output_tokens);
             if laxity_estimate(slack, remaining, tpot).above(floor) {
                 return false;
             }
         }
-        let deadline = deadline(s.first_token_time, s.max_tokens, target);
-        laxity_by(deadline, &s, self.now, self.fallback_rate) <= floor
+        laxity(&s, self.now, target, self.fallback_rate) <= floor
     }
 
     /// A paused request's key in the mode's resume order (see `lane_order`).

@@ -17,11 +17,8 @@
 
 use std::cmp::Ordering;
 
-use super::objective::{
-    deadline, deadline_slack_estimate, laxity, laxity_by, laxity_estimate, Estimate,
-};
-use super::victim::Tpot;
-use super::victim::{largest_slack_first, Eligibility};
+use super::objective::{deadline_slack_estimate, laxity, laxity_estimate, Estimate};
+use super::victim::{largest_slack_first, Eligibility, Tpot};
 use super::{
     merge_find, GenPreemption, PauseKind, Record, Resident, StepView, Walk,
     BELOW_PAUSES_PER_REQUEST, SLACK_PAUSES_PER_REQUEST, SLACK_TIER_MIN_FRACTION_OF_D,
@@ -95,7 +92,7 @@ impl GenPreemption {
                     continue;
                 }
             }
-            let lax = laxity_by(deadline(ft, r.max_tokens, target), &s, el.now, fallback);
+            let lax = laxity(&s, el.now, target, fallback);
             if lax >= floor && best.is_none_or(|b| largest_slack_first((lax, r.id), b).is_lt()) {
                 best = Some((lax, r.id));
             }

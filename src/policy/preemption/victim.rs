@@ -4,6 +4,7 @@
 use std::cmp::Ordering;
 
 use super::super::RequestId;
+use super::objective::own_tpot;
 use super::Resident;
 
 /// Decode iterations a request must run after a resume before it can be paused again.
@@ -43,11 +44,8 @@ impl Tpot {
 impl Eligibility {
     /// The request's own unpaused TPOT, or the fallback while it has produced too little.
     pub fn tpot(&self, r: &Resident, unpaused_decode_s: f64) -> Tpot {
-        if r.output_tokens > 1 && unpaused_decode_s > 0.0 {
-            Tpot::Own(unpaused_decode_s / (r.output_tokens - 1) as f64)
-        } else {
-            Tpot::Fallback(self.fallback_tpot)
-        }
+        own_tpot(r.output_tokens, unpaused_decode_s)
+            .map_or(Tpot::Fallback(self.fallback_tpot), Tpot::Own)
     }
 
     /// A request is "near finished" when its remaining tokens at its own unpaused TPOT
