@@ -83,9 +83,9 @@ impl WorkerParams {
 }
 
 /// The worker's part of a resident's record; the controller's part is its `Resident` row
-/// (the table keeps both).
+/// (the table keeps both). Sixteen bytes: every pass reads it for every resident, next to
+/// its 56-byte row.
 #[derive(Debug, Clone, Copy, Serialize)]
-/// Sixteen bytes: every pass reads it for every resident, next to its 56-byte row.
 struct Res {
     context_tokens: u32,
     slot: u32,

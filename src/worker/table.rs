@@ -152,13 +152,16 @@ impl ResidentTable {
         let Some(&first) = self.gone.first() else {
             return;
         };
-        // The usual pass has one departure: its admission-order entry is found by its key.
+        // The usual pass has one departure: its admission-order entry, found by its key.
         let single = match self.gone[..] {
-            [g] => Some((
-                g,
-                self.rows[g as usize].admit_time,
-                self.rows[g as usize].id,
-            )),
+            [g] => {
+                let r = &self.rows[g as usize];
+                let k = self
+                    .by_admit
+                    .partition_point(|e| admit_order(e, r.admit_time, r.id) == Ordering::Less);
+                let found = self.by_admit.get(k).is_some_and(|e| e.slot == g);
+                found.then_some((g, k))
+            }
             _ => None,
         };
         // The kept runs between removed places move down, run by run. (Callgrind counts a
@@ -176,29 +179,17 @@ impl ResidentTable {
         }
         self.rows.truncate(w);
         self.res.truncate(w);
-        let at = single.map(|(g, t, id)| {
-            let k = self
-                .by_admit
-                .partition_point(|e| admit_order(e, t, id) == Ordering::Less);
-            (g, k)
-        });
-        if let Some((g, k)) = at.filter(|&(g, k)| self.by_admit.get(k).is_some_and(|e| e.slot == g))
-        {
-            // One departure: its entry leaves, and every place above it moves down one, a
-            // subtraction without a branch per entry.
+        if let Some((g, k)) = single {
+            // Its entry leaves, and every place above it moves down one, a subtraction
+            // without a branch per entry.
             self.by_admit.remove(k);
             for e in &mut self.by_admit {
                 e.slot -= u32::from(e.slot > g);
             }
-        } else if let [g] = gone[..] {
-            // One departure whose entry is not where its key says (never, while the order
-            // is kept): renumber by place.
-            keep_renumbered(&mut self.by_admit, |slot| {
-                (slot != g).then(|| slot - u32::from(slot > g))
-            });
         } else {
-            // Every old place's new one (`u32::MAX` for a removed row), made in one sweep,
-            // so each entry is renumbered by a lookup instead of a search of `gone`.
+            // Several departures (or one whose entry is not where its key says, which keeping
+            // the order rules out): every old place's new one (`u32::MAX` for a removed row),
+            // made in one sweep, so each entry is renumbered by a lookup, not a search.
             let moved = &mut self.moved;
             moved.clear();
             let mut removed = gone.iter().peekable();
