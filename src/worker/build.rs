@@ -45,9 +45,6 @@ impl PassMachine {
         b.growing.clear();
         b.displaced_now.clear();
         b.token_limited.clear();
-        b.forced.clear();
-        b.forced.extend_from_slice(forced_resumes);
-        b.forced.sort_unstable();
 
         // The head: residents at their first token, then forced resumes, each oldest
         // admission first; only those whose KV arrived and that are not paused.
@@ -61,7 +58,7 @@ impl PassMachine {
         let ready = |id: RequestId| {
             let place = table.place(id)?;
             let (r, x) = table.at(place);
-            (x.kv_ready && !x.paused).then_some((r.admit_time, id, place))
+            x.ready().then_some((r.admit_time, id, place))
         };
         let order = |a: &(f64, RequestId, u32), b: &(f64, RequestId, u32)| {
             a.0.total_cmp(&b.0).then(a.1.cmp(&b.1))
@@ -70,7 +67,7 @@ impl PassMachine {
             .extend(self.first_pending.iter().filter_map(|&id| ready(id)));
         b.head.sort_unstable_by(order);
         let firsts = b.head.len();
-        b.head.extend(b.forced.iter().filter_map(|&id| {
+        b.head.extend(forced_resumes.iter().filter_map(|&id| {
             ready(id).filter(|&(_, _, p)| table.at(p).0.first_token_time.is_some())
         }));
         b.head[firsts..].sort_unstable_by(order);
@@ -84,6 +81,12 @@ impl PassMachine {
         .cut();
         out.batch.reserve(self.residents.len().min(limit));
         let head = std::mem::take(&mut b.head);
+        for &(_, id, place) in &head {
+            // The walk passes over every head row, whether or not the cut took it.
+            if let Some(r) = self.residents.at_mut(place, id) {
+                r.x.set(Res::IN_HEAD, true);
+            }
+        }
         for &(_, id, place) in head.iter().take(limit) {
             self.head_row(id, place, now, out);
         }
@@ -97,29 +100,32 @@ impl PassMachine {
         };
         left_out.extend(b.head.iter().skip(limit).map(|&(_, id, _)| id));
 
-        // The rest: not at the first token (those are in the head), not forced.
+        // The rest: neither at the first token nor forced (those are in the head).
         let walk = Walk {
             order: self.residents.admission_order(),
             rows: self.residents.rows(),
             res: self.residents.res(),
-            forced: &b.forced,
             tokens_per_step: self.params.tokens_per_step,
             heads,
             limit,
         };
-        let skipped_firsts = walk.run(
+        let missed_firsts = walk.run(
             &mut out.batch,
             &mut self.batch_places,
             &mut b.grow,
             &mut b.growing,
             left_out,
         );
-        debug_assert_eq!(skipped_firsts, firsts, "a first-token row missed the head");
+        debug_assert_eq!(missed_firsts, 0, "a first-token row missed the head");
         // The head's first tokens count in only now: the walk told them by their absence.
-        for &(_, id, place) in &self.buf.head[..firsts.min(limit)] {
+        for (k, &(_, id, place)) in self.buf.head.iter().enumerate() {
             if let Some(r) = self.residents.at_mut(place, id) {
-                r.v.first_token_time = Some(now);
-                r.v.output_tokens = 1;
+                r.x.set(Res::IN_HEAD, false);
+                if k < firsts.min(limit) {
+                    r.v.first_token_time = Some(now);
+                    r.v.output_tokens = 1;
+                    r.x.set(Res::STARTED, true);
+                }
             }
         }
         self.last_batch = out.batch.len();
@@ -183,6 +189,7 @@ impl PassMachine {
                         }
                         r.v.first_token_time = None;
                         r.v.output_tokens = g.output_tokens;
+                        r.x.set(Res::STARTED, false);
                         let at = out.first_tokens.iter().position(|f| f.id == row.id);
                         if let Some(f) = at.map(|i| out.first_tokens.remove(i)) {
                             if f.waited {
@@ -227,7 +234,10 @@ impl PassMachine {
         if has_drafter {
             now_displaced.sort_unstable();
             for &id in &self.displaced {
-                let paused = self.residents.get(&id).is_some_and(|(_, x)| x.paused);
+                let paused = self
+                    .residents
+                    .get(&id)
+                    .is_some_and(|(_, x)| x.is(Res::PAUSED));
                 if now_displaced.binary_search(&id).is_err() && !paused {
                     b.retain.push(RetainOp::Unretain(id));
                 }
@@ -249,8 +259,6 @@ struct Walk<'a> {
     order: &'a [AdmitRow],
     rows: &'a [Resident],
     res: &'a [Res],
-    /// This pass's forced resumes, sorted (they are in the head).
-    forced: &'a [RequestId],
     tokens_per_step: u32,
     /// Rows in the head, and the batch's size limit.
     heads: usize,
@@ -259,8 +267,15 @@ struct Walk<'a> {
 
 impl Walk<'_> {
     /// Writes the rows that fit into `batch` and `places`, the rows that outgrow their pages
-    /// into `grow` and `growing`, and the rows past the limit into `left_out`. Returns how
-    /// many rows at their first token it skipped (they are in the head).
+    /// into `grow` and `growing`, and the rows past the limit into `left_out`. Returns, in debug
+    /// builds, how many ready rows at their first token it found outside the head (none
+    /// should be).
+    ///
+    /// Two loops. The first picks the rows that join from each record's state byte alone
+    /// (KV arrived and started, neither paused nor in the head), writing every place at
+    /// the next free place and advancing only for a row that joins: which rows join
+    /// follows no pattern in admission order, so as a branch it would mispredict on a
+    /// large share of them. The second writes the picked rows.
     #[inline(never)]
     fn run(
         &self,
@@ -270,57 +285,60 @@ impl Walk<'_> {
         growing: &mut Vec<Growing>,
         left_out: &mut Vec<RequestId>,
     ) -> usize {
-        let mut skipped_firsts = 0;
-        // Rows are written into slices sized for every row the walk could take and cut to
-        // length after: pushing reloaded and stored each list's length per row.
-        let row0 = batch.len();
-        let most = self.order.len().min(self.limit.saturating_sub(self.heads));
-        batch.resize(row0 + most, BatchRow::default());
-        places.resize(row0 + most, 0);
-        let (rows_out, places_out) = (&mut batch[row0..], &mut places[row0..]);
-        let mut n = 0;
+        const JOINS: u8 = Res::KV_READY | Res::STARTED;
+        // Ready but not started, and not in the head: a first token the head missed.
+        const MISSED_FIRST: u8 = Res::KV_READY;
+        let row0 = places.len();
+        // Every row could join, and one place more takes the last row's write when it
+        // does not.
+        places.resize(row0 + self.order.len() + 1, 0);
+        let picked = &mut places[row0..];
+        let (mut n, mut missed_firsts) = (0, 0);
         for a in self.order {
-            let place = a.slot as usize;
-            let (Some(r), Some(x)) = (self.rows.get(place), self.res.get(place)) else {
-                continue;
+            let Some(slot) = picked.get_mut(n) else {
+                break;
             };
-            if !x.kv_ready || x.paused {
-                continue;
+            let state = self.res.get(a.slot as usize).map_or(0, |x| x.state);
+            *slot = a.slot;
+            // Only the debug check reads the count.
+            if cfg!(debug_assertions) {
+                missed_firsts += usize::from(state == MISSED_FIRST);
             }
-            if r.first_token_time.is_none() {
-                skipped_firsts += 1;
-                continue;
-            }
-            if !self.forced.is_empty() && self.forced.binary_search(&r.id).is_ok() {
-                continue;
-            }
-            let (Some(out), Some(out_place)) = (rows_out.get_mut(n), places_out.get_mut(n)) else {
-                left_out.push(r.id);
-                continue;
-            };
+            n += usize::from(state == JOINS);
+        }
+        // The cut: the picked rows past it are left out.
+        let most = n.min(self.limit.saturating_sub(self.heads));
+        left_out.extend(
+            picked[most..n]
+                .iter()
+                .filter_map(|&p| self.rows.get(p as usize).map(|r| r.id)),
+        );
+        places.truncate(row0 + most);
+        let (rows, res, tokens_per_step) = (self.rows, self.res, self.tokens_per_step);
+        // Every picked place holds a row (the pick read its state).
+        batch.extend(places[row0..].iter().enumerate().map(move |(k, &place)| {
+            let (r, x) = (&rows[place as usize], &res[place as usize]);
             // `head_row` writes its rows the same way. One helper for both cost ~0.5 k
             // instructions per pass (these lists lose their no-overlap guarantee), so the
             // few lines stay in both places.
-            let need = x.kv_need(r, self.tokens_per_step);
+            let context_len = x.cached_tokens(r);
+            // Past its first token, a row needs its cached tokens and this step's.
+            let need = context_len + tokens_per_step;
             if need > x.kv_capacity {
                 grow.push((r.id, need));
                 growing.push(Growing {
-                    row: row0 + n,
-                    place: a.slot,
+                    row: row0 + k,
+                    place,
                     output_tokens: r.output_tokens,
                 });
             }
-            *out_place = a.slot;
-            *out = BatchRow {
+            BatchRow {
                 id: r.id,
                 slot: x.slot,
-                context_len: x.cached_tokens(r),
+                context_len,
                 first_token: false,
-            };
-            n += 1;
-        }
-        batch.truncate(row0 + n);
-        places.truncate(row0 + n);
-        skipped_firsts
+            }
+        }));
+        missed_firsts
     }
 }

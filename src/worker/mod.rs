@@ -92,13 +92,49 @@ struct Res {
     /// Tokens its KV pages hold (pages × tokens_per_block): the pool is asked only to grow.
     kv_capacity: u32,
     waited: bool,
-    /// Its KV cache arrived (the transfer time went to the admission queue then).
-    kv_ready: bool,
-    /// Paused by the preemption controller (mirrors its decisions, checked by the invariants).
-    paused: bool,
+    /// `Res::KV_READY`, `PAUSED`, `STARTED` and `IN_HEAD`, in one byte: the batch walk
+    /// tells whether a row joins from this byte alone.
+    state: u8,
 }
 
 impl Res {
+    /// Its KV cache arrived (the transfer time went to the admission queue then).
+    const KV_READY: u8 = 1;
+    /// Paused by the preemption controller (mirrors its decisions, checked by the invariants).
+    const PAUSED: u8 = 2;
+    /// Its first token is counted (mirrors the row's `first_token_time`).
+    const STARTED: u8 = 4;
+    /// In this pass's batch head (a first token or a forced resume): set around the batch
+    /// walk, which passes over it.
+    const IN_HEAD: u8 = 8;
+
+    fn new(context_tokens: u32, slot: u32, kv_capacity: u32, waited: bool) -> Self {
+        Self {
+            context_tokens,
+            slot,
+            kv_capacity,
+            waited,
+            state: 0,
+        }
+    }
+
+    fn is(&self, flag: u8) -> bool {
+        self.state & flag != 0
+    }
+
+    fn set(&mut self, flag: u8, on: bool) {
+        self.state = if on {
+            self.state | flag
+        } else {
+            self.state & !flag
+        };
+    }
+
+    /// KV arrived and not paused: it can be in a batch.
+    fn ready(&self) -> bool {
+        self.state & (Self::KV_READY | Self::PAUSED) == Self::KV_READY
+    }
+
     /// Tokens its KV cache must hold after this pass's step.
     fn kv_need(&self, v: &Resident, tokens_per_step: u32) -> u32 {
         let out_after = if v.first_token_time.is_none() {
@@ -248,10 +284,21 @@ impl WorkerCore {
             .machine
             .residents
             .values()
-            .find(|(v, x)| x.paused != self.parts.preempt.is_paused(v.id))
+            .find(|(v, x)| x.is(Res::PAUSED) != self.parts.preempt.is_paused(v.id))
         {
             return Err(format!(
                 "request {}: the table's paused flag disagrees with the controller",
+                r.id
+            ));
+        }
+        if let Some((r, _)) = self
+            .machine
+            .residents
+            .values()
+            .find(|(v, x)| x.is(Res::STARTED) != v.first_token_time.is_some())
+        {
+            return Err(format!(
+                "request {}: the table's started flag disagrees with its first token",
                 r.id
             ));
         }

@@ -40,8 +40,6 @@ pub struct PassMachine {
 pub(super) struct Buffers {
     /// The batch's head: first tokens, then forced resumes, as (admit time, id, place).
     pub(super) head: Vec<(f64, RequestId, u32)>,
-    /// This pass's forced resumes, sorted.
-    pub(super) forced: Vec<RequestId>,
     finished: Vec<RequestId>,
     leaving: Vec<RequestId>,
     gone: Vec<RequestId>,
@@ -205,8 +203,8 @@ impl PassMachine {
         b.transfers.clear();
         for k in &inp.kv_ready {
             if let Some(r) = self.residents.get_mut(&k.id) {
-                if !r.x.kv_ready {
-                    r.x.kv_ready = true;
+                if !r.x.is(Res::KV_READY) {
+                    r.x.set(Res::KV_READY, true);
                     b.transfers
                         .push((r.x.context_tokens, (k.at - r.v.admit_time).max(0.0)));
                 }
@@ -290,12 +288,12 @@ impl PassMachine {
     fn apply_decision(&mut self, dec: &PreemptDecision, has_drafter: bool) {
         for id in &dec.pauses {
             if let Some(r) = self.residents.get_mut(id) {
-                r.x.paused = true;
+                r.x.set(Res::PAUSED, true);
             }
         }
         for id in dec.resumes.iter().chain(&dec.forced_resumes) {
             if let Some(r) = self.residents.get_mut(id) {
-                r.x.paused = false;
+                r.x.set(Res::PAUSED, false);
             }
         }
         let b = &mut self.buf;
@@ -334,14 +332,12 @@ impl PassMachine {
                     decode_iters: 0,
                     max_tokens: w.max_tokens,
                 },
-                Res {
-                    context_tokens: w.context_tokens,
-                    waited: p.waited,
-                    kv_ready: false,
+                Res::new(
+                    w.context_tokens,
                     slot,
-                    paused: false,
-                    kv_capacity: kv_pages * self.params.kv.tokens_per_block,
-                },
+                    kv_pages * self.params.kv.tokens_per_block,
+                    p.waited,
+                ),
             );
             self.first_pending.push(w.id);
             self.totals.admitted += 1;

@@ -249,14 +249,7 @@ mod tests {
                 decode_iters: 0,
                 max_tokens: 10,
             };
-            let res = Res {
-                context_tokens: id as u32,
-                waited: false,
-                kv_ready: false,
-                slot: id as u32,
-                paused: false,
-                kv_capacity: 0,
-            };
+            let res = Res::new(id as u32, id as u32, 0, false);
             t.insert(row, res);
         }
         t

@@ -416,7 +416,7 @@ fn batch_is_the_policy_order(core: &WorkerCore, out: &PassOutput) -> Result<(), 
     let mut cands: Vec<Candidate> = m
         .residents
         .values()
-        .filter(|(_, x)| x.kv_ready && !x.paused)
+        .filter(|(_, x)| x.ready())
         .map(|(r, _)| Candidate {
             id: r.id,
             admit_time: r.admit_time,
