@@ -10,20 +10,20 @@ use super::{
 };
 use crate::policy::RequestId;
 
-/// Every paused request that is still resident, with its row and record, its resume-lane
-/// key left unset (`with_lane_keys`); the ids of the others go to `gone`. Each paused id
-/// keeps its row's place in the last pass's residents: rows move only when others leave
-/// before them (a few places down) or join before them (rarely: ids mostly grow), so the
-/// row is looked for there and a few places below before a search. Records and paused ids
-/// are both in id order, so the records are one merge.
-pub(super) fn paused_rows<'a>(
+/// Every paused request that is still resident, with its row and record, handed to `each`;
+/// the ids of the others go to `gone`. Each paused id keeps its row's place in the last
+/// pass's residents: rows move only when others leave before them (a few places down) or
+/// join before them (rarely: ids mostly grow), so the row is looked for there and a few
+/// places below before a search. Records and paused ids are both in id order, so the
+/// records are one merge.
+pub(super) fn each_paused_row<'a>(
     paused: &mut IdMap<u32>,
     records: &'a IdMap<Record>,
     residents: &'a [Resident],
     gone: &mut Vec<RequestId>,
-) -> Vec<(LaneKey, PausedRow<'a>)> {
+    mut each: impl FnMut(PausedRow<'a>),
+) {
     let mut recs = records.iter().peekable();
-    let mut rows = Vec::with_capacity(paused.len());
     for (id, place) in paused.iter_mut() {
         let near = (place.saturating_sub(PLACES_LOOKED_BELOW)..=*place)
             .rev()
@@ -40,15 +40,25 @@ pub(super) fn paused_rows<'a>(
         };
         *place = at;
         let record = merge_find(Walk::Ascending, &mut recs, id, |(k, _)| *k).map(|(_, r)| r);
-        rows.push((
-            (false, 0.0),
-            PausedRow {
-                id,
-                resident: &residents[at as usize],
-                record,
-            },
-        ));
+        each(PausedRow {
+            id,
+            resident: &residents[at as usize],
+            record,
+        });
     }
+}
+
+/// `each_paused_row`, collected with their resume-lane keys left unset (`with_lane_keys`).
+pub(super) fn paused_rows<'a>(
+    paused: &mut IdMap<u32>,
+    records: &'a IdMap<Record>,
+    residents: &'a [Resident],
+    gone: &mut Vec<RequestId>,
+) -> Vec<(LaneKey, PausedRow<'a>)> {
+    let mut rows = Vec::with_capacity(paused.len());
+    each_paused_row(paused, records, residents, gone, |row| {
+        rows.push(((false, 0.0), row));
+    });
     rows
 }
 
