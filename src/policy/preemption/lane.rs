@@ -48,20 +48,6 @@ pub(super) fn each_paused_row<'a>(
     }
 }
 
-/// `each_paused_row`, collected with their resume-lane keys left unset (`with_lane_keys`).
-pub(super) fn paused_rows<'a>(
-    paused: &mut IdMap<u32>,
-    records: &'a IdMap<Record>,
-    residents: &'a [Resident],
-    gone: &mut Vec<RequestId>,
-) -> Vec<(LaneKey, PausedRow<'a>)> {
-    let mut rows = Vec::with_capacity(paused.len());
-    each_paused_row(paused, records, residents, gone, |row| {
-        rows.push(((false, 0.0), row));
-    });
-    rows
-}
-
 /// How far below its last place a paused request's row is looked for before a search: a
 /// pass with more departures before it than this searches.
 const PLACES_LOOKED_BELOW: u32 = 3;

@@ -18,7 +18,7 @@ use super::stats::RunningMean;
 use super::RequestId;
 use controller::WindowGain;
 use idmap::IdMap;
-use lane::{each_paused_row, paused_rows};
+use lane::each_paused_row;
 use objective::{met_target, Credit, RateState};
 use victim::{Eligibility, VictimKey, MIN_DECODE_BEFORE_D_S, MIN_DECODE_FRACTION_OF_D};
 
@@ -520,68 +520,65 @@ impl GenPreemption {
         // applies them, and drops the gone, once the lane is done with.
         let mut gone = Vec::new();
         let max_active = self.params.max_active as usize;
+        let on = self.params.mode.is_on();
         // A paused id that left only adds to the active count, so when the residents leave
         // no free slot without it, none is free: the pass can only force resumes, and each
-        // paused row is tested as it is found, with no lane built.
-        let no_free_slot = v.residents.len().saturating_sub(self.paused.len()) >= max_active;
-        if self.params.mode.is_on() && no_free_slot {
-            let rule = self.lane_rule(v.now);
-            let mut forced = Vec::new();
-            each_paused_row(
-                &mut self.paused,
-                &self.records,
-                v.residents,
-                &mut gone,
-                |row| {
-                    if rule.forced_due(&row, None) {
-                        forced.push(((false, 0.0), row));
-                    }
-                },
-            );
-            self.with_lane_keys(&mut forced, v.now);
+        // paused row is tested as it is found, so the lane holds only the forced ones.
+        let only_forced = on && v.residents.len().saturating_sub(self.paused.len()) >= max_active;
+        let rule = self.lane_rule(v.now);
+        let mut lane = Vec::with_capacity(if only_forced { 0 } else { self.paused.len() });
+        each_paused_row(
+            &mut self.paused,
+            &self.records,
+            v.residents,
+            &mut gone,
+            |row| {
+                if !only_forced || rule.forced_due(&row, None) {
+                    // Keys are left unset until needed.
+                    lane.push(((false, 0.0), row));
+                }
+            },
+        );
+        // Every paused id but the gone is resident, so occupancy needs no scan.
+        let active = (v.residents.len() + gone.len()).saturating_sub(self.paused.len());
+        if !on {
+            // Off (or disabled at run time): nothing stays paused.
+            dec.forced_resumes
+                .extend(lane.iter().map(|(_, row)| row.id));
+        } else {
+            // Resume: paused requests take free slots ahead of any admission, in lane order;
+            // past the maximum pause (or, in target mode, out of laxity) they resume
+            // regardless. Every key and rule reads the records as they were before this
+            // pass's resumes.
+            // Only the order of the rows that take free slots and of the forced resumes
+            // shows, so only those are sorted (the key is a total order: any sort gives one
+            // result), and with no free slot only the forced resumes need their keys.
+            let free = match only_forced {
+                true => 0,
+                false => max_active.saturating_sub(active).min(lane.len()),
+            };
+            if free > 0 {
+                self.with_lane_keys(&mut lane, v.now);
+            }
+            if free > 0 && free < lane.len() {
+                lane.select_nth_unstable_by(free - 1, lane_order);
+            }
+            let (first, rest) = lane.split_at_mut(free);
+            first.sort_unstable_by(lane_order);
+            dec.resumes.extend(first.iter().map(|(_, row)| row.id));
+            let mut forced: Vec<_> = rest
+                .iter()
+                .filter(|(key, row)| {
+                    only_forced || rule.forced_due(row, (free > 0).then_some(key.1))
+                })
+                .copied()
+                .collect();
+            if free == 0 {
+                self.with_lane_keys(&mut forced, v.now);
+            }
             forced.sort_unstable_by(lane_order);
             dec.forced_resumes
                 .extend(forced.iter().map(|(_, row)| row.id));
-        } else {
-            let rows = paused_rows(&mut self.paused, &self.records, v.residents, &mut gone);
-            // Every paused id but the gone is resident, so occupancy needs no scan.
-            let active = (v.residents.len() + gone.len()).saturating_sub(self.paused.len());
-            if !self.params.mode.is_on() {
-                // Off (or disabled at run time): nothing stays paused.
-                dec.forced_resumes
-                    .extend(rows.iter().map(|(_, row)| row.id));
-            } else {
-                // Resume: paused requests take free slots ahead of any admission, in lane
-                // order; past the maximum pause (or, in target mode, out of laxity) they
-                // resume regardless. Every key and rule reads the records as they were
-                // before this pass's resumes.
-                // Only the order of the rows that take free slots and of the forced resumes
-                // shows, so only those are sorted (the key is a total order: any sort gives
-                // one result), and with no free slot only the forced resumes need their keys.
-                let mut lane = rows;
-                let free = max_active.saturating_sub(active).min(lane.len());
-                if free > 0 {
-                    self.with_lane_keys(&mut lane, v.now);
-                }
-                if free > 0 && free < lane.len() {
-                    lane.select_nth_unstable_by(free - 1, lane_order);
-                }
-                let (first, rest) = lane.split_at_mut(free);
-                first.sort_unstable_by(lane_order);
-                dec.resumes.extend(first.iter().map(|(_, row)| row.id));
-                let rule = self.lane_rule(v.now);
-                let mut forced: Vec<_> = rest
-                    .iter()
-                    .filter(|(key, row)| rule.forced_due(row, (free > 0).then_some(key.1)))
-                    .copied()
-                    .collect();
-                if free == 0 {
-                    self.with_lane_keys(&mut forced, v.now);
-                }
-                forced.sort_unstable_by(lane_order);
-                dec.forced_resumes
-                    .extend(forced.iter().map(|(_, row)| row.id));
-            }
         }
         let mut active = (v.residents.len() + gone.len()).saturating_sub(self.paused.len()) as u32;
         for id in gone {
