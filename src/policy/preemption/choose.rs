@@ -2,7 +2,8 @@
 //! victim choice (SPEC §4.3, "Pause"). The orderings themselves are key functions in
 //! `victim.rs`; this file walks the residents with them.
 
-use super::victim::{longest_resident_first, VictimKey};
+use super::objective::RateState;
+use super::victim::{longest_resident_first, Eligibility, Tpot, VictimKey};
 use super::{
     merge_find, AdmitRow, GenPreemption, Mode, PauseKind, Record, Resident, StepView, Walk,
     BUDGET_PAUSES_PER_REQUEST,
@@ -10,6 +11,19 @@ use super::{
 use crate::policy::RequestId;
 
 impl GenPreemption {
+    /// An unpaused resident's rate state and the TPOT its eligibility test used, when it is
+    /// eligible for a pause under the mode-independent rules.
+    pub(super) fn eligible_rate(
+        el: &Eligibility,
+        r: &Resident,
+        rec: Option<&Record>,
+    ) -> Option<(RateState, Tpot)> {
+        let s = Self::rate_state(r, rec, el.now)?;
+        let iters = r.decode_iters - rec.map_or(0, |x| x.iters_at_resume.min(r.decode_iters));
+        el.eligible_tpot(r, iters, s.unpaused_decode_s)
+            .map(|tpot| (s, tpot))
+    }
+
     /// Unpaused residents eligible for a pause under the mode-independent rules, with their
     /// records. One merge over residents, paused ids and records (all in id order).
     fn eligible<'s, 'a: 's>(
@@ -17,7 +31,6 @@ impl GenPreemption {
         v: &StepView<'a>,
     ) -> impl Iterator<Item = (&'a Resident, Option<Record>)> + 's {
         let el = self.eligibility(v.now);
-        let now = v.now;
         let mut paused = self.paused.ids().peekable();
         let mut recs = self.records.iter().peekable();
         v.residents.iter().filter_map(move |r| {
@@ -26,10 +39,7 @@ impl GenPreemption {
             if is_paused {
                 return None;
             }
-            let iters = r.decode_iters - rec.map_or(0, |x| x.iters_at_resume.min(r.decode_iters));
-            let unpaused =
-                Self::rate_state(r, rec.as_ref(), now).map_or(0.0, |s| s.unpaused_decode_s);
-            el.eligible(r, iters, unpaused).then_some((r, rec))
+            Self::eligible_rate(&el, r, rec.as_ref()).map(|_| (r, rec))
         })
     }
 
@@ -56,9 +66,7 @@ impl GenPreemption {
             let Some(r) = v.resident_at(row) else {
                 continue;
             };
-            let iters = r.decode_iters - rec.map_or(0, |x| x.iters_at_resume.min(r.decode_iters));
-            let unpaused = Self::rate_state(r, rec, v.now).map_or(0.0, |s| s.unpaused_decode_s);
-            if el.eligible(r, iters, unpaused)
+            if Self::eligible_rate(&el, r, rec).is_some()
                 && best.is_none_or(|b| longest_resident_first(r, b).is_lt())
             {
                 best = Some(r);

@@ -39,10 +39,7 @@ impl GenPreemption {
         target: f64,
         fallback_rate: f64,
     ) -> Option<f64> {
-        let s = Self::rate_state(r, rec, el.now)?;
-        let iters = r.decode_iters - rec.map_or(0, |x| x.iters_at_resume.min(r.decode_iters));
-        el.eligible(r, iters, s.unpaused_decode_s)
-            .then(|| laxity(&s, el.now, target, fallback_rate))
+        Self::eligible_rate(el, r, rec).map(|(s, _)| laxity(&s, el.now, target, fallback_rate))
     }
 
     /// The target-mode victim for this pass.
@@ -79,11 +76,7 @@ impl GenPreemption {
             if rec.is_some_and(|x| x.sacrificed || x.slack_pauses >= SLACK_PAUSES_PER_REQUEST) {
                 continue;
             }
-            let Some(s) = Self::rate_state(r, rec, el.now) else {
-                continue;
-            };
-            let iters = r.decode_iters - rec.map_or(0, |x| x.iters_at_resume.min(r.decode_iters));
-            let Some(tpot) = el.eligible_tpot(r, iters, s.unpaused_decode_s) else {
+            let Some((s, tpot)) = Self::eligible_rate(&el, r, rec) else {
                 continue;
             };
             if let Tpot::Own(tpot) = tpot {
