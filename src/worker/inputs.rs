@@ -69,7 +69,7 @@ pub struct Admitted {
 }
 
 /// One row of this pass's decode step.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct BatchRow {
     pub id: RequestId,
     pub slot: u32,

@@ -580,7 +580,7 @@ impl GenPreemption {
             dec.forced_resumes
                 .extend(forced.iter().map(|(_, row)| row.id));
         }
-        let mut active = (v.residents.len() + gone.len()).saturating_sub(self.paused.len()) as u32;
+        let mut active = active as u32;
         for id in gone {
             self.paused.remove(id);
             self.records.remove(id);
