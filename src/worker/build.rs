@@ -14,7 +14,7 @@ use super::ports::RetainOp;
 use super::table::RowMut;
 use super::{BatchRow, FirstToken, PassOutput, Res};
 use crate::policy::batch::BatchLimits;
-use crate::policy::preemption::{AdmitRow, Resident};
+use crate::policy::preemption::Resident;
 use crate::policy::RequestId;
 
 /// A batch row that outgrows its pages, until the KV pool answers.
@@ -256,7 +256,8 @@ impl PassMachine {
 /// with the lists as parameters, so the compiler knows they do not overlap and keeps their
 /// lengths in registers instead of reloading them after every row written.
 struct Walk<'a> {
-    order: &'a [AdmitRow],
+    /// Places, oldest admission first.
+    order: &'a [u32],
     rows: &'a [Resident],
     res: &'a [Res],
     tokens_per_step: u32,
@@ -296,12 +297,12 @@ impl Walk<'_> {
         places.resize(row0 + self.order.len() + 1, 0);
         let picked = &mut places[row0..];
         let (mut n, mut missed_firsts) = (0, 0);
-        for a in self.order {
+        for &place in self.order {
             let Some(slot) = picked.get_mut(n) else {
                 break;
             };
-            let state = self.res.get(a.slot as usize).map_or(0, |x| x.state);
-            *slot = a.slot;
+            let state = self.res.get(place as usize).map_or(0, |x| x.state);
+            *slot = place;
             // Only the debug check reads the count.
             if cfg!(debug_assertions) {
                 missed_firsts += usize::from(state == MISSED_FIRST);

@@ -1,6 +1,8 @@
 //! The resident table: the controller's rows (`Resident`, in id order, handed to the step
 //! as they are, never copied) with the worker's own part of each record alongside, and
-//! the admission order (the batch's order) as places in those rows. Per-row work in a pass
+//! the admission order (the batch's order) as places in those rows, four bytes each: the
+//! batch walk reads every one each pass, and an entry that carried its admission time and
+//! id too made the pass's data outgrow the L1 cache by that much more. Per-row work in a pass
 //! goes through a place, so it costs no search. Rows mostly join at the end (ids grow) and
 //! leave in one compaction per pass, which renumbers the admission order as it goes.
 //!
@@ -13,7 +15,7 @@
 use std::cmp::Ordering;
 
 use super::Res;
-use crate::policy::preemption::{AdmitRow, Resident};
+use crate::policy::preemption::Resident;
 use crate::policy::RequestId;
 
 /// Rows of gap at the front before the buffers are compacted (one move of every row).
@@ -27,9 +29,9 @@ pub(super) struct ResidentTable {
     res_buf: Vec<Res>,
     /// The first live row of both buffers (the gap before it is free).
     start: usize,
-    /// Oldest admission first, ties by id (as the batch and the controller order them);
-    /// each entry's `slot` is its place in `rows`.
-    by_admit: Vec<AdmitRow>,
+    /// Places in `rows`, oldest admission first (ties by id, as the batch and the
+    /// controller order them).
+    by_admit: Vec<u32>,
     /// Places removed by the last `remove_sorted`, ascending (reused).
     gone: Vec<u32>,
     /// Each old place's new place during a `remove_sorted` of several rows (reused).
@@ -42,22 +44,25 @@ pub(super) struct RowMut<'a> {
     pub x: &'a mut Res,
 }
 
-fn admit_order(a: &AdmitRow, admit_time: f64, id: RequestId) -> Ordering {
+fn admit_order(a: &Resident, admit_time: f64, id: RequestId) -> Ordering {
     a.admit_time.total_cmp(&admit_time).then(a.id.cmp(&id))
 }
 
-/// Keep the entries whose place `to` maps to a new one, at that place. Each kept entry is
-/// read whole, renumbered and written once: `retain_mut` with the renumbering in its
-/// closure wrote the place and then read the whole entry back to move it, and that read
-/// waited on the store (half of `remove_sorted`'s time).
+/// Where the row with this admission key goes in (or is found in) `by_admit`.
+fn admit_position(by_admit: &[u32], rows: &[Resident], admit_time: f64, id: RequestId) -> usize {
+    by_admit.partition_point(|&p| {
+        rows.get(p as usize)
+            .is_some_and(|r| admit_order(r, admit_time, id) == Ordering::Less)
+    })
+}
+
+/// Keep the places `to` maps to a new one, renumbered.
 #[inline(always)]
-fn keep_renumbered(by_admit: &mut Vec<AdmitRow>, to: impl Fn(u32) -> Option<u32>) {
+fn keep_renumbered(by_admit: &mut Vec<u32>, to: impl Fn(u32) -> Option<u32>) {
     let mut w = 0;
     for r in 0..by_admit.len() {
-        let mut e = by_admit[r];
-        if let Some(slot) = to(e.slot) {
-            e.slot = slot;
-            by_admit[w] = e;
+        if let Some(place) = to(by_admit[r]) {
+            by_admit[w] = place;
             w += 1;
         }
     }
@@ -131,26 +136,16 @@ impl ResidentTable {
             self.remove_sorted(&[v.id], |_, _| {});
         }
         let i = self.find(v.id).unwrap_or_else(|i| i);
+        // Admission times only grow, so this is almost always the end. Found before the
+        // places move, while each still names its row.
+        let at = admit_position(&self.by_admit, self.rows(), v.admit_time, v.id);
         // Ids mostly grow, so the row is almost always the last and nothing moves.
         if i < self.len() {
-            for e in &mut self.by_admit {
-                if e.slot as usize >= i {
-                    e.slot += 1;
-                }
+            for p in &mut self.by_admit {
+                *p += u32::from(*p as usize >= i);
             }
         }
-        // Admission times only grow, so this is almost always the end too.
-        let at = self
-            .by_admit
-            .partition_point(|e| admit_order(e, v.admit_time, v.id) == Ordering::Less);
-        self.by_admit.insert(
-            at,
-            AdmitRow {
-                admit_time: v.admit_time,
-                id: v.id,
-                slot: i as u32,
-            },
-        );
+        self.by_admit.insert(at, i as u32);
         self.row_buf.insert(self.start + i, v);
         self.res_buf.insert(self.start + i, x);
         i as u32
@@ -177,10 +172,8 @@ impl ResidentTable {
         let single = match self.gone[..] {
             [g] => {
                 let r = &self.rows()[g as usize];
-                let k = self
-                    .by_admit
-                    .partition_point(|e| admit_order(e, r.admit_time, r.id) == Ordering::Less);
-                let found = self.by_admit.get(k).is_some_and(|e| e.slot == g);
+                let k = admit_position(&self.by_admit, self.rows(), r.admit_time, r.id);
+                let found = self.by_admit.get(k) == Some(&g);
                 found.then_some((g, k))
             }
             _ => None,
@@ -221,8 +214,8 @@ impl ResidentTable {
             // Its entry leaves, and every place above it moves down one, a subtraction
             // without a branch per entry.
             self.by_admit.remove(k);
-            for e in &mut self.by_admit {
-                e.slot -= u32::from(e.slot > g);
+            for p in &mut self.by_admit {
+                *p -= u32::from(*p > g);
             }
         } else {
             // Several departures (or one whose entry is not where its key says, which keeping
@@ -240,9 +233,9 @@ impl ResidentTable {
                     moved.push(place - shift);
                 }
             }
-            keep_renumbered(&mut self.by_admit, |slot| {
+            keep_renumbered(&mut self.by_admit, |place| {
                 moved
-                    .get(slot as usize)
+                    .get(place as usize)
                     .copied()
                     .filter(|&to| to != u32::MAX)
             });
@@ -254,8 +247,8 @@ impl ResidentTable {
         self.rows().iter().zip(self.res())
     }
 
-    /// Residents oldest admission first (ties by id), as rows whose `slot` is the place.
-    pub fn admission_order(&self) -> &[AdmitRow] {
+    /// The residents' places, oldest admission first (ties by id).
+    pub fn admission_order(&self) -> &[u32] {
         &self.by_admit
     }
 }
@@ -317,11 +310,18 @@ mod tests {
             assert_eq!(ids, kept);
             let order = t.admission_order();
             assert_eq!(order.len(), kept.len());
+            let mut places = order.to_vec();
+            places.sort_unstable();
+            assert!(
+                places.iter().copied().eq(0..kept.len() as u32),
+                "every place once, removed {gone:?}"
+            );
             for w in order.windows(2) {
-                assert!(admit_order(&w[0], w[1].admit_time, w[1].id).is_lt());
-            }
-            for e in order {
-                assert_eq!(t.at(e.slot).0.id, e.id, "removed {gone:?}");
+                let (a, b) = (t.at(w[0]).0, t.at(w[1]).0);
+                assert!(
+                    admit_order(a, b.admit_time, b.id).is_lt(),
+                    "removed {gone:?}"
+                );
             }
         }
     }
@@ -342,10 +342,15 @@ mod tests {
             for (r, x) in t.values() {
                 assert_eq!(x.slot as RequestId, r.id, "worker part moved with its row");
             }
-            assert_eq!(t.admission_order().len(), kept.len());
-            for e in t.admission_order() {
-                assert_eq!(t.at(e.slot).0.id, e.id, "after {id} left");
-            }
+            let mut expected: Vec<(f64, RequestId)> =
+                kept.iter().map(|&k| (100.0 - (k % 5) as f64, k)).collect();
+            expected.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+            let order: Vec<(f64, RequestId)> = t
+                .admission_order()
+                .iter()
+                .map(|&p| (t.at(p).0.admit_time, t.at(p).0.id))
+                .collect();
+            assert_eq!(order, expected, "after {id} left");
         }
         // A row joining after the gap closed lands in id order too.
         let row = Resident {

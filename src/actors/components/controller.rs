@@ -5,7 +5,7 @@ use actix::{Actor, ActorContext, Context, Handler, Message, MessageResult};
 use super::{describe, Describe, Halt};
 use crate::actors::messages::DisablePreemption;
 use crate::policy::admission::QueueFacts;
-use crate::policy::preemption::{AdmitRow, Departure, GenPreemption, Resident, StatLine, StepView};
+use crate::policy::preemption::{Departure, GenPreemption, Resident, StatLine, StepView};
 use crate::worker::ports::{op, StepReply};
 use crate::worker::PreemptionView;
 
@@ -30,7 +30,7 @@ impl Actor for ControllerActor {
 pub struct Step {
     pub now: f64,
     pub residents: Vec<Resident>,
-    pub by_admission: Vec<AdmitRow>,
+    pub by_admission: Vec<u32>,
     pub departed: Vec<Departure>,
     pub queue: QueueFacts,
 }

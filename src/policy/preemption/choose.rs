@@ -5,7 +5,7 @@
 use super::objective::RateState;
 use super::victim::{longest_resident_first, Eligibility, Tpot, VictimKey};
 use super::{
-    merge_find, AdmitRow, GenPreemption, Mode, PauseKind, Record, Resident, StepView, Walk,
+    merge_find, GenPreemption, Mode, PauseKind, Record, Resident, StepView, Walk,
     BUDGET_PAUSES_PER_REQUEST,
 };
 use crate::policy::RequestId;
@@ -25,18 +25,17 @@ impl GenPreemption {
     }
 
     /// Unpaused residents eligible for a pause under the mode-independent rules, with their
-    /// records. One merge over residents, paused ids and records (all in id order).
+    /// records. One merge over residents and records (both in id order); a paused request's
+    /// record says so.
     fn eligible<'s, 'a: 's>(
         &'s self,
         v: &StepView<'a>,
     ) -> impl Iterator<Item = (&'a Resident, Option<Record>)> + 's {
         let el = self.eligibility(v.now);
-        let mut paused = self.paused.ids().peekable();
         let mut recs = self.records.iter().peekable();
         v.residents.iter().filter_map(move |r| {
-            let is_paused = merge_find(Walk::Ascending, &mut paused, r.id, |id| *id).is_some();
             let rec = merge_find(Walk::Ascending, &mut recs, r.id, |(k, _)| *k).map(|(_, x)| *x);
-            if is_paused {
+            if rec.is_some_and(|x| x.paused.is_some()) {
                 return None;
             }
             Self::eligible_rate(&el, r, rec.as_ref()).map(|_| (r, rec))
@@ -49,23 +48,23 @@ impl GenPreemption {
     fn longest_resident_victim(
         &self,
         v: &StepView,
-        by_admission: &[AdmitRow],
+        by_admission: &[u32],
     ) -> Option<(RequestId, PauseKind)> {
         debug_assert_eq!(by_admission.len(), v.residents.len());
         let el = self.eligibility(v.now);
         let mut best: Option<&Resident> = None;
-        for row in by_admission {
-            if best.is_some_and(|b| b.admit_time.total_cmp(&row.admit_time).is_lt()) {
+        for &place in by_admission {
+            let Some(r) = v.residents.get(place as usize) else {
+                continue;
+            };
+            if best.is_some_and(|b| b.admit_time.total_cmp(&r.admit_time).is_lt()) {
                 break;
             }
             // A paused request's record says so: one lookup answers both questions.
-            let rec = self.records.get(row.id);
+            let rec = self.records.get(r.id);
             if rec.is_some_and(|x| x.paused.is_some() || x.pauses >= BUDGET_PAUSES_PER_REQUEST) {
                 continue;
             }
-            let Some(r) = v.resident_at(row) else {
-                continue;
-            };
             if Self::eligible_rate(&el, r, rec).is_some()
                 && best.is_none_or(|b| longest_resident_first(r, b).is_lt())
             {

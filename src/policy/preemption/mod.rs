@@ -105,43 +105,20 @@ pub struct Departure {
     pub output_tokens: u32,
 }
 
-/// A resident's place in admission order.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct AdmitRow {
-    pub admit_time: f64,
-    pub id: RequestId,
-    /// The row's place in the pass's `residents`, when the caller keeps one (the worker
-    /// does): checked against the id, and any other value costs a search, never a wrong row.
-    pub slot: u32,
-}
-
 /// What one pass gives the controller. `residents` is sorted by id.
 #[derive(Debug, Clone, Copy)]
 pub struct StepView<'a> {
     pub now: f64,
     pub residents: &'a [Resident],
-    /// The same residents oldest admission first (ties by id), when the caller keeps that
-    /// order: with the default victim key, `tpot_budget` then stops at the first eligible
-    /// admission instead of scanning every resident.
-    pub by_admission: Option<&'a [AdmitRow]>,
+    /// The same residents oldest admission first (ties by id), as places in `residents`,
+    /// when the caller keeps that order: with the default victim key, `tpot_budget` then
+    /// stops at the first eligible admission instead of scanning every resident. Places
+    /// alone (not ids and times) keep the order four bytes a resident, for the worker's
+    /// batch walk that reads it every pass; a place past the end names no resident.
+    pub by_admission: Option<&'a [u32]>,
     pub departed: &'a [Departure],
     /// The admission queue, refreshed for `now`.
     pub queue: QueueFacts,
-}
-
-impl StepView<'_> {
-    /// The resident an admission-order row names: at its place when the place holds it,
-    /// else found by id.
-    fn resident_at(&self, row: &AdmitRow) -> Option<&Resident> {
-        match self.residents.get(row.slot as usize) {
-            Some(r) if r.id == row.id => Some(r),
-            _ => self
-                .residents
-                .binary_search_by_key(&row.id, |r| r.id)
-                .ok()
-                .map(|i| &self.residents[i]),
-        }
-    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -511,6 +488,26 @@ impl GenPreemption {
         debug_assert!(
             v.residents.windows(2).all(|w| w[0].id < w[1].id),
             "residents sorted by id"
+        );
+        debug_assert!(
+            v.by_admission.is_none_or(|o| {
+                let at = |p: &u32| v.residents.get(*p as usize).map(|r| (r.admit_time, r.id));
+                o.len() == v.residents.len()
+                    && o.windows(2).all(|w| match (at(&w[0]), at(&w[1])) {
+                        (Some(a), Some(b)) => a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)).is_lt(),
+                        _ => false,
+                    })
+            }),
+            "by_admission: every resident's place, oldest admission first"
+        );
+        // The victim walks read "paused" from the records alone.
+        debug_assert!(
+            self.paused.ids().eq(self
+                .records
+                .iter()
+                .filter(|(_, r)| r.paused.is_some())
+                .map(|(id, _)| id)),
+            "paused ids are the records whose pause is open"
         );
         let formed = v.queue.target_formed;
         self.track(v.departed, formed);

@@ -56,7 +56,8 @@ impl GenPreemption {
         // Newest first: later first tokens mostly mean later deadlines, so the best
         // laxity found early bounds out more of the older residents. The choice is a
         // maximum under a total order, the same in any walk order.
-        let mut paused = self.paused.ids().rev().peekable();
+        // A paused request's record says so (`paused` and the records agree), so one merge
+        // answers both questions.
         let mut recs = self.records.iter().rev().peekable();
         for r in v.residents.iter().rev() {
             // No first token: not eligible. A NaN bound rules nothing out.
@@ -69,11 +70,10 @@ impl GenPreemption {
             if short(slack) {
                 continue;
             }
-            if merge_find(Walk::Descending, &mut paused, r.id, |id| *id).is_some() {
-                continue;
-            }
             let rec = merge_find(Walk::Descending, &mut recs, r.id, |(k, _)| *k).map(|(_, x)| x);
-            if rec.is_some_and(|x| x.sacrificed || x.slack_pauses >= SLACK_PAUSES_PER_REQUEST) {
+            if rec.is_some_and(|x| {
+                x.paused.is_some() || x.sacrificed || x.slack_pauses >= SLACK_PAUSES_PER_REQUEST
+            }) {
                 continue;
             }
             let Some((s, tpot)) = Self::eligible_rate(&el, r, rec) else {
@@ -110,12 +110,11 @@ impl GenPreemption {
         };
         let mut below: Option<&Resident> = None;
         let mut sacrifice: Option<&Resident> = None;
-        let mut paused = self.paused.ids().peekable();
         let mut recs = self.records.iter().peekable();
         for r in v.residents {
-            let is_paused = merge_find(Walk::Ascending, &mut paused, r.id, |id| *id).is_some();
             let rec = merge_find(Walk::Ascending, &mut recs, r.id, |(k, _)| *k).map(|(_, x)| x);
-            if is_paused || rec.is_some_and(|x| x.below_pauses >= BELOW_PAUSES_PER_REQUEST) {
+            if rec.is_some_and(|x| x.paused.is_some() || x.below_pauses >= BELOW_PAUSES_PER_REQUEST)
+            {
                 continue;
             }
             let Some(lax) = Self::eligible_laxity(el, r, rec, target, fallback) else {

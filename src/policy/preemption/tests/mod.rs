@@ -133,17 +133,14 @@ fn tpot_budget_victim_is_the_longest_resident_ties_newest_arrival() {
     assert_eq!(d.pauses, vec![1]);
 }
 
-/// The residents oldest admission first (ties by id), as the worker's table keeps them.
-fn admission_order(rs: &[Resident]) -> Vec<AdmitRow> {
-    let mut order: Vec<AdmitRow> = rs
-        .iter()
-        .map(|r| AdmitRow {
-            admit_time: r.admit_time,
-            id: r.id,
-            slot: 0,
-        })
-        .collect();
-    order.sort_by(|a, b| a.admit_time.total_cmp(&b.admit_time).then(a.id.cmp(&b.id)));
+/// The residents' places oldest admission first (ties by id), as the worker's table keeps
+/// them.
+fn admission_order(rs: &[Resident]) -> Vec<u32> {
+    let mut order: Vec<u32> = (0..rs.len() as u32).collect();
+    order.sort_by(|&a, &b| {
+        let (a, b) = (&rs[a as usize], &rs[b as usize]);
+        a.admit_time.total_cmp(&b.admit_time).then(a.id.cmp(&b.id))
+    });
     order
 }
 
