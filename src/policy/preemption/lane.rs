@@ -5,7 +5,7 @@
 use super::idmap::IdMap;
 use super::objective::{deadline_slack_estimate, laxity, laxity_estimate, own_tpot};
 use super::{
-    merge_find, GenPreemption, LaneKey, Mode, PauseKind, PausedRow, Record, Resident, Walk,
+    GenPreemption, LaneKey, Mode, PauseKind, Paused, PausedRow, Record, Resident,
     SLACK_FORCED_RESUME_FRACTION_OF_D,
 };
 use crate::policy::RequestId;
@@ -14,18 +14,16 @@ use crate::policy::RequestId;
 /// the ids of the others go to `gone`. Each paused id keeps its row's place in the last
 /// pass's residents: rows move only when others leave before them (a few places down) or
 /// join before them (rarely: ids mostly grow), so the row is looked for there and a few
-/// places below before a search. Records and paused ids are both in id order, so the
-/// records are one merge.
+/// places below before a search. The record is the entry's own copy.
 pub(super) fn each_paused_row<'a>(
-    paused: &mut IdMap<u32>,
-    records: &'a IdMap<Record>,
+    paused: &'a IdMap<Paused>,
     residents: &'a [Resident],
     gone: &mut Vec<RequestId>,
     mut each: impl FnMut(PausedRow<'a>),
 ) {
-    let mut recs = records.iter().peekable();
-    for (id, place) in paused.iter_mut() {
-        let near = (place.saturating_sub(PLACES_LOOKED_BELOW)..=*place)
+    for (id, entry) in paused.iter() {
+        let place = entry.place.get();
+        let near = (place.saturating_sub(PLACES_LOOKED_BELOW)..=place)
             .rev()
             .find(|&p| residents.get(p as usize).is_some_and(|r| r.id == id));
         let found = near.or_else(|| {
@@ -38,12 +36,11 @@ pub(super) fn each_paused_row<'a>(
             gone.push(id);
             continue;
         };
-        *place = at;
-        let record = merge_find(Walk::Ascending, &mut recs, id, |(k, _)| *k).map(|(_, r)| r);
+        entry.place.set(at);
         each(PausedRow {
             id,
             resident: &residents[at as usize],
-            record,
+            record: &entry.record,
         });
     }
 }
@@ -127,24 +124,19 @@ impl LaneRule {
         match self.target {
             // Least slack first; sacrificed requests after every other paused request.
             Some(t) => {
-                let sacrificed = row.record.is_some_and(|r| r.sacrificed);
-                let lax = self.laxity(row.resident, row.record, t);
+                let sacrificed = row.record.sacrificed;
+                let lax = self.laxity(row.resident, Some(row.record), t);
                 (sacrificed, lax)
             }
             // Oldest pause first.
-            None => (
-                false,
-                row.record.and_then(|r| r.paused).map_or(0.0, |p| p.0),
-            ),
+            None => (false, row.record.paused.map_or(0.0, |p| p.0)),
         }
     }
 
     /// `keyed_laxity`: the row's lane key laxity when its key is set, which in target mode
     /// is the very laxity this rule reads.
     pub(super) fn forced_due(&self, row: &PausedRow, keyed_laxity: Option<f64>) -> bool {
-        let Some(rec) = row.record else {
-            return true;
-        };
+        let rec = row.record;
         let Some((since, kind)) = rec.paused else {
             return false;
         };

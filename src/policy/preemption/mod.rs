@@ -146,7 +146,7 @@ pub enum PauseKind {
     Sacrifice,
 }
 
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 struct Record {
     pauses: u32,
     slack_pauses: u32,
@@ -174,7 +174,19 @@ fn lane_order(a: &(LaneKey, PausedRow), b: &(LaneKey, PausedRow)) -> std::cmp::O
 struct PausedRow<'a> {
     id: RequestId,
     resident: &'a Resident,
-    record: Option<&'a Record>,
+    record: &'a Record,
+}
+
+/// A paused request: where its row was found last pass, and its record as the pause left
+/// it. A record changes only when a pause starts or ends (or its request leaves, which ends
+/// the entry too), so the copy is the record for the whole pause, and the paused walk that
+/// every pass makes reads it here instead of merging the records for it.
+#[derive(Debug, Clone)]
+struct Paused {
+    /// Its row's place in the last pass's residents, where it is looked for first (a hint,
+    /// updated by the walk that reads the entries).
+    place: std::cell::Cell<u32>,
+    record: Record,
 }
 
 /// The direction a merge walks its id-ordered sequences.
@@ -299,9 +311,8 @@ pub struct GenPreemption {
     credit: Credit,
     records: IdMap<Record>,
     /// The paused ids: exactly the records whose `paused` is set (`pause`, `resume` and the
-    /// departures change both together).
-    /// Each with its row's place in the last pass's residents, where it is looked for first.
-    paused: IdMap<u32>,
+    /// departures change both together), each with a copy of that record.
+    paused: IdMap<Paused>,
     window: StatWindow,
     totals: Totals,
     last_window: f64,
@@ -480,7 +491,13 @@ impl GenPreemption {
             PauseKind::Budget => {}
         }
         rec.paused = Some((now, kind));
-        self.paused.get_or_insert_with(id, || 0);
+        let record = *rec;
+        self.paused
+            .get_or_insert_with(id, || Paused {
+                place: std::cell::Cell::new(0),
+                record,
+            })
+            .record = record;
     }
 
     /// One pass: track → resume → pause. The queue must be refreshed for `v.now`.
@@ -500,14 +517,15 @@ impl GenPreemption {
             }),
             "by_admission: every resident's place, oldest admission first"
         );
-        // The victim walks read "paused" from the records alone.
+        // The victim walks read "paused" from the records alone, the paused walk from the
+        // entries' copies.
         debug_assert!(
-            self.paused.ids().eq(self
+            self.paused.iter().map(|(id, p)| (id, p.record)).eq(self
                 .records
                 .iter()
                 .filter(|(_, r)| r.paused.is_some())
-                .map(|(id, _)| id)),
-            "paused ids are the records whose pause is open"
+                .map(|(id, r)| (id, *r))),
+            "paused ids are the records whose pause is open, with those records"
         );
         let formed = v.queue.target_formed;
         self.track(v.departed, formed);
@@ -524,18 +542,12 @@ impl GenPreemption {
         let only_forced = on && v.residents.len().saturating_sub(self.paused.len()) >= max_active;
         let rule = self.lane_rule(v.now);
         let mut lane = Vec::with_capacity(if only_forced { 0 } else { self.paused.len() });
-        each_paused_row(
-            &mut self.paused,
-            &self.records,
-            v.residents,
-            &mut gone,
-            |row| {
-                if !only_forced || rule.forced_due(&row, None) {
-                    // Keys are left unset until needed.
-                    lane.push(((false, 0.0), row));
-                }
-            },
-        );
+        each_paused_row(&self.paused, v.residents, &mut gone, |row| {
+            if !only_forced || rule.forced_due(&row, None) {
+                // Keys are left unset until needed.
+                lane.push(((false, 0.0), row));
+            }
+        });
         // Every paused id but the gone is resident, so occupancy needs no scan.
         let active = (v.residents.len() + gone.len()).saturating_sub(self.paused.len());
         if !on {
