@@ -10,7 +10,7 @@
 mod order;
 mod tiers;
 
-pub use order::{next, AdmissionPolicy, Candidates};
+pub use order::{next, AdmissionPolicy, Candidates, Offers};
 
 use std::collections::BTreeMap;
 
@@ -310,8 +310,8 @@ impl AdmissionQueue {
     }
 
     fn head_seq(&self) -> Option<u64> {
-        let c = self.index.candidates(self.thresholds());
-        next(self.params.policy, self.common.is_some(), &c)
+        let offers = self.index.offers(self.thresholds());
+        next(self.params.policy, self.common.is_some(), &offers)
     }
 
     /// The waiter the queue would pop next.

@@ -17,31 +17,60 @@ pub enum AdmissionPolicy {
     Edf,
 }
 
-/// The candidates each tier offers, by sequence number in the queue.
+/// What each tier offers, by sequence number in the queue. Asked for one at a time, so an
+/// order pays only for the lookups it reads: each is a descent of one of the queue index's
+/// trees, and the usual pop reads one of the five.
+pub trait Offers {
+    /// Oldest waiter overall.
+    fn oldest(&self) -> Option<u64>;
+    /// Least slack overall.
+    fn least_slack(&self) -> Option<u64>;
+    /// Guard tier (0 ≤ slack < W₀), least slack.
+    fn guard(&self) -> Option<u64>;
+    /// Late tier (slack < 0), oldest.
+    fn late(&self) -> Option<u64>;
+    /// On-time tier (slack ≥ W₀), oldest.
+    fn on_time(&self) -> Option<u64>;
+}
+
+/// Every tier's candidate, already looked up.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Candidates {
-    /// Oldest waiter overall.
     pub oldest: Option<u64>,
-    /// Least slack overall.
     pub least_slack: Option<u64>,
-    /// Guard tier (0 ≤ slack < W₀), least slack.
     pub guard: Option<u64>,
-    /// Late tier (slack < 0), oldest.
     pub late: Option<u64>,
-    /// On-time tier (slack ≥ W₀), oldest.
     pub on_time: Option<u64>,
 }
 
+impl Offers for Candidates {
+    fn oldest(&self) -> Option<u64> {
+        self.oldest
+    }
+    fn least_slack(&self) -> Option<u64> {
+        self.least_slack
+    }
+    fn guard(&self) -> Option<u64> {
+        self.guard
+    }
+    fn late(&self) -> Option<u64> {
+        self.late
+    }
+    fn on_time(&self) -> Option<u64> {
+        self.on_time
+    }
+}
+
 /// The next waiter to pop. Before X is formed every policy is FIFO.
-pub fn next(policy: AdmissionPolicy, target_formed: bool, c: &Candidates) -> Option<u64> {
+pub fn next(policy: AdmissionPolicy, target_formed: bool, c: &impl Offers) -> Option<u64> {
     if !target_formed {
-        return c.oldest;
+        return c.oldest();
     }
     match policy {
         // A guard waiter can still make X; a late one has already missed it.
-        AdmissionPolicy::Auto => c.guard.or(c.late).or(c.on_time),
-        AdmissionPolicy::Fcfs => c.oldest,
-        AdmissionPolicy::Edf => c.least_slack,
+        AdmissionPolicy::Auto => c.guard().or_else(|| c.late()).or_else(|| c.on_time()),
+        AdmissionPolicy::Fcfs => c.oldest(),
+        AdmissionPolicy::Edf => c.least_slack(),
     }
 }
 

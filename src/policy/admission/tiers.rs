@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::ops::Bound;
 
 use super::super::stats::OrdF64;
-use super::Candidates;
+use super::Offers;
 
 /// Key thresholds of the tiers: late is `key < late_below`, on-time is `key ≥ on_time_from`,
 /// guard is in between.
@@ -150,23 +150,9 @@ impl TierIndex {
         }
     }
 
-    pub fn candidates(&self, th: Option<Thresholds>) -> Candidates {
-        let first = |s: &Set| s.first().map(|&(_, seq)| seq);
-        let mut c = Candidates {
-            oldest: first(&self.by_arrival),
-            least_slack: first(&self.by_key),
-            ..Candidates::default()
-        };
-        if let Some(th) = th {
-            c.guard = self
-                .by_key
-                .range(between(th.late_below, th.on_time_from))
-                .next()
-                .map(|&(_, seq)| seq);
-            c.late = first(&self.late_by_arrival);
-            c.on_time = first(&self.on_by_arrival);
-        }
-        c
+    /// The tiers' candidates under `th`, each looked up when asked for.
+    pub fn offers(&self, th: Option<Thresholds>) -> TierOffers<'_> {
+        TierOffers { index: self, th }
     }
 
     pub fn count_keys_below(&self, x: f64) -> usize {
@@ -180,5 +166,38 @@ impl TierIndex {
         let late = self.late_by_key.len();
         let on = self.on_by_key.len();
         (late, self.by_key.len() - late - on, on)
+    }
+}
+
+/// [`TierIndex::offers`]: the candidates, found on demand.
+pub struct TierOffers<'a> {
+    index: &'a TierIndex,
+    th: Option<Thresholds>,
+}
+
+fn first(s: &Set) -> Option<u64> {
+    s.first().map(|&(_, seq)| seq)
+}
+
+impl Offers for TierOffers<'_> {
+    fn oldest(&self) -> Option<u64> {
+        first(&self.index.by_arrival)
+    }
+    fn least_slack(&self) -> Option<u64> {
+        first(&self.index.by_key)
+    }
+    fn guard(&self) -> Option<u64> {
+        let th = self.th?;
+        self.index
+            .by_key
+            .range(between(th.late_below, th.on_time_from))
+            .next()
+            .map(|&(_, seq)| seq)
+    }
+    fn late(&self) -> Option<u64> {
+        self.th.and_then(|_| first(&self.index.late_by_arrival))
+    }
+    fn on_time(&self) -> Option<u64> {
+        self.th.and_then(|_| first(&self.index.on_by_arrival))
     }
 }
