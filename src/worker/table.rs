@@ -221,17 +221,19 @@ impl ResidentTable {
             // Several departures (or one whose entry is not where its key says, which keeping
             // the order rules out): every old place's new one (`u32::MAX` for a removed row),
             // made in one sweep, so each entry is renumbered by a lookup, not a search.
+            // Filled run by run between the removed places (each run is its places less the
+            // removals before it), which the compiler turns into wide stores; a push per place
+            // wrote the vector's length back to memory at every place.
             let moved = &mut self.moved;
             moved.clear();
-            let mut removed = self.gone.iter().peekable();
-            let mut shift = 0;
-            for place in 0..len as u32 {
-                if removed.next_if_eq(&&place).is_some() {
-                    shift += 1;
-                    moved.push(u32::MAX);
-                } else {
-                    moved.push(place - shift);
+            moved.resize(len, u32::MAX);
+            let mut run = 0;
+            for (shift, &g) in self.gone.iter().chain(&[len as u32]).enumerate() {
+                let end = g as usize;
+                for (to, place) in moved[run..end].iter_mut().zip(run as u32..) {
+                    *to = place - shift as u32;
                 }
+                run = end + 1;
             }
             keep_renumbered(&mut self.by_admit, |place| {
                 moved
