@@ -62,7 +62,9 @@ impl GenPreemption {
             }
             // A paused request's record says so: one lookup answers both questions.
             let rec = self.records.get(r.id);
-            if rec.is_some_and(|x| x.paused.is_some() || x.pauses >= BUDGET_PAUSES_PER_REQUEST) {
+            if rec.is_some_and(|x| {
+                x.paused.is_some() || u32::from(x.pauses) >= BUDGET_PAUSES_PER_REQUEST
+            }) {
                 continue;
             }
             if Self::eligible_rate(&el, r, rec).is_some()
@@ -84,7 +86,9 @@ impl GenPreemption {
                     return self.longest_resident_victim(v, order);
                 }
                 self.eligible(v)
-                    .filter(|(_, rec)| rec.map_or(0, |x| x.pauses) < BUDGET_PAUSES_PER_REQUEST)
+                    .filter(|(_, rec)| {
+                        rec.map_or(0, |x| u32::from(x.pauses)) < BUDGET_PAUSES_PER_REQUEST
+                    })
                     .min_by(|a, b| key.cmp(a.0, b.0))
                     .map(|(r, _)| (r.id, PauseKind::Budget))
             }

@@ -146,11 +146,14 @@ pub enum PauseKind {
     Sacrifice,
 }
 
+/// A request's pause history. Its counts are bytes: the per-request limits keep each below
+/// a dozen, and at 32 bytes a record (and the paused entry's copy of it) takes two-thirds
+/// of the room it did with four-byte counts, in maps the controller walks every pass.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 struct Record {
-    pauses: u32,
-    slack_pauses: u32,
-    below_pauses: u32,
+    pauses: u8,
+    slack_pauses: u8,
+    below_pauses: u8,
     sacrificed: bool,
     paused_total: f64,
     iters_at_resume: u32,
@@ -374,7 +377,7 @@ impl GenPreemption {
     }
     /// Pauses so far for a resident request.
     pub fn pauses_of(&self, id: RequestId) -> u32 {
-        self.records.get(id).map_or(0, |r| r.pauses)
+        self.records.get(id).map_or(0, |r| u32::from(r.pauses))
     }
     /// Seconds a resident request has spent paused, up to `now`.
     pub fn paused_seconds(&self, id: RequestId, now: f64) -> f64 {
@@ -479,12 +482,13 @@ impl GenPreemption {
 
     fn pause(&mut self, id: RequestId, kind: PauseKind, now: f64) {
         let rec = self.records.get_or_insert_with(id, Record::default);
-        rec.pauses += 1;
+        // Saturating: the limits stop each count long before a byte would wrap.
+        rec.pauses = rec.pauses.saturating_add(1);
         match kind {
-            PauseKind::Slack => rec.slack_pauses += 1,
-            PauseKind::Below => rec.below_pauses += 1,
+            PauseKind::Slack => rec.slack_pauses = rec.slack_pauses.saturating_add(1),
+            PauseKind::Below => rec.below_pauses = rec.below_pauses.saturating_add(1),
             PauseKind::Sacrifice => {
-                rec.below_pauses += 1;
+                rec.below_pauses = rec.below_pauses.saturating_add(1);
                 rec.sacrificed = true;
                 self.credit.sacrifice();
             }
@@ -673,7 +677,7 @@ impl GenPreemption {
                     id,
                     kind,
                     paused_for_s: now - since,
-                    pauses: rec.pauses,
+                    pauses: u32::from(rec.pauses),
                 })
             })
             .collect()

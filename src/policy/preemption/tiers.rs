@@ -72,7 +72,9 @@ impl GenPreemption {
             }
             let rec = merge_find(Walk::Descending, &mut recs, r.id, |(k, _)| *k).map(|(_, x)| x);
             if rec.is_some_and(|x| {
-                x.paused.is_some() || x.sacrificed || x.slack_pauses >= SLACK_PAUSES_PER_REQUEST
+                x.paused.is_some()
+                    || x.sacrificed
+                    || u32::from(x.slack_pauses) >= SLACK_PAUSES_PER_REQUEST
             }) {
                 continue;
             }
@@ -113,8 +115,9 @@ impl GenPreemption {
         let mut recs = self.records.iter().peekable();
         for r in v.residents {
             let rec = merge_find(Walk::Ascending, &mut recs, r.id, |(k, _)| *k).map(|(_, x)| x);
-            if rec.is_some_and(|x| x.paused.is_some() || x.below_pauses >= BELOW_PAUSES_PER_REQUEST)
-            {
+            if rec.is_some_and(|x| {
+                x.paused.is_some() || u32::from(x.below_pauses) >= BELOW_PAUSES_PER_REQUEST
+            }) {
                 continue;
             }
             let Some(lax) = Self::eligible_laxity(el, r, rec, target, fallback) else {

@@ -217,13 +217,13 @@ fn full_scan_target_victim(
             .map_or(f64::INFINITY, |s| objective::laxity(&s, v.now, t, fallback));
         let rec = rec.unwrap_or_default();
         if !rec.sacrificed
-            && rec.slack_pauses < SLACK_PAUSES_PER_REQUEST
+            && u32::from(rec.slack_pauses) < SLACK_PAUSES_PER_REQUEST
             && lax >= SLACK_TIER_MIN_FRACTION_OF_D * d
             && slack.is_none_or(|b| victim::largest_slack_first((lax, r.id), b).is_lt())
         {
             slack = Some((lax, r.id));
         }
-        if rec.below_pauses < BELOW_PAUSES_PER_REQUEST {
+        if u32::from(rec.below_pauses) < BELOW_PAUSES_PER_REQUEST {
             if (lax < 0.0 || rec.sacrificed) && better(below, r) {
                 below = Some(r);
             }
@@ -282,9 +282,9 @@ fn arb_resident() -> impl proptest::strategy::Strategy<Value = (Resident, Option
                         + [0, 1, 2, 3, 5, 10, 40, 600, 2000, 5000][rem as usize],
                 };
                 let record = (rec > 0).then(|| Record {
-                    pauses: slack + below,
-                    slack_pauses: slack,
-                    below_pauses: below,
+                    pauses: (slack + below) as u8,
+                    slack_pauses: slack as u8,
+                    below_pauses: below as u8,
                     sacrificed: sac,
                     paused_total: [0.0, 0.5, 1.0, 7.5, 30.0][paused_s as usize],
                     iters_at_resume: if rec == 2 { 10 } else { 0 },
