@@ -78,8 +78,8 @@ impl LiveWorkload {
             .extend(out.batch[have..].iter().map(|r| Stepped {
                 id: r.id,
                 tokens: 1,
+                ids: 0,
                 stop: false,
-                token_ids: Vec::new(),
             }));
         inp.now += STEP_S;
         for _ in 0..out.admitted.len() + out.rejected.len() {

@@ -392,8 +392,7 @@ fn run_with(
         pending.now = now;
         worker.pass_into(&pending, &mut o);
         // The step rows are kept and rewritten in place below: the simulator never sets
-        // `stop` or `token_ids`, and rebuilding every row (and dropping its empty id list)
-        // was a measurable share of the run.
+        // `stop` or token ids, and rebuilding every row was a measurable share of the run.
         let rows = std::mem::take(&mut pending.stepped);
         pending.clear();
         pending.stepped = rows;

@@ -23,16 +23,18 @@ pub struct KvReady {
     pub at: f64,
 }
 
-/// What the last step produced for one request.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+/// What the last step produced for one request. Its token ids, when the backend has them,
+/// are in [`PassInputs::stepped_ids`]: a row stays 24 bytes with no vector of its own, and
+/// the pass reads every row while only the drafter reads ids.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
 pub struct Stepped {
     pub id: RequestId,
     /// Tokens emitted by the step (more than one with speculative decoding).
     pub tokens: u32,
+    /// How many of `stepped_ids` are this row's emitted token ids (0 without ids).
+    pub ids: u32,
     /// The request stopped (EOS past `min_tokens`); reaching `max_tokens` also stops it.
     pub stop: bool,
-    /// The emitted token ids, when the backend has them (feeds the drafter window).
-    pub token_ids: Vec<u32>,
 }
 
 /// One pass's inputs.
@@ -44,6 +46,9 @@ pub struct PassInputs {
     pub cancellations: Vec<RequestId>,
     pub kv_ready: Vec<KvReady>,
     pub stepped: Vec<Stepped>,
+    /// The stepped rows' emitted token ids, row after row (`Stepped::ids` of each), when the
+    /// backend has them: they feed the drafter window.
+    pub stepped_ids: Vec<u32>,
     /// Duration of the last step, seconds.
     pub step_s: Option<f64>,
 }
@@ -56,7 +61,30 @@ impl PassInputs {
         self.cancellations.clear();
         self.kv_ready.clear();
         self.stepped.clear();
+        self.stepped_ids.clear();
         self.step_s = None;
+    }
+
+    /// One step result, with its emitted token ids (empty when the backend has none).
+    pub fn push_stepped(&mut self, id: RequestId, tokens: u32, stop: bool, ids: &[u32]) {
+        self.stepped.push(Stepped {
+            id,
+            tokens,
+            ids: ids.len() as u32,
+            stop,
+        });
+        self.stepped_ids.extend_from_slice(ids);
+    }
+
+    /// Each step result with its token ids (a row whose count runs past `stepped_ids` gets
+    /// what is there).
+    pub fn stepped_with_ids(&self) -> impl Iterator<Item = (&Stepped, &[u32])> {
+        let mut at = 0usize;
+        self.stepped.iter().map(move |s| {
+            let from = at.min(self.stepped_ids.len());
+            at = (at + s.ids as usize).min(self.stepped_ids.len());
+            (s, &self.stepped_ids[from..at])
+        })
     }
 }
 

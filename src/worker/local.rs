@@ -2,7 +2,7 @@
 //! once. The simulator, the benches and the tests run the pass through it.
 
 use super::ports::{op, AdmitOutcome, Ports, QueueIngest, RetainOp, StepReply};
-use super::{Stepped, WorkerParams};
+use super::{PassInputs, WorkerParams};
 use crate::policy::admission::{AdmissionQueue, Popped, QueueFacts};
 use crate::policy::preemption::{GenPreemption, PreemptParams, StepView};
 use crate::policy::RequestId;
@@ -58,9 +58,9 @@ impl Ports for LocalPorts {
         op::queue_ingest(&mut self.queue, q, rejected, cancelled)
     }
 
-    async fn drafter_push(&mut self, stepped: &[Stepped]) {
+    async fn drafter_push(&mut self, inp: &PassInputs) {
         if let Some(d) = self.drafter.as_mut() {
-            op::drafter_push(d, stepped.iter().map(|s| (s.id, s.token_ids.as_slice())));
+            op::drafter_push(d, inp.stepped_with_ids().map(|(s, ids)| (s.id, ids)));
         }
     }
 

@@ -125,7 +125,7 @@ impl PassMachine {
             .await;
         self.step_results(inp);
         if has_drafter && !inp.stepped.is_empty() {
-            ports.drafter_push(&inp.stepped).await;
+            ports.drafter_push(inp).await;
         }
         self.departures(inp, out);
 

@@ -7,7 +7,7 @@
 
 use serde::Serialize;
 
-use super::inputs::{Arrival, Stepped};
+use super::inputs::{Arrival, PassInputs};
 use crate::policy::admission::{AdmissionQueue, Popped, QueueError, QueueFacts, Waiter};
 use crate::policy::preemption::{GenPreemption, PreemptDecision, StepView};
 use crate::policy::RequestId;
@@ -79,7 +79,7 @@ pub trait Ports {
         cancelled: &mut Vec<RequestId>,
     ) -> QueueFacts;
     /// Drafter: the step's tokens into each request's window.
-    async fn drafter_push(&mut self, stepped: &[Stepped]);
+    async fn drafter_push(&mut self, inp: &PassInputs);
     /// Every pool: release the leases of `ids`; the room left for admissions.
     async fn release(&mut self, ids: &[RequestId]) -> AdmitBudget;
     /// Controller: track → resume → pause.

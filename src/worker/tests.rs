@@ -81,10 +81,11 @@ impl Driver {
                 .map(|r| Stepped {
                     id: r.id,
                     tokens: 1,
+                    ids: 1,
                     stop: false,
-                    token_ids: vec![r.context_len],
                 })
                 .collect(),
+            stepped_ids: self.last_batch.iter().map(|r| r.context_len).collect(),
             step_s: (!self.last_batch.is_empty()).then_some(self.step),
         }
     }

@@ -20,7 +20,7 @@ use crate::pools::{
     AdmitBudget, DrafterArena, KvBudget, KvConfig, KvPool, PoolUsage, RecurrentPool, SlotPool,
 };
 use crate::worker::ports::{AdmitOutcome, Ports, QueueIngest, RetainOp, StepReply};
-use crate::worker::{LocalPorts, Stepped, WorkerParams};
+use crate::worker::{LocalPorts, PassInputs, WorkerParams};
 
 /// The addresses of a worker's component actors.
 #[derive(Clone)]
@@ -237,16 +237,16 @@ impl Ports for ActorPorts {
         done.facts
     }
 
-    async fn drafter_push(&mut self, stepped: &[Stepped]) {
+    async fn drafter_push(&mut self, inp: &PassInputs) {
         let Some(d) = &self.components.drafter else {
             return;
         };
         let mut m = std::mem::take(&mut self.push);
         m.rows.clear();
         m.tokens.clear();
-        for s in stepped.iter().filter(|s| !s.token_ids.is_empty()) {
-            m.rows.push((s.id, s.token_ids.len() as u32));
-            m.tokens.extend_from_slice(&s.token_ids);
+        for (s, ids) in inp.stepped_with_ids().filter(|(_, ids)| !ids.is_empty()) {
+            m.rows.push((s.id, ids.len() as u32));
+            m.tokens.extend_from_slice(ids);
         }
         if let Some(back) = ask(d, m, &mut self.failed, NAMES[5]).await {
             self.push = back;

@@ -28,7 +28,7 @@ use crate::metrics as m;
 use crate::policy::RequestId;
 use crate::server::engine::{EngineEvent, FinishReason};
 use crate::worker::{
-    Arrival, BatchRow, KvReady, PassInputs, PassMachine, PassOutput, Stepped, WorkerParams,
+    Arrival, BatchRow, KvReady, PassInputs, PassMachine, PassOutput, WorkerParams,
 };
 
 mod observe;
@@ -266,14 +266,6 @@ impl Executor {
         if let Some(r) = self.record.as_mut() {
             r.push((st.inp.clone(), st.out.clone()));
         }
-        // The step's token vectors go back to the backend with the next step.
-        let spare = &mut self.spare_out.tokens;
-        spare.extend(
-            st.inp
-                .stepped
-                .iter_mut()
-                .map(|s| std::mem::take(&mut s.token_ids)),
-        );
         st.inp.clear();
         let failure = st.ports.failure().map(str::to_owned);
         match failure {
@@ -391,12 +383,13 @@ impl Executor {
         }
     }
 
-    /// Stream the step's tokens and queue its results for the next pass.
-    fn stepped(&mut self, batch: &[BatchRow], mut out: StepOutput) {
-        for (row, tokens) in batch.iter().zip(out.tokens.drain(..)) {
+    /// Stream the step's tokens and queue its results for the next pass. The output's
+    /// token vectors go back to the backend with the next step.
+    fn stepped(&mut self, batch: &[BatchRow], out: StepOutput) {
+        for (row, tokens) in batch.iter().zip(&out.tokens) {
             let mut stop = false;
             if let Some(l) = self.live.get_mut(&row.id) {
-                for t in &tokens {
+                for t in tokens {
                     if l.sent >= l.max_tokens {
                         break;
                     }
@@ -416,12 +409,8 @@ impl Executor {
             } else {
                 tokens.len()
             };
-            self.pending.stepped.push(Stepped {
-                id: row.id,
-                tokens: counted as u32,
-                stop,
-                token_ids: tokens,
-            });
+            self.pending
+                .push_stepped(row.id, counted as u32, stop, tokens);
         }
         self.pending.step_s = Some(out.step_s);
         self.last_step = Some((out.step_s, batch.len()));
