@@ -76,16 +76,24 @@ impl PassInputs {
         self.stepped_ids.extend_from_slice(ids);
     }
 
-    /// Each step result with its token ids (a row whose count runs past `stepped_ids` gets
-    /// what is there).
+    /// Each step result with its token ids.
     pub fn stepped_with_ids(&self) -> impl Iterator<Item = (&Stepped, &[u32])> {
-        let mut at = 0usize;
-        self.stepped.iter().map(move |s| {
-            let from = at.min(self.stepped_ids.len());
-            at = (at + s.ids as usize).min(self.stepped_ids.len());
-            (s, &self.stepped_ids[from..at])
-        })
+        split_ids(self.stepped.iter().map(|s| (s, s.ids)), &self.stepped_ids)
     }
+}
+
+/// Rows that each own the next `n` of `ids`, in order, with their slices (a row whose count
+/// runs past the end gets what is there).
+pub fn split_ids<T>(
+    rows: impl IntoIterator<Item = (T, u32)>,
+    ids: &[u32],
+) -> impl Iterator<Item = (T, &[u32])> {
+    let mut at = 0usize;
+    rows.into_iter().map(move |(row, n)| {
+        let from = at.min(ids.len());
+        at = (at + n as usize).min(ids.len());
+        (row, &ids[from..at])
+    })
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]

@@ -15,7 +15,8 @@ mod snapshot;
 mod table;
 
 pub use inputs::{
-    Admitted, Arrival, BatchRow, Decisions, FirstToken, KvReady, PassInputs, PassOutput, Stepped,
+    split_ids, Admitted, Arrival, BatchRow, Decisions, FirstToken, KvReady, PassInputs, PassOutput,
+    Stepped,
 };
 pub use local::LocalPorts;
 pub use pass::PassMachine;

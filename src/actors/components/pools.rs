@@ -9,6 +9,7 @@ use crate::policy::admission::Popped;
 use crate::policy::RequestId;
 use crate::pools::{DrafterArena, IndexPool, KvBudget, KvPool, PoolUsage, RecurrentPool, SlotPool};
 use crate::worker::ports::{op, AdmitOutcome, RetainOp};
+use crate::worker::split_ids;
 
 /// A pool's part of the admission budget.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -229,13 +230,7 @@ impl Handler<PushTokens> for PoolActor<DrafterArena> {
     type Result = MessageResult<PushTokens>;
     fn handle(&mut self, m: PushTokens, _: &mut Context<Self>) -> Self::Result {
         self.handled += 1;
-        let mut at = 0usize;
-        let rows = m.rows.iter().map(|&(id, n)| {
-            let from = at.min(m.tokens.len());
-            at = (at + n as usize).min(m.tokens.len());
-            (id, &m.tokens[from..at])
-        });
-        op::drafter_push(&mut self.core, rows);
+        op::drafter_push(&mut self.core, split_ids(m.rows.iter().copied(), &m.tokens));
         MessageResult(m)
     }
 }
