@@ -56,19 +56,6 @@ fn admit_position(by_admit: &[u32], rows: &[Resident], admit_time: f64, id: Requ
     })
 }
 
-/// Keep the places `to` maps to a new one, renumbered.
-#[inline(always)]
-fn keep_renumbered(by_admit: &mut Vec<u32>, to: impl Fn(u32) -> Option<u32>) {
-    let mut w = 0;
-    for r in 0..by_admit.len() {
-        if let Some(place) = to(by_admit[r]) {
-            by_admit[w] = place;
-            w += 1;
-        }
-    }
-    by_admit.truncate(w);
-}
-
 impl ResidentTable {
     pub fn len(&self) -> usize {
         self.row_buf.len() - self.start
@@ -235,12 +222,14 @@ impl ResidentTable {
                 }
                 run = end + 1;
             }
-            keep_renumbered(&mut self.by_admit, |place| {
-                moved
-                    .get(place as usize)
-                    .copied()
-                    .filter(|&to| to != u32::MAX)
-            });
+            self.by_admit
+                .retain_mut(|place| match moved.get(*place as usize).copied() {
+                    Some(to) if to != u32::MAX => {
+                        *place = to;
+                        true
+                    }
+                    _ => false,
+                });
         }
     }
 
