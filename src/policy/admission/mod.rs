@@ -10,7 +10,7 @@
 mod order;
 mod tiers;
 
-pub use order::{next, AdmissionPolicy, Candidates, Offers};
+pub use order::{next, AdmissionPolicy, Offers};
 
 use std::collections::BTreeMap;
 

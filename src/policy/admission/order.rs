@@ -33,34 +33,6 @@ pub trait Offers {
     fn on_time(&self) -> Option<u64>;
 }
 
-/// Every tier's candidate, already looked up.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Candidates {
-    pub oldest: Option<u64>,
-    pub least_slack: Option<u64>,
-    pub guard: Option<u64>,
-    pub late: Option<u64>,
-    pub on_time: Option<u64>,
-}
-
-impl Offers for Candidates {
-    fn oldest(&self) -> Option<u64> {
-        self.oldest
-    }
-    fn least_slack(&self) -> Option<u64> {
-        self.least_slack
-    }
-    fn guard(&self) -> Option<u64> {
-        self.guard
-    }
-    fn late(&self) -> Option<u64> {
-        self.late
-    }
-    fn on_time(&self) -> Option<u64> {
-        self.on_time
-    }
-}
-
 /// The next waiter to pop. Before X is formed every policy is FIFO.
 pub fn next(policy: AdmissionPolicy, target_formed: bool, c: &impl Offers) -> Option<u64> {
     if !target_formed {
@@ -77,6 +49,34 @@ pub fn next(policy: AdmissionPolicy, target_formed: bool, c: &impl Offers) -> Op
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every tier's candidate, already looked up.
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+    pub struct Candidates {
+        pub oldest: Option<u64>,
+        pub least_slack: Option<u64>,
+        pub guard: Option<u64>,
+        pub late: Option<u64>,
+        pub on_time: Option<u64>,
+    }
+
+    impl Offers for Candidates {
+        fn oldest(&self) -> Option<u64> {
+            self.oldest
+        }
+        fn least_slack(&self) -> Option<u64> {
+            self.least_slack
+        }
+        fn guard(&self) -> Option<u64> {
+            self.guard
+        }
+        fn late(&self) -> Option<u64> {
+            self.late
+        }
+        fn on_time(&self) -> Option<u64> {
+            self.on_time
+        }
+    }
 
     const ALL: Candidates = Candidates {
         oldest: Some(1),

@@ -192,6 +192,15 @@ struct Paused {
     record: Record,
 }
 
+impl Paused {
+    fn new(record: Record) -> Self {
+        Self {
+            place: std::cell::Cell::new(0),
+            record,
+        }
+    }
+}
+
 /// The direction a merge walks its id-ordered sequences.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Walk {
@@ -497,10 +506,7 @@ impl GenPreemption {
         rec.paused = Some((now, kind));
         let record = *rec;
         self.paused
-            .get_or_insert_with(id, || Paused {
-                place: std::cell::Cell::new(0),
-                record,
-            })
+            .get_or_insert_with(id, || Paused::new(record))
             .record = record;
     }
 
@@ -535,8 +541,8 @@ impl GenPreemption {
         self.track(v.departed, formed);
         let mut dec = PreemptDecision::default();
         // A paused id that is no longer resident (left without a departure record) is
-        // dropped. The lane borrows the records, so the pass decides its resumes first and
-        // applies them, and drops the gone, once the lane is done with.
+        // dropped. The lane borrows the paused entries, so the pass decides its resumes first
+        // and applies them, and drops the gone, once the lane is done with.
         let mut gone = Vec::new();
         let max_active = self.params.max_active as usize;
         let on = self.params.mode.is_on();

@@ -319,10 +319,7 @@ proptest::proptest! {
             if let Some(mut rec) = rec {
                 if is_paused {
                     rec.paused = Some((now - 1.0, PauseKind::Slack));
-                    p.paused.get_or_insert_with(r.id, || Paused {
-                        place: std::cell::Cell::new(0),
-                        record: rec,
-                    });
+                    p.paused.get_or_insert_with(r.id, || Paused::new(rec));
                 }
                 *p.records.get_or_insert_with(r.id, Record::default) = rec;
             }
