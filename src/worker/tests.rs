@@ -67,7 +67,7 @@ impl Driver {
         let (ready, still): (Vec<_>, Vec<_>) =
             self.in_transfer.iter().partition(|(_, at)| *at <= now);
         self.in_transfer = still;
-        PassInputs {
+        let mut inp = PassInputs {
             now,
             arrivals: std::mem::take(&mut self.pending_arrivals),
             cancellations: std::mem::take(&mut self.pending_cancels),
@@ -75,19 +75,13 @@ impl Driver {
                 .into_iter()
                 .map(|(id, at)| KvReady { id, at })
                 .collect(),
-            stepped: self
-                .last_batch
-                .iter()
-                .map(|r| Stepped {
-                    id: r.id,
-                    tokens: 1,
-                    ids: 1,
-                    stop: false,
-                })
-                .collect(),
-            stepped_ids: self.last_batch.iter().map(|r| r.context_len).collect(),
             step_s: (!self.last_batch.is_empty()).then_some(self.step),
+            ..PassInputs::default()
+        };
+        for r in &self.last_batch {
+            inp.push_stepped(r.id, 1, false, &[r.context_len]);
         }
+        inp
     }
 
     fn apply(&mut self, out: &PassOutput) {
