@@ -15,7 +15,7 @@
 use std::cmp::Ordering;
 
 use super::Res;
-use crate::policy::preemption::Resident;
+use crate::policy::preemption::{admission_order, Resident};
 use crate::policy::RequestId;
 
 /// Rows of gap at the front before the buffers are compacted (one move of every row).
@@ -44,15 +44,11 @@ pub(super) struct RowMut<'a> {
     pub x: &'a mut Res,
 }
 
-fn admit_order(a: &Resident, admit_time: f64, id: RequestId) -> Ordering {
-    a.admit_time.total_cmp(&admit_time).then(a.id.cmp(&id))
-}
-
-/// Where the row with this admission key goes in (or is found in) `by_admit`.
-fn admit_position(by_admit: &[u32], rows: &[Resident], admit_time: f64, id: RequestId) -> usize {
+/// Where `key`'s row goes in (or is found in) `by_admit`.
+fn admit_position(by_admit: &[u32], rows: &[Resident], key: &Resident) -> usize {
     by_admit.partition_point(|&p| {
         rows.get(p as usize)
-            .is_some_and(|r| admit_order(r, admit_time, id) == Ordering::Less)
+            .is_some_and(|r| admission_order(r, key) == Ordering::Less)
     })
 }
 
@@ -125,7 +121,7 @@ impl ResidentTable {
         let i = self.find(v.id).unwrap_or_else(|i| i);
         // Admission times only grow, so this is almost always the end. Found before the
         // places move, while each still names its row.
-        let at = admit_position(&self.by_admit, self.rows(), v.admit_time, v.id);
+        let at = admit_position(&self.by_admit, self.rows(), &v);
         // Ids mostly grow, so the row is almost always the last and nothing moves.
         if i < self.len() {
             for p in &mut self.by_admit {
@@ -159,7 +155,7 @@ impl ResidentTable {
         let single = match self.gone[..] {
             [g] => {
                 let r = &self.rows()[g as usize];
-                let k = admit_position(&self.by_admit, self.rows(), r.admit_time, r.id);
+                let k = admit_position(&self.by_admit, self.rows(), r);
                 let found = self.by_admit.get(k) == Some(&g);
                 found.then_some((g, k))
             }
@@ -309,10 +305,7 @@ mod tests {
             );
             for w in order.windows(2) {
                 let (a, b) = (t.at(w[0]).0, t.at(w[1]).0);
-                assert!(
-                    admit_order(a, b.admit_time, b.id).is_lt(),
-                    "removed {gone:?}"
-                );
+                assert!(admission_order(a, b).is_lt(), "removed {gone:?}");
             }
         }
     }

@@ -121,6 +121,12 @@ pub struct StepView<'a> {
     pub queue: QueueFacts,
 }
 
+/// Admission order, the order of `StepView::by_admission` and of the batch: oldest admission
+/// first, ties by id.
+pub fn admission_order(a: &Resident, b: &Resident) -> std::cmp::Ordering {
+    a.admit_time.total_cmp(&b.admit_time).then(a.id.cmp(&b.id))
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct PreemptDecision {
     pub pauses: Vec<RequestId>,
@@ -518,10 +524,10 @@ impl GenPreemption {
         );
         debug_assert!(
             v.by_admission.is_none_or(|o| {
-                let at = |p: &u32| v.residents.get(*p as usize).map(|r| (r.admit_time, r.id));
+                let at = |p: &u32| v.residents.get(*p as usize);
                 o.len() == v.residents.len()
                     && o.windows(2).all(|w| match (at(&w[0]), at(&w[1])) {
-                        (Some(a), Some(b)) => a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)).is_lt(),
+                        (Some(a), Some(b)) => admission_order(a, b).is_lt(),
                         _ => false,
                     })
             }),

@@ -135,12 +135,9 @@ fn tpot_budget_victim_is_the_longest_resident_ties_newest_arrival() {
 
 /// The residents' places oldest admission first (ties by id), as the worker's table keeps
 /// them.
-fn admission_order(rs: &[Resident]) -> Vec<u32> {
+fn places_by_admission(rs: &[Resident]) -> Vec<u32> {
     let mut order: Vec<u32> = (0..rs.len() as u32).collect();
-    order.sort_by(|&a, &b| {
-        let (a, b) = (&rs[a as usize], &rs[b as usize]);
-        a.admit_time.total_cmp(&b.admit_time).then(a.id.cmp(&b.id))
-    });
+    order.sort_by(|&a, &b| admission_order(&rs[a as usize], &rs[b as usize]));
     order
 }
 
@@ -168,7 +165,7 @@ fn admission_order_walk_picks_the_full_scans_victim() {
     cases.push(rs);
     for (i, rs) in cases.iter().enumerate() {
         let scan = step(&mut tpot(), now, rs, &[], &late_queue(now));
-        let order = admission_order(rs);
+        let order = places_by_admission(rs);
         let walk = tpot().step(&StepView {
             now,
             residents: rs,
@@ -178,7 +175,7 @@ fn admission_order_walk_picks_the_full_scans_victim() {
         });
         assert_eq!(walk, scan, "case {i}");
     }
-    let order = admission_order(&cases[1]);
+    let order = places_by_admission(&cases[1]);
     let d = tpot().step(&StepView {
         now,
         residents: &cases[1],
