@@ -47,6 +47,7 @@ fn busy_engine(
                 min_tokens: 0,
                 ignore_eos: true,
                 arrival_unix_s: None,
+                sampling: Default::default(),
             })
             .expect("submit");
         if drain {

@@ -8,6 +8,7 @@ pub mod gpu;
 pub mod metrics;
 pub mod policy;
 pub mod pools;
+pub mod sampling;
 pub mod server;
 pub mod sim;
 pub mod worker;

@@ -142,6 +142,7 @@ fn step_backend_emits_the_prefill_token_then_decodes() {
         id: 1,
         prompt: p.clone(),
         pages: pages.clone(),
+        sampling: Default::default(),
     })
     .unwrap();
     let out = b.step(&[row(1, p.len(), 0, &pages)]).unwrap();
@@ -169,18 +170,21 @@ fn bad_pages_and_tokens_are_errors_not_panics() {
         id: 1,
         prompt: vec![1, 2, 3],
         pages: vec![500],
+        sampling: Default::default(),
     });
     assert!(matches!(outside, Err(BackendError::Failed(m)) if m.contains("outside the KV cache")));
     let short = b.context_arrival(&ContextArrival {
         id: 2,
         prompt: prompt(40, 0),
         pages: vec![0],
+        sampling: Default::default(),
     });
     assert!(matches!(short, Err(BackendError::Failed(m)) if m.contains("cannot hold")));
     let vocab = b.context_arrival(&ContextArrival {
         id: 3,
         prompt: vec![5000],
         pages: vec![0],
+        sampling: Default::default(),
     });
     assert!(matches!(vocab, Err(BackendError::Failed(m)) if m.contains("vocabulary")));
     let too_many: Vec<StepRow> = (0..9).map(|i| row(i, 1, 1, &[i as u32])).collect();

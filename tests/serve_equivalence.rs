@@ -60,6 +60,7 @@ async fn the_actor_system_decides_exactly_as_the_worker_core_on_the_same_inputs(
                             min_tokens: 0,
                             ignore_eos: true,
                             arrival_unix_s: None,
+                            sampling: Default::default(),
                         })
                         .unwrap();
                     let mut tokens = 0;

@@ -60,6 +60,7 @@ fn request() -> GenRequest {
         min_tokens: 0,
         ignore_eos: true,
         arrival_unix_s: None,
+        sampling: Default::default(),
     }
 }
 

@@ -8,6 +8,7 @@ pub mod model;
 use std::sync::Arc;
 
 use crate::policy::RequestId;
+use crate::sampling::SamplingParams;
 
 /// Why a backend call failed. Backends never panic on a missing GPU.
 #[derive(Debug, thiserror::Error)]
@@ -28,6 +29,8 @@ pub struct ContextArrival {
     pub prompt: Vec<u32>,
     /// KV pool pages that hold this request's context, in order.
     pub pages: Vec<u32>,
+    /// How the backend samples this request's tokens.
+    pub sampling: SamplingParams,
 }
 
 /// One row of a decode step.

@@ -334,6 +334,7 @@ mod tests {
                 id: 1,
                 prompt: vec![0; 500],
                 pages: Vec::new(),
+                sampling: Default::default(),
             })
             .unwrap();
         let cfg = Config::default();

@@ -5,6 +5,8 @@ use futures::future::BoxFuture;
 use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::mpsc::UnboundedReceiver;
 
+use crate::sampling::SamplingParams;
+
 /// A validated generation request, already tokenized.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GenRequest {
@@ -16,6 +18,8 @@ pub struct GenRequest {
     pub ignore_eos: bool,
     /// Upstream arrival (unix seconds) from the router or client; `None` means "now".
     pub arrival_unix_s: Option<f64>,
+    /// How the backend picks each token.
+    pub sampling: SamplingParams,
 }
 
 /// What the engine reports for one request, in order: tokens, then exactly one terminal event.

@@ -260,6 +260,7 @@ mod tests {
             min_tokens,
             ignore_eos,
             arrival_unix_s: None,
+            sampling: Default::default(),
         }
     }
 

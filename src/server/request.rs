@@ -141,6 +141,7 @@ pub fn parse_request(
             min_tokens,
             ignore_eos: body.ignore_eos.unwrap_or(false),
             arrival_unix_s,
+            sampling: Default::default(),
         },
         model: body.model,
         stream: body.stream.unwrap_or(false),

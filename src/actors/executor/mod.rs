@@ -26,6 +26,7 @@ use crate::gpu::model::Clock;
 use crate::gpu::{ContextArrival, StepOutput, StepRow};
 use crate::metrics as m;
 use crate::policy::RequestId;
+use crate::sampling::SamplingParams;
 use crate::server::engine::{EngineEvent, FinishReason};
 use crate::worker::{
     Arrival, BatchRow, KvReady, PassInputs, PassMachine, PassOutput, WorkerParams,
@@ -86,6 +87,7 @@ struct Live {
     max_tokens: u32,
     min_tokens: u32,
     ignore_eos: bool,
+    sampling: SamplingParams,
     /// Tokens sent to the client.
     sent: u32,
     last_token: u32,
@@ -312,6 +314,7 @@ impl Executor {
                 id: a.id,
                 prompt: l.prompt.clone(),
                 pages: st.pages.get_mut(i).map(std::mem::take).unwrap_or_default(),
+                sampling: l.sampling,
             };
             self.gpu_send(GpuMsg::Admit(Admit(arrival)));
         }
@@ -482,6 +485,7 @@ impl Handler<Submit> for Executor {
                 max_tokens: msg.req.max_tokens.max(1),
                 min_tokens: msg.req.min_tokens,
                 ignore_eos: msg.req.ignore_eos,
+                sampling: msg.req.sampling,
                 sent: 0,
                 last_token: 0,
                 waiting: true,
