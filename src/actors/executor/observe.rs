@@ -6,11 +6,11 @@ use metrics::gauge;
 use serde_json::json;
 
 use super::Executor;
-use crate::actors::components::TakeStatLine;
+use crate::actors::components::{QueueSnapshot, TakeStatLine};
 use crate::actors::gpu::GpuHandle;
 use crate::actors::messages::DebugState;
 use crate::metrics as m;
-use crate::worker::PassOutput;
+use crate::worker::{PassOutput, QueueView};
 
 impl Executor {
     pub(super) fn metrics(&self, residents: usize, out: &PassOutput) {
@@ -35,10 +35,13 @@ impl Executor {
 
     pub(super) fn stat_line(&mut self, ctx: &mut Context<Self>) {
         let controller = self.components.controller.clone();
+        let queue = self.components.queue.clone();
         ctx.spawn(
             async move {
-                if let Ok(s) = controller.send(TakeStatLine).await {
-                    log_stat_line(&s);
+                let (s, q) =
+                    futures::join!(controller.send(TakeStatLine), queue.send(QueueSnapshot));
+                if let (Ok(s), Ok(q)) = (s, q) {
+                    log_stat_line(&s, &q);
                 }
             }
             .into_actor(self),
@@ -46,14 +49,15 @@ impl Executor {
     }
 }
 
-fn log_stat_line(s: &crate::policy::preemption::StatLine) {
+fn log_stat_line(s: &crate::policy::preemption::StatLine, q: &QueueView) {
     let fmt = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.3}"));
     let target = match (s.below_target, s.credit) {
         (Some(b), c) => format!(" below_target={b} credit={}", fmt(c)),
         _ => String::new(),
     };
+    let t = q.tiers;
     tracing::info!(
-        "preemption: pauses={} resumes={} forced={} paused={}/{} g={} W={:.3}s D={}s tpot_inflation={:.4} completions={}{}",
+        "preemption: pauses={} resumes={} forced={} paused={}/{} g={} W={:.3}s D={}s tpot_inflation={:.4} completions={}{} | queue: waiting={} X={} overdue={} late={} guard={} on_time={}",
         s.pauses,
         s.resumes,
         s.forced_resumes,
@@ -64,7 +68,13 @@ fn log_stat_line(s: &crate::policy::preemption::StatLine) {
         fmt(s.d_s),
         s.tpot_inflation,
         s.completions,
-        target
+        target,
+        q.len,
+        fmt(q.target_x_s),
+        t.overdue,
+        t.late,
+        t.guard,
+        t.on_time
     );
 }
 
