@@ -238,6 +238,12 @@ fn timing(cfg: &Config, out: &mut Vec<Issue>) {
     finite_at_least(out, "timing.per_request_ms", t.per_request_ms, 0.0);
     finite_at_least(out, "timing.per_kv_token_ns", t.per_kv_token_ns, 0.0);
     finite_at_least(out, "timing.jump_ms", t.jump_ms, 0.0);
+    finite_at_least(
+        out,
+        "timing.per_request_above_ms",
+        t.per_request_above_ms,
+        0.0,
+    );
     finite_at_least(out, "timing.tokens_per_step", t.tokens_per_step, 1.0);
     finite_at_least(out, "timing.transfer_base_ms", t.transfer_base_ms, 0.0);
     finite_at_least(

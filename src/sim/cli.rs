@@ -43,7 +43,7 @@ pub struct SimArgs {
     #[arg(long, default_value_t = 300.0)]
     pub warmup: f64,
     /// Comma-separated arms: control, tpot_budget=B, target_output_tps=T|auto,
-    /// max_batch_size=N, combined with `+` (order=fcfs|edf|auto, victim=...).
+    /// max_batch_size=N, combined with `+` (order=auto|guard_first|fcfs|edf, victim=...).
     #[arg(
         long,
         default_value = "control,tpot_budget=0.10,target_output_tps=auto"
@@ -55,6 +55,12 @@ pub struct SimArgs {
     /// Override the preset's AgentX idle cap on gaps, seconds.
     #[arg(long)]
     pub idle_cap: Option<f64>,
+    /// Override the step model's jump above its jump batch size, ms (with a jump batch).
+    #[arg(long)]
+    pub jump_ms: Option<f64>,
+    /// Override the step model's extra ms per request past its jump batch size.
+    #[arg(long)]
+    pub per_request_above_ms: Option<f64>,
     /// X's window for every arm, control included: the number of recent waited TTFTs X is
     /// the percentile of (SPEC §4.2; default 1000). X forms at min(200, this) samples.
     #[arg(long)]
@@ -190,6 +196,21 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
             bail!("--idle-cap must be >= 0");
         }
         plant.idle_cap_s = x;
+    }
+    for (flag, value, field) in [
+        ("--jump-ms", args.jump_ms, &mut plant.step.jump_ms),
+        (
+            "--per-request-above-ms",
+            args.per_request_above_ms,
+            &mut plant.step.per_request_above_ms,
+        ),
+    ] {
+        if let Some(x) = value {
+            if !(x.is_finite() && x >= 0.0) {
+                bail!("{flag} must be >= 0");
+            }
+            *field = x;
+        }
     }
     let workload = workload(&args)?;
     let threads = args
