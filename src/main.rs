@@ -61,6 +61,11 @@ struct ServeArgs {
     /// Step backend (overrides `backend`).
     #[arg(long, value_enum)]
     backend: Option<BackendArg>,
+    /// Write one JSON line per request that leaves the scheduler to this file (arrival,
+    /// context and output tokens, first-token and finish times, pauses, outcome), for
+    /// `genslot sim --replay`.
+    #[arg(long, value_name = "FILE")]
+    record: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -98,7 +103,11 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("starting the tokio runtime")?;
-    runtime.block_on(genslot::actors::serve::serve_config(cfg, shutdown_signal()))
+    runtime.block_on(genslot::actors::serve::serve_recorded(
+        cfg,
+        args.record.as_deref(),
+        shutdown_signal(),
+    ))
 }
 
 /// Ctrl-C or SIGTERM.

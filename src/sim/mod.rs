@@ -10,6 +10,7 @@ pub mod plant;
 pub mod presets;
 pub mod report;
 mod requests;
+pub mod served;
 pub mod svg;
 pub mod timeline;
 mod tokens;

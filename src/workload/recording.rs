@@ -17,9 +17,9 @@
 //! `output_tokens` are the tokens the client received; `first_token_s` is when the first of
 //! them was streamed (absent when none was); `finish_s` is when the request left the worker;
 //! `pauses` counts the times the scheduler paused it in place. `outcome`: `completed`
-//! (`max_tokens` reached, or a stop: EOS or a stop string), `cancelled` (the client went away
-//! or the server ended it) or `failed` (refused by a full queue, or an error; `error` says
-//! which). Requests refused before the scheduler saw them (HTTP 400, 429, 503) are not
+//! (`max_tokens` reached, or a stop: EOS or a stop string), `cancelled` (the client went away,
+//! or the engine ended it) or `failed` (refused by a full queue, a backend error, or the
+//! server shutting down; `error` says which). Requests refused before the scheduler saw them (HTTP 400, 429, 503) are not
 //! recorded. Unknown fields are ignored, so the line can grow.
 
 use std::path::{Path, PathBuf};
@@ -116,10 +116,8 @@ impl ServedRecord {
                 ));
             }
         }
-        if self.outcome == Outcome::Completed
-            && (self.first_token_s.is_none() || self.output_tokens == 0)
-        {
-            return Err("a completed request needs first_token_s and output_tokens >= 1".into());
+        if self.output_tokens > 0 && self.first_token_s.is_none() {
+            return Err("a request with output_tokens needs first_token_s".into());
         }
         Ok(())
     }
