@@ -1,4 +1,4 @@
-//! The `genslot` binary: `serve`, `sim`, `check-config`.
+//! The `genslot` binary: `serve`, `sim`, `fit-step`, `check-config`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -27,6 +27,8 @@ enum Command {
     Serve(ServeArgs),
     /// Simulate arms (control vs preemption settings) over agentic traffic in virtual time.
     Sim(Box<genslot::sim::cli::SimArgs>),
+    /// Fit the simulator's step-time (and transfer-time) model to measured grids.
+    FitStep(genslot::sim::fit_cli::FitArgs),
 }
 
 fn main() -> ExitCode {
@@ -43,6 +45,7 @@ fn main() -> ExitCode {
             }
         },
         Command::Sim(args) => report(genslot::sim::cli::run(*args)),
+        Command::FitStep(args) => report(genslot::sim::fit_cli::run(args)),
         Command::Serve(args) => report(serve(args)),
     }
 }

@@ -5,6 +5,8 @@
 pub mod arm;
 pub mod cli;
 pub mod engine;
+pub mod fit;
+pub mod fit_cli;
 pub mod pages;
 pub mod plant;
 pub mod presets;
