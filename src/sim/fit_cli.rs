@@ -35,6 +35,9 @@ pub struct FitArgs {
     /// Write the fit, every residual and the timing section as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Write the `timing:` section alone here (append it to a config without one).
+    #[arg(long, value_name = "FILE")]
+    pub timing: Option<PathBuf>,
 }
 
 #[derive(Deserialize)]
@@ -86,21 +89,29 @@ fn read_grid(path: &Path) -> anyhow::Result<(GridFile, String)> {
     Ok((g, what))
 }
 
-/// Transfer times from a probe's recording: TTFT less the fitted step of one row.
+/// Transfer times from a probe's recording: per context length, the median TTFT less the
+/// fitted step of one row (the median, so a cold first request does not pull the line).
 fn probe_points(path: &Path, step: &StepFit) -> anyhow::Result<(Vec<TransferPoint>, usize)> {
     let rec = load_recording(path)?;
-    let mut points = Vec::new();
-    let mut dropped = 0;
+    let mut by_len: std::collections::BTreeMap<u32, Vec<f64>> = Default::default();
     for r in rec
         .records
         .iter()
         .filter(|r| r.outcome == Outcome::Completed)
     {
-        let Some(ttft) = r.ttft_s() else { continue };
-        let ms = ttft * 1e3 - step.ms(1, u64::from(r.context_tokens));
+        if let Some(ttft) = r.ttft_s() {
+            by_len.entry(r.context_tokens).or_default().push(ttft * 1e3);
+        }
+    }
+    let mut points = Vec::new();
+    let mut dropped = 0;
+    for (len, mut ttfts) in by_len {
+        ttfts.sort_by(f64::total_cmp);
+        let median = ttfts[ttfts.len() / 2];
+        let ms = median - step.ms(1, u64::from(len));
         if ms > 0.0 {
             points.push(TransferPoint {
-                context_tokens: u64::from(r.context_tokens),
+                context_tokens: u64::from(len),
                 ms,
             });
         } else {
@@ -209,11 +220,11 @@ pub fn run(args: FitArgs) -> anyhow::Result<()> {
     if let Some(path) = &args.transfer_record {
         let (points, dropped) = probe_points(path, &step)?;
         println!(
-            "transfer probe: {} points from {}{}",
+            "transfer probe: {} context lengths (median TTFT each) from {}{}",
             points.len(),
             path.display(),
             if dropped > 0 {
-                format!(" ({dropped} dropped: TTFT not above the one-row step)")
+                format!(" ({dropped} dropped: median TTFT not above the one-row step)")
             } else {
                 String::new()
             }
@@ -237,6 +248,9 @@ pub fn run(args: FitArgs) -> anyhow::Result<()> {
         args.tokens_per_step,
     );
     print!("\n{yaml}");
+    if let Some(path) = &args.timing {
+        std::fs::write(path, &yaml).with_context(|| format!("writing {}", path.display()))?;
+    }
     if let Some(path) = &args.json {
         let (transfer, transfer_residuals) = match transfer_fit {
             Some((t, r)) => (Some(t), Some(r)),
