@@ -264,6 +264,13 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         admission.fixed_target = Some(x);
     }
     let mut plant = plant;
+    if recording.is_some() {
+        // A recording holds the lengths as served: no preset's output scale applies to them.
+        plant.output_scale = 1.0;
+        if args.rate_scale != 1.0 {
+            bail!("--rate-scale applies to Mooncake and Azure traces; a replay keeps the recorded arrivals");
+        }
+    }
     if let Some(x) = args.output_scale {
         if !(x > 0.0 && x.is_finite()) {
             bail!("--output-scale must be > 0");
@@ -291,7 +298,9 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
     let threads = args
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let loads = if args.sweep.is_empty() {
+    let loads = if recording.is_some() {
+        vec![0] // open loop: no lanes
+    } else if args.sweep.is_empty() {
         vec![args.concurrency]
     } else {
         args.sweep.clone()
