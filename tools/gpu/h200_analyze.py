@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The served H200 experiment's analysis, on the CPU machine, over what the device calls of
+"""The served H200 experiment's analysis, on the CPU machine, over what the commands of
 tools/gpu/h200_experiment.sh returned: fits the step and transfer models (`genslot fit-step`),
 summarises every served run over its measured window from its recording (`genslot sim
 --replay`, which also gives the simulator's replay of that run under the control and the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The served H200 experiment, one phase per device call. Runs in the folder that
+# The served H200 experiment, one phase per command on the H200 machine. Runs in the folder that
 # tools/gpu/stage_experiment.sh fills on the CPU machine (binaries, configs, the Weka trace);
 # writes everything to $OUT; the analysis (tools/gpu/h200_analyze.py) runs back on the CPU
 # machine. docs/gpu.md ("The served experiment") has the plan and why it looks like this.
@@ -11,10 +11,12 @@
 #                                           loadgen, every request recorded   (~7.5 min)
 #   bash h200_experiment.sh grid-only | probe   the two halves of `grid`
 #
-# Device calls (10 min each at most, 30 min of device time a session; see docs/gpu.md):
-#   session 1: grid (~3.5 min); run control 1; run tpot 1 (~8 min each)   ~22 min with start
-#   session 2: run control 2; run tpot 2 [; run target 1]                 ~18 [26] min
-# Each call returns at most 8 files of 16 MiB: the grid call 4, a run call 1 tarball.
+# The machine runs a command for 10 min at most and is available 30 min at a time, its start
+# included (docs/gpu.md has the plan):
+#   sitting 1: grid (~3.5 min); run control 1; run tpot 1 (~8 min each)   ~22 min with start
+#   sitting 2: run control 2; run tpot 2 [; run target 1]                 ~18 [26] min
+# At most 8 files of 16 MiB come back from $OUT: the grid command writes 4, a run 2
+# (a tarball, and loadgen's per-request records).
 #
 # BACKEND=model serves on the timing model instead of the GPU (the same configs, their
 # `timing:` section standing in for the H200): that is how the pipeline is checked on a CPU.
@@ -126,7 +128,10 @@ EOF
   curl -s "http://127.0.0.1:$PORT/metrics" > "$w/metrics-end.txt"
   curl -s "http://127.0.0.1:$PORT/debug/actors" > "$w/debug-end.json"
   stop_server
-  gzip -f "$w/loadgen-records.jsonl" 2>/dev/null
+  # Per-request loadgen records (every chunk's time: ~1.8 kB a request gzipped) travel as a
+  # file of their own, so the tarball stays far below the 16 MiB a returned file may hold.
+  gzip -c "$w/loadgen-records.jsonl" > "$OUT/$name-loadgen-records.jsonl.gz" 2>/dev/null
+  rm -f "$w/loadgen-records.jsonl"
   tar czf "$OUT/$name.tar.gz" -C "$w" .
   tail -25 "$w/loadgen.txt"
   grep -E "preemption:" "$w/serve.log" | tail -3

@@ -3,12 +3,12 @@
 # the H200 machine): the GPU binaries and tests (tools/gpu/stage.sh), loadgen, the Weka
 # trace, tools/gpu/h200_experiment.sh, and one config per arm (exp-control.yaml,
 # exp-tpot.yaml, exp-target.yaml), each checked here with `genslot check-config` so a config
-# error costs no device time.
+# error costs no time on the H200 machine.
 #
 # CONTEXT_YAML: the line(s) appended to every arm's config to select `context: transfer`
 # (default "context: transfer"; set it to what the config schema calls it, or to "" to serve
 # with prefill). SKIP_GPU_STAGE=1 builds only genslot and loadgen (a CPU check of the
-# pipeline with BACKEND=model needs no more). TRACE: the Weka trace to carry.
+# pipeline with BACKEND=model needs no more). TRACE: the Weka trace to copy.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DEST=${1:-.gpu}
