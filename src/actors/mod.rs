@@ -12,6 +12,7 @@ pub mod components;
 pub mod executor;
 pub mod gpu;
 pub mod messages;
+pub mod record;
 pub mod serve;
 pub mod supervisor;
 
@@ -55,6 +56,8 @@ pub struct StartOptions {
     pub eos_token: Option<u32>,
     /// Keep every pass's inputs and outputs, for [`ActorEngine::take_record`].
     pub record: bool,
+    /// `serve --record`: one line per request leaving the scheduler ([`record`]).
+    pub recorder: Option<record::Recorder>,
 }
 
 struct Addrs {
@@ -113,6 +116,7 @@ impl ActorEngine {
                         eos_token: opts.eos_token,
                         stat_interval,
                         record: opts.record,
+                        recorder: opts.recorder,
                     })
                     .start();
                     supervisor.do_send(Attach(executor.clone()));

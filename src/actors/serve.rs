@@ -2,6 +2,7 @@
 //! behind the HTTP server.
 
 use std::future::Future;
+use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::Context as _;
@@ -13,13 +14,28 @@ use crate::server::{serve, App};
 
 /// The actor engine over the timing-model backend on the real clock.
 pub fn model_engine(cfg: &Config) -> Result<ActorEngine, super::StartError> {
-    let clock: Arc<dyn Clock> = Arc::new(RealClock::new());
+    model_engine_on(cfg, Arc::new(RealClock::new()), StartOptions::default())
+}
+
+fn model_engine_on(
+    cfg: &Config,
+    clock: Arc<dyn Clock>,
+    opts: StartOptions,
+) -> Result<ActorEngine, super::StartError> {
     let backend = ModelBackend::from_config(cfg, clock.clone());
-    ActorEngine::start(cfg, Box::new(backend), clock, StartOptions::default())
+    ActorEngine::start(cfg, Box::new(backend), clock, opts)
 }
 
 /// The actor engine over the CUDA backend: fails with a clear message where CUDA is absent.
 pub fn cuda_engine(cfg: &Config) -> anyhow::Result<ActorEngine> {
+    cuda_engine_on(cfg, Arc::new(RealClock::new()), StartOptions::default())
+}
+
+fn cuda_engine_on(
+    cfg: &Config,
+    clock: Arc<dyn Clock>,
+    opts: StartOptions,
+) -> anyhow::Result<ActorEngine> {
     use crate::gpu::cuda::{probe_libraries, CudaBackend, CudaConfig, ModelSource};
     probe_libraries().map_err(|e| anyhow::anyhow!("--backend cuda: {e}"))?;
     let model = match cfg.model_source() {
@@ -39,13 +55,7 @@ pub fn cuda_engine(cfg: &Config) -> anyhow::Result<ActorEngine> {
     cc.max_resident = (cfg.max_num_active_requests() as usize) * 2;
     let backend =
         CudaBackend::new(cc).map_err(|e| anyhow::anyhow!("starting the cuda backend: {e}"))?;
-    let clock: Arc<dyn Clock> = Arc::new(RealClock::new());
-    Ok(ActorEngine::start(
-        cfg,
-        Box::new(backend),
-        clock,
-        StartOptions::default(),
-    )?)
+    Ok(ActorEngine::start(cfg, Box::new(backend), clock, opts)?)
 }
 
 /// Binds `server.host:server.port`, serves until `shutdown` resolves, then drains.
@@ -61,10 +71,33 @@ pub async fn serve_config(
     cfg: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    serve_recorded(cfg, None, shutdown).await
+}
+
+/// Serves with the backend the config names; with `record`, one line per request that
+/// leaves the scheduler goes to that file (`super::record`), flushed once the server drained.
+pub async fn serve_recorded(
+    cfg: Config,
+    record: Option<&Path>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
     let metrics = crate::metrics::install_recorder()?;
+    let clock: Arc<dyn Clock> = Arc::new(RealClock::new());
+    let (recorder, writer) = match record {
+        Some(path) => {
+            let (r, w) = super::record::start(path, clock.as_ref())
+                .with_context(|| format!("--record {}", path.display()))?;
+            (Some(r), Some(w))
+        }
+        None => (None, None),
+    };
+    let opts = StartOptions {
+        recorder,
+        ..StartOptions::default()
+    };
     let engine = match cfg.backend {
-        crate::config::Backend::Model => model_engine(&cfg)?,
-        crate::config::Backend::Cuda => cuda_engine(&cfg)?,
+        crate::config::Backend::Model => model_engine_on(&cfg, clock, opts)?,
+        crate::config::Backend::Cuda => cuda_engine_on(&cfg, clock, opts)?,
     };
     let addr = format!("{}:{}", cfg.server.host, cfg.server.port);
     let listener = tokio::net::TcpListener::bind(&addr)
@@ -80,5 +113,11 @@ pub async fn serve_config(
         crate::config::ModelSource::Path(p) => p.display().to_string(),
     };
     let app = App::new(Arc::new(engine), metrics, name);
-    serve(listener, app, shutdown).await.context("serving")
+    let served = serve(listener, app, shutdown).await.context("serving");
+    if let Some(w) = writer {
+        let path = w.path().display().to_string();
+        let lines = w.finish().with_context(|| format!("writing {path}"))?;
+        tracing::info!("recorded {lines} requests to {path}");
+    }
+    served
 }

@@ -22,6 +22,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use super::components::{ActorPorts, Components};
 use super::gpu::GpuHandle;
 use super::messages::*;
+use super::record::{Leaving, Recorder};
 use crate::gpu::model::Clock;
 use crate::gpu::{ContextArrival, StepOutput, StepRow};
 use crate::metrics as m;
@@ -31,6 +32,7 @@ use crate::server::engine::{EngineEvent, FinishReason};
 use crate::worker::{
     Arrival, BatchRow, KvReady, PassInputs, PassMachine, PassOutput, WorkerParams,
 };
+use crate::workload::recording::Outcome;
 
 mod observe;
 
@@ -93,6 +95,9 @@ struct Live {
     last_token: u32,
     waiting: bool,
     stop: bool,
+    /// For `--record`: when the first token was streamed, and the pauses so far.
+    first_token_at: Option<f64>,
+    pauses: u32,
 }
 
 pub struct ExecutorInit {
@@ -106,6 +111,8 @@ pub struct ExecutorInit {
     pub stat_interval: Option<Duration>,
     /// Keep every pass's inputs and outputs (tests replay them through a fresh core).
     pub record: bool,
+    /// `serve --record`: where each request's line goes when it leaves.
+    pub recorder: Option<Recorder>,
 }
 
 /// What a pass needs, moved out of the executor while the pass runs and back after it.
@@ -146,6 +153,7 @@ pub struct Executor {
     /// Last set sent in a `Retain` (sent again only when it changes).
     retained: Vec<RequestId>,
     record: Option<Vec<(PassInputs, PassOutput)>>,
+    recorder: Option<Recorder>,
     stopped: bool,
     /// A component actor stopped: no pass runs any more.
     broken: bool,
@@ -180,6 +188,7 @@ impl Executor {
             last_step: None,
             retained: Vec::new(),
             record: init.record.then(Vec::new),
+            recorder: init.recorder,
             stopped: false,
             broken: false,
         }
@@ -202,6 +211,7 @@ impl Executor {
 
     fn fail(&mut self, id: RequestId, message: &str) {
         if let Some(l) = self.live.remove(&id) {
+            self.leave(id, &l, Outcome::Failed, self.clock.now(), Some(message));
             let _ = l.events.send(EngineEvent::Failed {
                 message: message.to_owned(),
             });
@@ -291,13 +301,16 @@ impl Executor {
         for id in &out.rejected {
             if let Some(l) = self.live.remove(id) {
                 self.shared.queued.fetch_sub(1, Ordering::SeqCst);
+                let why = "the waiting queue is full; request refused";
+                self.leave(*id, &l, Outcome::Failed, out.now, Some(why));
                 let _ = l.events.send(EngineEvent::Failed {
-                    message: "the waiting queue is full; request refused".into(),
+                    message: why.into(),
                 });
             }
         }
         for id in &out.cancelled {
             if let Some(l) = self.live.remove(id) {
+                self.leave(*id, &l, Outcome::Cancelled, out.now, None);
                 if l.waiting {
                     self.shared.queued.fetch_sub(1, Ordering::SeqCst);
                 }
@@ -319,6 +332,13 @@ impl Executor {
             self.gpu_send(GpuMsg::Admit(Admit(arrival)));
         }
         if !out.pauses.is_empty() {
+            if self.recorder.is_some() {
+                for id in &out.pauses {
+                    if let Some(l) = self.live.get_mut(id) {
+                        l.pauses += 1;
+                    }
+                }
+            }
             counter!(m::PAUSES_TOTAL).increment(out.pauses.len() as u64);
             self.gpu_send(GpuMsg::Pause(Pause(out.pauses.clone())));
         }
@@ -348,6 +368,11 @@ impl Executor {
                 } else {
                     FinishReason::Cancelled
                 };
+                let outcome = match reason {
+                    FinishReason::Cancelled => Outcome::Cancelled,
+                    _ => Outcome::Completed,
+                };
+                self.leave(d.id, &l, outcome, out.now, None);
                 let _ = l.events.send(EngineEvent::Finished { reason });
             }
         }
@@ -386,12 +411,33 @@ impl Executor {
         }
     }
 
+    /// `serve --record`: hand the leaving request's line to the writer thread.
+    fn leave(&self, id: RequestId, l: &Live, outcome: Outcome, at: f64, error: Option<&str>) {
+        if let Some(r) = &self.recorder {
+            r.record(Leaving {
+                id,
+                arrival_s: l.arrival,
+                context_tokens: u32::try_from(l.prompt.len()).unwrap_or(u32::MAX),
+                max_tokens: l.max_tokens,
+                output_tokens: l.sent,
+                first_token_s: l.first_token_at.filter(|_| l.sent > 0),
+                finish_s: at,
+                pauses: l.pauses,
+                outcome,
+                error,
+            });
+        }
+    }
+
     /// Stream the step's tokens and queue its results for the next pass. The output's
     /// token vectors go back to the backend with the next step.
     fn stepped(&mut self, batch: &[BatchRow], out: StepOutput) {
         for (row, tokens) in batch.iter().zip(&out.tokens) {
             let mut stop = false;
             if let Some(l) = self.live.get_mut(&row.id) {
+                if l.first_token_at.is_none() && !tokens.is_empty() && self.recorder.is_some() {
+                    l.first_token_at = Some(self.clock.now());
+                }
                 for t in tokens {
                     if l.sent >= l.max_tokens {
                         break;
@@ -490,6 +536,8 @@ impl Handler<Submit> for Executor {
                 last_token: 0,
                 waiting: true,
                 stop: false,
+                first_token_at: None,
+                pauses: 0,
             },
         );
         self.kick(ctx);
