@@ -61,6 +61,8 @@ pub async fn serve_config(
     cfg: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    // Again after the command line's overrides (`--backend cuda` with several ranks).
+    cfg.validate()?;
     let metrics = crate::metrics::install_recorder()?;
     let engine = match cfg.backend {
         crate::config::Backend::Model => model_engine(&cfg)?,

@@ -503,7 +503,8 @@ mod tests {
     fn the_decision_hash_moves_with_any_decision_and_with_the_order_of_a_list() {
         let base = decision_hash(&output());
         assert_eq!(base, decision_hash(&output().clone()));
-        let changes: Vec<(&str, fn(&mut PassOutput))> = vec![
+        type Change = (&'static str, fn(&mut PassOutput));
+        let changes: Vec<Change> = vec![
             ("pass", |o| o.pass += 1),
             ("now", |o| o.now = f64::from_bits(o.now.to_bits() + 1)),
             ("a pause", |o| o.pauses.push(5)),

@@ -10,6 +10,7 @@ use crate::actors::components::TakeStatLine;
 use crate::actors::gpu::GpuHandle;
 use crate::actors::messages::DebugState;
 use crate::metrics as m;
+use crate::worker::ranks::RankStatus;
 use crate::worker::PassOutput;
 
 impl Executor {
@@ -33,12 +34,17 @@ impl Executor {
         );
     }
 
+    fn rank_status(&self) -> Option<RankStatus> {
+        self.state.as_ref()?.ranks.as_ref().map(|r| r.status())
+    }
+
     pub(super) fn stat_line(&mut self, ctx: &mut Context<Self>) {
         let controller = self.components.controller.clone();
+        let ranks = self.rank_status();
         ctx.spawn(
             async move {
                 if let Ok(s) = controller.send(TakeStatLine).await {
-                    log_stat_line(&s);
+                    log_stat_line(&s, ranks);
                 }
             }
             .into_actor(self),
@@ -46,14 +52,17 @@ impl Executor {
     }
 }
 
-fn log_stat_line(s: &crate::policy::preemption::StatLine) {
+fn log_stat_line(s: &crate::policy::preemption::StatLine, ranks: Option<RankStatus>) {
     let fmt = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.3}"));
     let target = match (s.below_target, s.credit) {
         (Some(b), c) => format!(" below_target={b} credit={}", fmt(c)),
         _ => String::new(),
     };
+    let ranks = ranks.map_or(String::new(), |r| {
+        format!(" ranks={} passes_checked={}", r.ranks, r.passes_checked)
+    });
     tracing::info!(
-        "preemption: pauses={} resumes={} forced={} paused={}/{} g={} W={:.3}s D={}s tpot_inflation={:.4} completions={}{}",
+        "preemption: pauses={} resumes={} forced={} paused={}/{} g={} W={:.3}s D={}s tpot_inflation={:.4} completions={}{}{}",
         s.pauses,
         s.resumes,
         s.forced_resumes,
@@ -64,7 +73,8 @@ fn log_stat_line(s: &crate::policy::preemption::StatLine) {
         fmt(s.d_s),
         s.tpot_inflation,
         s.completions,
-        target
+        target,
+        ranks
     );
 }
 
@@ -116,6 +126,7 @@ impl Executor {
                 "backend_down": self.shared.down_reason(),
                 "stopped": self.stopped,
             },
+            "ranks": self.rank_status(),
             "worker": worker,
             "components": components,
             "gpu_step": self.gpu.as_ref().map(GpuHandle::state),
