@@ -32,19 +32,9 @@ pub enum WireError {
     Trailing(usize),
 }
 
-/// Where encoded bytes go: a buffer to send, or straight into a hash.
-pub trait Sink {
-    fn put(&mut self, bytes: &[u8]);
-}
-
-impl Sink for Vec<u8> {
-    fn put(&mut self, bytes: &[u8]) {
-        self.extend_from_slice(bytes);
-    }
-}
-
 /// FNV-1a, 64 bits: specified byte by byte, so every build, toolchain and host computes the
-/// same value (unlike `DefaultHasher`). The pass decisions example chains it over passes.
+/// same value (unlike `DefaultHasher`). `examples/pass_decisions.rs` chains it over passes;
+/// the ranks use XXH3 (below), which is as stable and runs several bytes a cycle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Fnv1a(pub u64);
 
@@ -60,6 +50,12 @@ impl Fnv1a {
     pub fn word(&mut self, x: u64) {
         self.put(&x.to_le_bytes());
     }
+
+    pub fn put(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(Self::PRIME);
+        }
+    }
 }
 
 impl Default for Fnv1a {
@@ -68,32 +64,24 @@ impl Default for Fnv1a {
     }
 }
 
-impl Sink for Fnv1a {
-    fn put(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(Self::PRIME);
-        }
-    }
-}
+/// Little-endian writers appending to a buffer (reserved once for the whole value).
+struct W<'a>(&'a mut Vec<u8>);
 
-/// Little-endian writers over a sink.
-struct W<'a, S: Sink>(&'a mut S);
-
-impl<S: Sink> W<'_, S> {
+impl W<'_> {
     fn u8(&mut self, x: u8) {
-        self.0.put(&[x]);
+        self.0.push(x);
     }
     fn bool(&mut self, x: bool) {
         self.u8(u8::from(x));
     }
     fn u16(&mut self, x: u16) {
-        self.0.put(&x.to_le_bytes());
+        self.0.extend_from_slice(&x.to_le_bytes());
     }
     fn u32(&mut self, x: u32) {
-        self.0.put(&x.to_le_bytes());
+        self.0.extend_from_slice(&x.to_le_bytes());
     }
     fn u64(&mut self, x: u64) {
-        self.0.put(&x.to_le_bytes());
+        self.0.extend_from_slice(&x.to_le_bytes());
     }
     fn f64(&mut self, x: f64) {
         self.u64(x.to_bits());
@@ -123,9 +111,23 @@ const ARRIVAL: usize = 8 + 8 + 4 + 4;
 const KV_READY: usize = 8 + 8;
 const STEPPED: usize = 8 + 4 + 4 + 1;
 
-/// Appends `inp`'s bytes to `sink`.
-pub fn encode_inputs<S: Sink>(inp: &PassInputs, sink: &mut S) {
-    let mut w = W(sink);
+/// The encoded size of `inp`.
+pub fn inputs_len(inp: &PassInputs) -> usize {
+    2 + 8
+        + 5 * 4
+        + inp.arrivals.len() * ARRIVAL
+        + inp.cancellations.len() * 8
+        + inp.kv_ready.len() * KV_READY
+        + inp.stepped.len() * STEPPED
+        + inp.stepped_ids.len() * 4
+        + 1
+        + inp.step_s.map_or(0, |_| 8)
+}
+
+/// Appends `inp`'s bytes to `buf`.
+pub fn encode_inputs(inp: &PassInputs, buf: &mut Vec<u8>) {
+    buf.reserve(inputs_len(inp));
+    let mut w = W(buf);
     w.u16(WIRE_VERSION);
     w.f64(inp.now);
     w.len(inp.arrivals.len());
@@ -299,9 +301,31 @@ pub fn decode_inputs(bytes: &[u8]) -> Result<PassInputs, WireError> {
     Ok(inp)
 }
 
-/// Appends every field of `out` to `sink`, in declaration order: what the ranks compare.
-pub fn encode_output<S: Sink>(out: &PassOutput, sink: &mut S) {
-    let mut w = W(sink);
+/// Appends every field of `out` to `buf`, in declaration order: what the ranks compare.
+pub fn encode_output(out: &PassOutput, buf: &mut Vec<u8>) {
+    let ids = out.rejected.len()
+        + out.cancelled.len()
+        + out.pauses.len()
+        + out.resumes.len()
+        + out.forced_resumes.len()
+        + out.displaced.len()
+        + out.token_limited.len()
+        + out.kv_waiting.len();
+    buf.reserve(
+        2 + 8
+            + 8
+            + 12 * 4
+            + ids * 8
+            + out.admitted.len() * (8 + 3 * 4)
+            + out.batch.len() * (8 + 2 * 4 + 1)
+            + out.first_tokens.len() * (8 + 8 + 1)
+            + out.departed.len() * (8 + 1 + 9 + 8 + 4)
+            + 4
+            + 8
+            + 8
+            + 8,
+    );
+    let mut w = W(buf);
     w.u16(WIRE_VERSION);
     w.f64(out.now);
     w.u64(out.pass);
@@ -347,13 +371,19 @@ pub fn encode_output<S: Sink>(out: &PassOutput, sink: &mut S) {
     w.u64(out.paused as u64);
 }
 
-/// The hash the ranks compare every pass: FNV-1a over `out`'s stable encoding, so two
-/// outputs hash alike exactly when every decision, count and float bit agrees (up to
+/// The hash the ranks compare every pass: XXH3 (64 bits) over `out`'s stable encoding, so
+/// two outputs hash alike exactly when every decision, count and float bit agrees (up to
 /// collisions).
 pub fn decision_hash(out: &PassOutput) -> u64 {
-    let mut h = Fnv1a::new();
-    encode_output(out, &mut h);
-    h.0
+    decision_hash_with(out, &mut Vec::new())
+}
+
+/// [`decision_hash`] encoding into `scratch` (its content replaced), so a rank that keeps
+/// the buffer allocates nothing per pass.
+pub fn decision_hash_with(out: &PassOutput, scratch: &mut Vec<u8>) -> u64 {
+    scratch.clear();
+    encode_output(out, scratch);
+    xxhash_rust::xxh3::xxh3_64(scratch)
 }
 
 #[cfg(test)]
@@ -537,6 +567,26 @@ mod tests {
             assert!(!seen.contains(&h), "{what} left the hash at a value seen");
             seen.push(h);
         }
+    }
+
+    #[test]
+    fn the_decision_hash_is_xxh3_of_the_encoding_and_reuses_its_buffer() {
+        let mut bytes = Vec::new();
+        encode_output(&output(), &mut bytes);
+        assert_eq!(decision_hash(&output()), xxhash_rust::xxh3::xxh3_64(&bytes));
+        assert_eq!(xxhash_rust::xxh3::xxh3_64(b""), 0x2d06_8005_38d3_94c2);
+        let mut scratch = vec![7; 3];
+        assert_eq!(
+            decision_hash_with(&output(), &mut scratch),
+            decision_hash(&output())
+        );
+        assert_eq!(scratch, bytes);
+    }
+
+    #[test]
+    fn the_reserved_sizes_are_the_encoded_sizes() {
+        let inp = sample();
+        assert_eq!(inputs_bytes(&inp).len(), inputs_len(&inp));
     }
 
     #[test]

@@ -5,14 +5,14 @@
 use super::frame::{self, Reply};
 use super::link::{Link, LinkError};
 use super::RankError;
-use crate::worker::wire::decision_hash;
+use crate::worker::wire::decision_hash_with;
 use crate::worker::{PassInputs, PassOutput, WorkerCore};
 
 /// Serves passes as rank `rank` until the leader closes the link; returns the passes run.
 /// A frame it cannot read is answered with `Refused` and ends the rank with an error.
 pub fn follow(rank: u32, core: &mut WorkerCore, link: Link) -> Result<u64, RankError> {
     let Link { mut tx, mut rx, .. } = link;
-    let (mut buf, mut reply) = (Vec::new(), Vec::new());
+    let (mut buf, mut reply, mut scratch) = (Vec::new(), Vec::new(), Vec::new());
     let mut inp = PassInputs::default();
     let mut out = PassOutput::default();
     let mut passes = 0;
@@ -49,7 +49,7 @@ pub fn follow(rank: u32, core: &mut WorkerCore, link: Link) -> Result<u64, RankE
         }
         core.pass_into(&inp, &mut out);
         passes += 1;
-        let hash = decision_hash(&out);
+        let hash = decision_hash_with(&out, &mut scratch);
         frame::encode_reply(&mut reply, &Reply::Hash { pass, hash });
         match tx.send(&reply) {
             Ok(()) => {}

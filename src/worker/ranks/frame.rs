@@ -3,7 +3,7 @@
 //! `Hash` (its decision hash for that pass) or `Refused` (it could not run the pass, and
 //! why). Each opens with the wire version and a kind byte; little-endian like the inputs.
 
-use super::super::wire::{self, Sink, WireError, R, WIRE_VERSION};
+use super::super::wire::{self, WireError, R, WIRE_VERSION};
 use super::super::PassInputs;
 
 const PASS: u8 = 1;
@@ -22,9 +22,9 @@ pub enum Reply {
 
 fn header(buf: &mut Vec<u8>, kind: u8, pass: u64) {
     buf.clear();
-    buf.put(&WIRE_VERSION.to_le_bytes());
+    buf.extend_from_slice(&WIRE_VERSION.to_le_bytes());
     buf.push(kind);
-    buf.put(&pass.to_le_bytes());
+    buf.extend_from_slice(&pass.to_le_bytes());
 }
 
 /// Writes pass `pass`'s frame into `buf`.
@@ -55,11 +55,11 @@ pub fn encode_reply(buf: &mut Vec<u8>, reply: &Reply) {
     match reply {
         Reply::Hash { pass, hash } => {
             header(buf, HASH, *pass);
-            buf.put(&hash.to_le_bytes());
+            buf.extend_from_slice(&hash.to_le_bytes());
         }
         Reply::Refused { pass, why } => {
             header(buf, REFUSED, *pass);
-            buf.put(why.as_bytes());
+            buf.extend_from_slice(why.as_bytes());
         }
     }
 }

@@ -11,7 +11,7 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use super::frame::{self, Reply};
 use super::link::{FrameRx, FrameTx, Link, LinkError};
 use super::{follow, RankError};
-use crate::worker::wire::decision_hash;
+use crate::worker::wire::decision_hash_with;
 use crate::worker::{PassInputs, PassOutput, WorkerCore, WorkerParams};
 
 /// How long the leader waits for a follower's hash before declaring it hung: a pass takes
@@ -51,6 +51,8 @@ pub struct RankGroup {
     failure: Option<RankError>,
     timeout: Duration,
     got: Vec<Option<Reply>>,
+    /// The leader's output encoded for its hash, reused pass to pass.
+    scratch: Vec<u8>,
 }
 
 impl std::fmt::Debug for RankGroup {
@@ -95,6 +97,7 @@ impl RankGroup {
             last_hash: None,
             failure: None,
             timeout: DEFAULT_TIMEOUT,
+            scratch: Vec::new(),
         })
     }
 
@@ -202,7 +205,7 @@ impl RankGroup {
         if !std::mem::take(&mut self.awaiting) {
             return self.fail(RankError::NothingSent);
         }
-        let leader = decision_hash(out);
+        let leader = decision_hash_with(out, &mut self.scratch);
         self.got.iter_mut().for_each(|g| *g = None);
         let mut missing = self.got.len();
         while missing > 0 {
