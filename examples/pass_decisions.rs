@@ -13,7 +13,7 @@ use genslot::worker::wire::Fnv1a;
 mod live_workload;
 use live_workload::LiveWorkload;
 
-/// The ranks' FNV-1a (`genslot::worker::wire`), chained over every pass's decisions.
+/// The library's FNV-1a (`genslot::worker::wire`), chained over every pass's decisions.
 struct Fnv(Fnv1a);
 
 impl Fnv {
