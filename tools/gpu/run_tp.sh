@@ -11,6 +11,7 @@ G=$(cd "$(dirname "$0")" && pwd)
 OUT=${OUT:-/tmp/gpu-out}
 mkdir -p "$OUT"
 STAGES=${STAGES:-"tests allreduce roofline serve"}
+PORT=${PORT:-8000}
 status=0
 stage() { echo "=== $1 ($(date -u +%H:%M:%S))"; }
 has() { [[ " $STAGES " == *" $1 "* ]]; }
@@ -34,17 +35,17 @@ if has serve; then
   # The decision-hash check in a served run (timing-model backend, 2 ranks): it must have
   # checked every pass and reported no failure.
   stage "serve with 2 ranks (rank check)"
-  "$G/genslot" serve --config "$G/tp2-model.yaml" > "$OUT/serve-tp2.log" 2>&1 &
+  "$G/genslot" serve --config "$G/tp2-model.yaml" --port "$PORT" > "$OUT/serve-tp2.log" 2>&1 &
   pid=$!
-  for _ in $(seq 50); do curl -sf localhost:8000/health > /dev/null && break; sleep 0.2; done
+  for _ in $(seq 50); do curl -sf localhost:$PORT/health > /dev/null && break; sleep 0.2; done
   clients=()
   for _ in $(seq 16); do
-    curl -s localhost:8000/v1/completions -H 'content-type: application/json' \
+    curl -s localhost:$PORT/v1/completions -H 'content-type: application/json' \
       -d '{"prompt":"hello","max_tokens":64}' > /dev/null &
     clients+=($!)
   done
   wait "${clients[@]}"
-  curl -s localhost:8000/debug/actors | python3 -c '
+  curl -s localhost:$PORT/debug/actors | python3 -c '
 import json, sys
 r = json.load(sys.stdin)["ranks"]
 print("ranks:", r)
