@@ -81,6 +81,8 @@ pub async fn serve_recorded(
     record: Option<&Path>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    // Again after the command line's overrides (`--backend cuda` with several ranks).
+    cfg.validate()?;
     let metrics = crate::metrics::install_recorder()?;
     let clock: Arc<dyn Clock> = Arc::new(RealClock::new());
     let (recorder, writer) = match record {

@@ -29,6 +29,7 @@ use crate::metrics as m;
 use crate::policy::RequestId;
 use crate::sampling::SamplingParams;
 use crate::server::engine::{EngineEvent, FinishReason};
+use crate::worker::ranks::RankGroup;
 use crate::worker::{
     Arrival, BatchRow, KvReady, PassInputs, PassMachine, PassOutput, WorkerParams,
 };
@@ -113,6 +114,8 @@ pub struct ExecutorInit {
     pub record: bool,
     /// `serve --record`: where each request's line goes when it leaves.
     pub recorder: Option<Recorder>,
+    /// The other tensor-parallel ranks, checked every pass (`None` with one rank).
+    pub ranks: Option<RankGroup>,
 }
 
 /// What a pass needs, moved out of the executor while the pass runs and back after it.
@@ -125,6 +128,7 @@ struct PassState {
     /// Page tables of the pass's admissions, then of its batch rows when the backend
     /// wants them.
     pages: Vec<Vec<u32>>,
+    ranks: Option<RankGroup>,
 }
 
 pub struct Executor {
@@ -169,6 +173,7 @@ impl Executor {
                 inp: PassInputs::default(),
                 out: PassOutput::default(),
                 pages: Vec::new(),
+                ranks: init.ranks,
             }),
             components: init.components,
             clock: init.clock,
@@ -253,8 +258,13 @@ impl Executor {
         self.pending.now = self.clock.now();
         std::mem::swap(&mut st.inp, &mut self.pending);
         let needs_pages = self.gpu.as_ref().is_none_or(|g| g.needs_pages);
+        // The other ranks run the pass beside this one; a failure is read in `passed`.
+        let _ = st.ranks.as_mut().map(|r| r.broadcast(&st.inp));
         Some(async move {
             st.machine.run(&mut st.ports, &st.inp, &mut st.out).await;
+            if let Some(r) = st.ranks.as_mut() {
+                let _ = r.check(&st.out).await;
+            }
             let rows = if needs_pages { st.out.batch.len() } else { 0 };
             st.pages.clear();
             if !st.out.admitted.is_empty() || rows > 0 {
@@ -279,13 +289,14 @@ impl Executor {
             r.push((st.inp.clone(), st.out.clone()));
         }
         st.inp.clear();
-        let failure = st.ports.failure().map(str::to_owned);
+        let failure = (st.ports.failure())
+            .map(|why| format!("a scheduling component stopped: {why}"))
+            .or_else(|| st.ranks.as_ref()?.failure().map(ToString::to_string));
         match failure {
             Some(why) => {
                 self.state = Some(st);
                 if !self.broken {
                     self.broken = true;
-                    let why = format!("a scheduling component stopped: {why}");
                     self.go_down(&why, why.clone());
                 }
             }
@@ -630,8 +641,12 @@ impl Handler<BackendDown> for Executor {
 impl Handler<DisablePreemption> for Executor {
     type Result = ();
     fn handle(&mut self, _: DisablePreemption, ctx: &mut Context<Self>) {
-        // Ahead of the next pass's `Step` in the controller's mailbox.
+        // Ahead of the next pass's `Step` in the controller's mailbox, and in the next
+        // pass's frame to the other ranks.
         self.components.disable_preemption();
+        if let Some(r) = self.state.as_mut().and_then(|s| s.ranks.as_mut()) {
+            r.disable_preemption();
+        }
         self.kick(ctx);
     }
 }

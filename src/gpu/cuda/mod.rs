@@ -20,6 +20,7 @@ pub mod parity;
 mod probe;
 pub mod safetensors;
 pub mod shape;
+pub mod tp;
 mod weights;
 
 pub use backend::{buckets, CudaBackend, CudaConfig, Launch};
