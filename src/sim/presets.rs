@@ -37,11 +37,11 @@ pub const REFERENCE_CONTEXT_TOKENS: u64 = 128_000;
 /// ≈ 108.3 ms at 144), 3.75 tokens per step (MTP: TPOT ≈ 24 ms). The jump and the slope are a
 /// least-squares fit to the reference's step points (90 / 102 / 110 ms) and its
 /// `max_batch_size: 144` run's TPOT and throughput cost (+16.1 %, −4.1 %), which the step
-/// points alone overstate (docs/results.md §5). KV transfer 20 ms + 0.5 µs per context
+/// points alone overstate (docs/results.md §1.3). KV transfer 20 ms + 0.5 µs per context
 /// token. Four context servers, 40 ms + 25 µs per uncached prompt token. Recorded outputs
 /// × 2.6 (the reference's E2E p90 of 68 s at 24 ms TPOT implies outputs about 2.5× the Weka
 /// subset's) and an AgentX idle cap of 15 s, chosen by a scan under the admission queue's
-/// current rules (docs/results.md §5) so the control lands at TTFT p50 ≈ 10.4 s, p90 ≈ 13.4 s
+/// current rules (docs/results.md §1.3) so the control lands at TTFT p50 ≈ 10.4 s, p90 ≈ 13.4 s
 /// and E2E p90 ≈ 67 s on the Weka traces. Start point uniform over 0–100 %.
 pub fn reference() -> Plant {
     Plant {
