@@ -52,6 +52,8 @@ struct Layer {
 pub struct CpuModel {
     pub shape: ModelShape,
     pub rope: RopeLayout,
+    /// `shape.inv_freq()`, the table the kernels read too.
+    inv_freq: Vec<f32>,
     embed: Vec<f32>,
     layers: Vec<Layer>,
     final_norm: Vec<f32>,
@@ -135,6 +137,7 @@ impl CpuModel {
         Ok(CpuModel {
             shape: shape.clone(),
             rope: RopeLayout::default(),
+            inv_freq: shape.inv_freq(),
             embed,
             layers,
             final_norm: get(Tensor::FinalNorm)?,
@@ -207,24 +210,15 @@ impl CpuModel {
     }
 
     fn rope_row(&self, x: &mut [f32], pos: usize) {
-        let (hd, theta) = (self.shape.head_dim, self.shape.rope_theta);
         match self.rope {
-            RopeLayout::RotateHalf => rope(x, hd, pos, theta),
-            RopeLayout::Interleaved => rope_interleaved(x, hd, pos, theta),
+            RopeLayout::RotateHalf => rope(x, pos, &self.inv_freq),
+            RopeLayout::Interleaved => rope_interleaved(x, pos, &self.inv_freq),
         }
     }
 }
 
 /// First index of the maximum (torch.argmax's rule).
-pub fn argmax(v: &[f32]) -> u32 {
-    let mut best = 0usize;
-    for (i, &x) in v.iter().enumerate() {
-        if x > v[best] {
-            best = i;
-        }
-    }
-    best as u32
-}
+pub use crate::sampling::argmax;
 
 fn rmsnorm(x: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
     let ms = x.iter().map(|v| v * v).sum::<f32>() / x.len() as f32;
@@ -315,12 +309,13 @@ fn add_into(x: &mut [f32], y: &[f32]) {
     x.iter_mut().zip(y).for_each(|(a, b)| *a += b);
 }
 
-/// HF rotate-half RoPE over every head of `x`: pairs (i, i + D/2).
-pub fn rope(x: &mut [f32], hd: usize, pos: usize, theta: f32) {
-    let half = hd / 2;
-    for head in x.chunks_mut(hd) {
-        for i in 0..half {
-            let (s, c) = rope_angle(i, hd, pos, theta);
+/// HF rotate-half RoPE over every head of `x` (heads of `2 * inv_freq.len()`): pairs
+/// (i, i + D/2), angle `pos * inv_freq[i]` in f32 as the kernel forms it.
+pub fn rope(x: &mut [f32], pos: usize, inv_freq: &[f32]) {
+    let half = inv_freq.len();
+    for head in x.chunks_mut(2 * half) {
+        for (i, &f) in inv_freq.iter().enumerate() {
+            let (s, c) = (pos as f32 * f).sin_cos();
             let (a, b) = (head[i], head[i + half]);
             head[i] = a * c - b * s;
             head[i + half] = b * c + a * s;
@@ -329,10 +324,10 @@ pub fn rope(x: &mut [f32], hd: usize, pos: usize, theta: f32) {
 }
 
 /// Interleaved RoPE over every head of `x`: pairs (2i, 2i + 1), same frequencies.
-pub fn rope_interleaved(x: &mut [f32], hd: usize, pos: usize, theta: f32) {
-    for head in x.chunks_mut(hd) {
-        for (i, pair) in head.chunks_exact_mut(2).enumerate() {
-            let (s, c) = rope_angle(i, hd, pos, theta);
+pub fn rope_interleaved(x: &mut [f32], pos: usize, inv_freq: &[f32]) {
+    for head in x.chunks_mut(2 * inv_freq.len()) {
+        for (pair, &f) in head.chunks_exact_mut(2).zip(inv_freq) {
+            let (s, c) = (pos as f32 * f).sin_cos();
             let (a, b) = (pair[0], pair[1]);
             pair[0] = a * c - b * s;
             pair[1] = b * c + a * s;
@@ -340,10 +335,9 @@ pub fn rope_interleaved(x: &mut [f32], hd: usize, pos: usize, theta: f32) {
     }
 }
 
-/// (sin, cos) of pair `i`'s angle at `pos`.
-fn rope_angle(i: usize, hd: usize, pos: usize, theta: f32) -> (f32, f32) {
-    let inv_freq = 1.0 / theta.powf((2 * i) as f32 / hd as f32);
-    (pos as f32 * inv_freq).sin_cos()
+/// The plain frequencies `theta^(-2i/D)` of a head of width `hd` (tests and tools).
+pub fn plain_inv_freq(hd: usize, theta: f32) -> Vec<f32> {
+    super::shape::inv_freq_table(hd, theta, &super::shape::RopeScaling::None)
 }
 
 /// Softmax attention of one query row over the first `n` cached positions, GQA.
@@ -421,9 +415,10 @@ mod tests {
     fn rope_is_identity_at_position_zero_and_preserves_norm() {
         let mut x: Vec<f32> = (0..128).map(|i| (i as f32 * 0.37).sin()).collect();
         let orig = x.clone();
-        rope(&mut x, 64, 0, 10000.0);
+        let f = plain_inv_freq(64, 10000.0);
+        rope(&mut x, 0, &f);
         assert_eq!(x, orig);
-        rope(&mut x, 64, 123, 10000.0);
+        rope(&mut x, 123, &f);
         let n0: f32 = orig.iter().map(|v| v * v).sum();
         let n1: f32 = x.iter().map(|v| v * v).sum();
         assert!((n0 - n1).abs() / n0 < 1e-5);
@@ -451,13 +446,14 @@ mod tests {
     fn interleaved_rope_on_permuted_heads_equals_rotate_half() {
         let hd = 64;
         let x: Vec<f32> = (0..2 * hd).map(|i| (i as f32 * 0.91).cos()).collect();
+        let f = plain_inv_freq(hd, 100_000.0);
         let mut hf = x.clone();
-        rope(&mut hf, hd, 17, 100_000.0);
+        rope(&mut hf, 17, &f);
         let mut gg = llama_cpp_permute(&x, hd, 1);
-        rope_interleaved(&mut gg, hd, 17, 100_000.0);
+        rope_interleaved(&mut gg, 17, &f);
         assert_eq!(gg, llama_cpp_permute(&hf, hd, 1));
         let mut same = x.clone();
-        rope_interleaved(&mut same, hd, 0, 100_000.0);
+        rope_interleaved(&mut same, 0, &f);
         assert_eq!(same, x, "position 0 is the identity");
     }
 
