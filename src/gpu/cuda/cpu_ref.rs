@@ -480,6 +480,173 @@ mod tests {
         assert!(max_rel(&bad[4], &want[4]) > 1e-3);
     }
 
+    /// Grouped-query attention with 3 query heads per kv head (SmolLM2's ratio) is plain
+    /// multi-head attention with each kv head's K and V rows repeated for its 3 query heads:
+    /// query head h reads kv head h / 3.
+    #[test]
+    fn gqa_with_three_heads_per_kv_head_equals_mha_with_repeated_kv_heads() {
+        let gqa = ModelShape {
+            heads: 9,
+            kv_heads: 3,
+            ..ModelShape::named("tiny").unwrap()
+        };
+        let mha = ModelShape {
+            kv_heads: 9,
+            ..gqa.clone()
+        };
+        let hd = gqa.head_dim;
+        let repeat = |w: Vec<f32>| -> Vec<f32> {
+            w.chunks(hd * gqa.hidden)
+                .flat_map(|head| head.repeat(3))
+                .collect()
+        };
+        let a = CpuModel::from_fn(&gqa, |t| init_tensor_f32(&gqa, 3, t));
+        let b = CpuModel::from_fn(&mha, |t| match t {
+            Tensor::K(_) | Tensor::V(_) => repeat(init_tensor_f32(&gqa, 3, t)),
+            _ => init_tensor_f32(&gqa, 3, t),
+        });
+        let prompt = [7u32, 300, 12, 999, 5, 64, 64, 1];
+        let (la, lb) = (
+            a.forward(&mut a.new_cache(), &prompt),
+            b.forward(&mut b.new_cache(), &prompt),
+        );
+        for (x, y) in la.iter().zip(&lb) {
+            assert!(max_rel(x, y) < 1e-5);
+        }
+        // Each query head really reads its own kv head: the ungrouped layout differs.
+        let wrong = CpuModel::from_fn(&mha, |t| match t {
+            Tensor::K(_) | Tensor::V(_) => {
+                let w = init_tensor_f32(&gqa, 3, t);
+                let n = w.len();
+                w.into_iter().cycle().take(3 * n).collect()
+            }
+            _ => init_tensor_f32(&gqa, 3, t),
+        });
+        let lw = wrong.forward(&mut wrong.new_cache(), &prompt);
+        assert!(max_rel(&lw[7], &la[7]) > 1e-3);
+    }
+
+    /// The paged attention kernels' arithmetic, mirrored: split the context as
+    /// `split_range` does (whole 64-token tiles, at least 256 tokens a split), walk each
+    /// split's 16-token tiles round-robin over 4 warps with an online softmax in log2 units,
+    /// merge the warps (attention_tc.cu), then merge the splits (`attn_combine`).
+    fn flash_decode(
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        n: usize,
+        g: usize,
+        hd: usize,
+        splits: usize,
+    ) -> Vec<f32> {
+        const TILE: usize = 16;
+        const WARPS: usize = 4;
+        let (log2e, scale) = (std::f32::consts::LOG2_E, 1.0 / (hd as f32).sqrt());
+        let per = n.div_ceil(splits).max(256);
+        let chunk = per.div_ceil(64) * 64;
+        let mut out = vec![0f32; g * hd];
+        for h in 0..g {
+            // (m in natural log units, l, o) per split, as part_ml / part_o hold them.
+            let mut parts: Vec<(f32, f32, Vec<f32>)> = Vec::new();
+            for s in 0..splits {
+                let (start, end) = (s * chunk, ((s + 1) * chunk).min(n));
+                if start >= end {
+                    continue;
+                }
+                let tiles = (end - start).div_ceil(TILE);
+                let mut warps = Vec::new();
+                for w in 0..WARPS {
+                    let (mut m, mut l, mut o) = (f32::NEG_INFINITY, 0f32, vec![0f32; hd]);
+                    for t in (w..tiles).step_by(WARPS) {
+                        let toks: Vec<usize> =
+                            (start + t * TILE..(start + (t + 1) * TILE).min(end)).collect();
+                        let sc: Vec<f32> = toks
+                            .iter()
+                            .map(|&j| {
+                                let kr = &k[j * hd..(j + 1) * hd];
+                                q[h * hd..(h + 1) * hd]
+                                    .iter()
+                                    .zip(kr)
+                                    .map(|(a, b)| a * b)
+                                    .sum::<f32>()
+                                    * scale
+                                    * log2e
+                            })
+                            .collect();
+                        let m_new = sc.iter().copied().fold(m, f32::max);
+                        let alpha = if m == f32::NEG_INFINITY {
+                            0.0
+                        } else {
+                            (m - m_new).exp2()
+                        };
+                        let p: Vec<f32> = sc.iter().map(|x| (x - m_new).exp2()).collect();
+                        l = l * alpha + p.iter().sum::<f32>();
+                        m = m_new;
+                        o.iter_mut().for_each(|x| *x *= alpha);
+                        for (pj, &j) in p.iter().zip(&toks) {
+                            for d in 0..hd {
+                                o[d] += pj * v[j * hd + d];
+                            }
+                        }
+                    }
+                    warps.push((m, l, o));
+                }
+                let m = warps.iter().map(|w| w.0).fold(f32::NEG_INFINITY, f32::max);
+                let (mut den, mut num) = (0f32, vec![0f32; hd]);
+                for (wm, wl, wo) in &warps {
+                    if *wl > 0.0 {
+                        let f = (wm - m).exp2();
+                        den += f * wl;
+                        num.iter_mut().zip(wo).for_each(|(a, b)| *a += f * b);
+                    }
+                }
+                parts.push((
+                    m * std::f32::consts::LN_2,
+                    den,
+                    num.iter().map(|x| x / den).collect(),
+                ));
+            }
+            let mx = parts.iter().map(|p| p.0).fold(f32::NEG_INFINITY, f32::max);
+            let mut den = 0f32;
+            for (pm, pl, po) in &parts {
+                let w = pl * (pm - mx).exp();
+                den += w;
+                for d in 0..hd {
+                    out[h * hd + d] += w * po[d];
+                }
+            }
+            out[h * hd..(h + 1) * hd].iter_mut().for_each(|x| *x /= den);
+        }
+        out
+    }
+
+    #[test]
+    fn the_kernels_split_and_merge_arithmetic_equals_plain_attention_for_three_heads_per_kv() {
+        let (g, hd) = (3, 64);
+        for (n, splits) in [
+            (1, 1),
+            (15, 4),
+            (16, 1),
+            (17, 128),
+            (300, 2),
+            (1000, 3),
+            (4099, 5),
+        ] {
+            let val =
+                |i: usize, salt: usize| (((i * 7919 + salt * 104_729) % 1000) as f32 / 500.0) - 1.0;
+            let q: Vec<f32> = (0..g * hd).map(|i| val(i, 1)).collect();
+            let k: Vec<f32> = (0..n * hd).map(|i| val(i, 2)).collect();
+            let v: Vec<f32> = (0..n * hd).map(|i| val(i, 3)).collect();
+            let want = attend(&q, &k, &v, n, g, 1, hd);
+            let got = flash_decode(&q, &k, &v, n, g, hd, splits);
+            assert!(
+                max_rel(&got, &want) < 1e-5,
+                "n {n} splits {splits}: {}",
+                max_rel(&got, &want)
+            );
+        }
+    }
+
     #[test]
     fn a_source_of_the_wrong_size_or_failing_is_an_error_naming_the_tensor() {
         let shape = ModelShape::named("tiny").unwrap();
