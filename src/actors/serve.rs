@@ -19,8 +19,10 @@ pub fn model_engine(cfg: &Config) -> Result<ActorEngine, super::StartError> {
 }
 
 /// The actor engine over the CUDA backend: fails with a clear message where CUDA is absent.
-pub fn cuda_engine(cfg: &Config) -> anyhow::Result<ActorEngine> {
-    use crate::gpu::cuda::{probe_libraries, CudaBackend, CudaConfig, ModelSource};
+/// `eos_token` (the checkpoint's, from its tokenizer metadata) ends requests and is kept
+/// from being sampled before `min_tokens`.
+pub fn cuda_engine(cfg: &Config, eos_token: Option<u32>) -> anyhow::Result<ActorEngine> {
+    use crate::gpu::cuda::{probe_libraries, ContextMode, CudaBackend, CudaConfig, ModelSource};
     probe_libraries().map_err(|e| anyhow::anyhow!("--backend cuda: {e}"))?;
     let model = match cfg.model_source() {
         crate::config::ModelSource::Shape { name, seed } => ModelSource::Seeded {
@@ -37,15 +39,24 @@ pub fn cuda_engine(cfg: &Config) -> anyhow::Result<ActorEngine> {
     cc.kv_pages = Some((cfg.kv_cache_config.max_tokens / u64::from(tpb)) as usize);
     cc.max_context = (cfg.max_context_tokens as usize).saturating_add(8192);
     cc.max_resident = (cfg.max_num_active_requests() as usize) * 2;
+    cc.eos_token = eos_token;
+    cc.context = match cfg.model.context {
+        crate::config::ContextMode::Prefill => ContextMode::Prefill,
+        crate::config::ContextMode::Transfer => ContextMode::Transfer {
+            gbps: cfg
+                .model
+                .transfer_gbps
+                .unwrap_or(crate::config::DEFAULT_TRANSFER_GBPS),
+        },
+    };
     let backend =
         CudaBackend::new(cc).map_err(|e| anyhow::anyhow!("starting the cuda backend: {e}"))?;
     let clock: Arc<dyn Clock> = Arc::new(RealClock::new());
-    Ok(ActorEngine::start(
-        cfg,
-        Box::new(backend),
-        clock,
-        StartOptions::default(),
-    )?)
+    let opts = StartOptions {
+        eos_token,
+        ..StartOptions::default()
+    };
+    Ok(ActorEngine::start(cfg, Box::new(backend), clock, opts)?)
 }
 
 /// Binds `server.host:server.port`, serves until `shutdown` resolves, then drains.
@@ -62,9 +73,17 @@ pub async fn serve_config(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let metrics = crate::metrics::install_recorder()?;
+    // A checkpoint's tokenizer, chat template and EOS (random-weight shapes keep the word
+    // tokenizer).
+    let text = match (cfg.backend, cfg.model_source()) {
+        (crate::config::Backend::Cuda, crate::config::ModelSource::Path(p)) => {
+            Some(crate::text::ModelText::load(&p).context("loading the model's tokenizer")?)
+        }
+        _ => None,
+    };
     let engine = match cfg.backend {
         crate::config::Backend::Model => model_engine(&cfg)?,
-        crate::config::Backend::Cuda => cuda_engine(&cfg)?,
+        crate::config::Backend::Cuda => cuda_engine(&cfg, text.as_ref().and_then(|t| t.eos))?,
     };
     let addr = format!("{}:{}", cfg.server.host, cfg.server.port);
     let listener = tokio::net::TcpListener::bind(&addr)
@@ -79,6 +98,9 @@ pub async fn serve_config(
         crate::config::ModelSource::Shape { name, .. } => name,
         crate::config::ModelSource::Path(p) => p.display().to_string(),
     };
-    let app = App::new(Arc::new(engine), metrics, name);
+    let mut app = App::new(Arc::new(engine), metrics, name);
+    if let Some(t) = &text {
+        app = app.with_tokenizer(t.server_tokenizer());
+    }
     serve(listener, app, shutdown).await.context("serving")
 }

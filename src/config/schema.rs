@@ -94,9 +94,31 @@ pub struct ModelConfig {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub shape: Option<String>,
     pub seed: u64,
-    /// Directory with `model.safetensors` and `config.json` (Hugging Face Llama layout).
+    /// A checkpoint: a directory with `config.json` and `*.safetensors` (Hugging Face Llama
+    /// layout), or a Llama GGUF file; its tokenizer and chat template come with it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub path: Option<PathBuf>,
+    /// How a request's context reaches the cuda backend (SPEC §6).
+    pub context: ContextMode,
+    /// Bandwidth of `context: transfer` in GB/s (10⁹ bytes/s); default
+    /// [`DEFAULT_TRANSFER_GBPS`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub transfer_gbps: Option<f64>,
+}
+
+/// `context: transfer` bandwidth when none is given: one 400 Gb/s link.
+pub const DEFAULT_TRANSFER_GBPS: f64 = 50.0;
+
+/// How a request's context (its prompt's KV) arrives on the cuda backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ContextMode {
+    /// Computed here by a real prefill: needed for correct text from real weights.
+    #[default]
+    Prefill,
+    /// Seeded KV written at `transfer_gbps`, as a GEN worker receives it from a context
+    /// server (load experiments).
+    Transfer,
 }
 
 /// Where the weights come from, once `model` is validated.

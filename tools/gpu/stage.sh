@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # On the CPU machine: build the GPU binaries (host target, never musl) and copy them with the
-# scripts into DEST (default .gpu/), stripped, for the H200 machine. genslot-gpu is a release
-# build (it times steps); the test binaries use the test profile (they only check results).
+# scripts and configs into DEST (default .gpu/), stripped, for the H200 machine. genslot-gpu is
+# a release build (it times steps); the test binaries use the test profile (they only check
+# results). The kernels are compiled from the binaries' embedded source (genslot-gpu kernels
+# writes it out). A model larger than one transfer goes separately: tools/gpu/stage_model.sh.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DEST=${1:-.gpu}
@@ -19,8 +21,7 @@ for line in sys.stdin:
         print(m["executable"])' | tail -1)
   cp "$exe" "$DEST/$name"
 done
-cp tools/gpu/run.sh tools/gpu/parity.py tools/gpu/serve_check.py config/cuda-llama-1b.yaml "$DEST/"
-mkdir -p "$DEST/kernels"
-cp src/gpu/cuda/kernels/*.cu src/gpu/cuda/kernels/*.cuh "$DEST/kernels/"
+cp tools/gpu/run.sh tools/gpu/parity.py tools/gpu/parity_table.py tools/gpu/serve_check.py \
+  tools/gpu/serve_real.py config/cuda-llama-1b.yaml config/cuda-smollm2.yaml "$DEST/"
 strip "$DEST/genslot-gpu" "$DEST/genslot" "$DEST"/gpu_* 2>/dev/null || true
 du -sh "$DEST"

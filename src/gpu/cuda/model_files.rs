@@ -316,6 +316,21 @@ pub fn model_tensors(s: &ModelShape) -> Vec<Tensor> {
 /// bf16) as a Hugging Face checkpoint in `dir`: `config.json` and `model.safetensors`. For
 /// tests and tools that need a checkpoint of a shape no named model has.
 pub fn write_hf_checkpoint(dir: &Path, shape: &ModelShape, seed: u32) -> std::io::Result<()> {
+    write_hf_checkpoint_with(dir, shape, |t| {
+        Ok(super::init::init_tensor_f32(shape, seed, t)
+            .into_iter()
+            .map(f32_to_bf16_bits)
+            .collect())
+    })
+}
+
+/// Writes `shape` with tensors from `bits` (bf16, HF layout) as a Hugging Face checkpoint in
+/// `dir`, e.g. a GGUF file's weights for PyTorch to load (`genslot-gpu export-hf`).
+pub fn write_hf_checkpoint_with(
+    dir: &Path,
+    shape: &ModelShape,
+    mut bits: impl FnMut(Tensor) -> std::io::Result<Vec<u16>>,
+) -> std::io::Result<()> {
     use super::shape::RopeScaling;
     let mut cfg = serde_json::json!({
         "architectures": ["LlamaForCausalLM"], "model_type": "llama",
@@ -324,7 +339,8 @@ pub fn write_hf_checkpoint(dir: &Path, shape: &ModelShape, seed: u32) -> std::io
         "num_key_value_heads": shape.kv_heads, "head_dim": shape.head_dim,
         "vocab_size": shape.vocab, "rms_norm_eps": shape.rms_eps,
         "tie_word_embeddings": shape.tied_embeddings, "rope_theta": shape.rope_theta,
-        "hidden_act": "silu", "torch_dtype": "bfloat16",
+        "hidden_act": "silu", "torch_dtype": "bfloat16", "attention_bias": false,
+        "mlp_bias": false, "max_position_embeddings": 8192,
     });
     let scaling = match &shape.rope_scaling {
         RopeScaling::None => serde_json::Value::Null,
@@ -348,18 +364,12 @@ pub fn write_hf_checkpoint(dir: &Path, shape: &ModelShape, seed: u32) -> std::io
     cfg["rope_scaling"] = scaling;
     std::fs::create_dir_all(dir)?;
     std::fs::write(dir.join("config.json"), serde_json::to_string_pretty(&cfg)?)?;
-    let tensors: Vec<(String, Vec<usize>, Vec<u16>)> = model_tensors(shape)
-        .into_iter()
-        .map(|t| {
-            let (r, c) = t.dims(shape);
-            let dims = if r == 1 { vec![c] } else { vec![r, c] };
-            let bits = super::init::init_tensor_f32(shape, seed, t)
-                .into_iter()
-                .map(f32_to_bf16_bits)
-                .collect();
-            (t.hf_name(), dims, bits)
-        })
-        .collect();
+    let mut tensors: Vec<(String, Vec<usize>, Vec<u16>)> = Vec::new();
+    for t in model_tensors(shape) {
+        let (r, c) = t.dims(shape);
+        let dims = if r == 1 { vec![c] } else { vec![r, c] };
+        tensors.push((t.hf_name(), dims, bits(t)?));
+    }
     super::safetensors::write_bf16(&dir.join("model.safetensors"), &tensors)
 }
 
