@@ -5,7 +5,6 @@
 //! graphs per batch bucket, over a paged KV cache whose pages are the KV pool's pages. Each
 //! row's token is sampled on the device with its request's parameters (`sample.cu`).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -14,6 +13,7 @@ use cudarc::driver::{sys, CudaGraph};
 use super::device::{Gpu, Which};
 use super::forward::{enqueue, splits_for, KvCache, Pass, Scratch};
 use super::model_files::ModelFiles;
+use super::residents::Residents;
 use super::shape::ModelShape;
 use super::transfer::{ContextMode, TransferLane};
 use super::weights::{ModelSource, Weights};
@@ -21,7 +21,7 @@ use crate::gpu::{
     BackendCapacity, BackendError, ContextArrival, ContextLane, StepBackend, StepOutput, StepRow,
 };
 use crate::policy::RequestId;
-use crate::sampling::{SampleRow, SamplingParams};
+use crate::sampling::SampleRow;
 
 /// Settings of the CUDA backend.
 #[derive(Debug, Clone)]
@@ -69,41 +69,6 @@ impl CudaConfig {
     }
 }
 
-/// What the backend keeps per resident request.
-#[derive(Debug, Clone)]
-pub(crate) struct ReqState {
-    /// `context: prefill`: the prefill's token, emitted by the next step with the request.
-    pub first_token: Option<u32>,
-    /// `context: transfer`: the last prompt token, the first step's input (the transfer
-    /// brings the KV of the tokens before it).
-    pub first_input: Option<u32>,
-    pub sampling: SamplingParams,
-    /// `sampling.seed_for(id)`.
-    pub seed: u64,
-    pub min_tokens: u32,
-    /// Tokens sampled so far.
-    pub produced: u32,
-}
-
-impl ReqState {
-    pub fn new(req: &ContextArrival) -> Self {
-        ReqState {
-            first_token: None,
-            first_input: None,
-            sampling: req.sampling,
-            seed: req.sampling.seed_for(req.id),
-            min_tokens: req.min_tokens,
-            produced: 0,
-        }
-    }
-
-    /// The device parameters for the next token, at `position` (tokens before it).
-    fn sample_row(&self, position: u64, eos: Option<u32>) -> SampleRow {
-        let banned = eos.filter(|_| self.produced < self.min_tokens);
-        self.sampling.device_row(self.seed, position, banned)
-    }
-}
-
 /// How a decode step is launched.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Launch {
@@ -121,7 +86,7 @@ pub struct CudaBackend {
     kv: KvCache,
     weights: Weights,
     gpu: Gpu,
-    reqs: HashMap<RequestId, ReqState>,
+    reqs: Residents,
     table_width: usize,
     /// `context: transfer`: the arrival side, shared with the arrival threads.
     lane: Option<Arc<TransferLane>>,
@@ -243,7 +208,7 @@ impl CudaBackend {
             kv,
             weights,
             gpu,
-            reqs: HashMap::new(),
+            reqs: Residents::default(),
             table_width,
             lane,
         };
@@ -586,7 +551,7 @@ impl CudaBackend {
 
     fn check_room(&self, id: RequestId) -> Result<(), BackendError> {
         let pending = self.lane.as_ref().map_or(0, |l| l.pending());
-        if !self.reqs.contains_key(&id) && self.reqs.len() + pending >= self.cfg.max_resident {
+        if !self.reqs.contains(id) && self.reqs.len() + pending >= self.cfg.max_resident {
             return Err(BackendError::Failed(format!(
                 "request {id}: {} residents already (max_resident)",
                 self.cfg.max_resident
@@ -606,59 +571,23 @@ impl StepBackend for CudaBackend {
             return Ok(s);
         }
         let t0 = Instant::now();
-        let mut st = ReqState::new(req);
-        let row = st.sample_row(req.prompt.len() as u64, self.cfg.eos_token);
+        let (st, row) = Residents::arriving(req, self.cfg.eos_token);
         let (tok, _) = self.prefill_sampled(req.id, &req.prompt, &req.pages, row)?;
-        st.first_token = Some(tok);
-        st.produced = 1;
-        self.reqs.insert(req.id, st);
+        self.reqs.prefilled(req.id, st, tok);
         Ok(t0.elapsed().as_secs_f64())
     }
 
     fn step(&mut self, rows: &[StepRow]) -> Result<StepOutput, BackendError> {
         let t0 = Instant::now();
         self.take_arrivals();
-        let eos = self.cfg.eos_token;
-        let mut tokens: Vec<Vec<u32>> = vec![Vec::new(); rows.len()];
-        let mut run: Vec<StepRow> = Vec::with_capacity(rows.len());
-        let mut samples: Vec<SampleRow> = Vec::with_capacity(rows.len());
-        let mut run_idx = Vec::with_capacity(rows.len());
-        for (i, r) in rows.iter().enumerate() {
-            let st = self
-                .reqs
-                .get(&r.id)
-                .ok_or(BackendError::UnknownRequest(r.id))?;
-            if let Some(t) = st.first_token {
-                tokens[i] = vec![t];
-                continue;
-            }
-            let mut row = r.clone();
-            if let Some(t) = st.first_input {
-                // Transfer arrival: the last prompt token runs at its own position.
-                row.last_token = t;
-                row.context_len = r.context_len.saturating_sub(1);
-            }
-            samples.push(st.sample_row(u64::from(row.context_len) + 1, eos));
-            run.push(row);
-            run_idx.push(i);
-        }
+        let plan = self.reqs.plan(rows, self.cfg.eos_token)?;
         let launch = if self.cfg.cuda_graphs {
             Launch::Graph
         } else {
             Launch::Eager
         };
-        let (out, _) = self.decode_sampled(&run, &samples, launch, false)?;
-        for (&i, t) in run_idx.iter().zip(out) {
-            tokens[i] = vec![t];
-        }
-        for (r, toks) in rows.iter().zip(&tokens) {
-            if let Some(st) = self.reqs.get_mut(&r.id) {
-                if st.first_token.take().is_none() {
-                    st.produced += toks.len() as u32;
-                }
-                st.first_input = None;
-            }
-        }
+        let (out, _) = self.decode_sampled(&plan.run, &plan.samples, launch, false)?;
+        let tokens = self.reqs.finish(rows, plan, &out)?;
         Ok(StepOutput {
             tokens,
             step_s: t0.elapsed().as_secs_f64(),
@@ -666,7 +595,7 @@ impl StepBackend for CudaBackend {
     }
 
     fn release(&mut self, id: RequestId) {
-        self.reqs.remove(&id);
+        self.reqs.remove(id);
         if let Some(lane) = &self.lane {
             lane.forget(id);
         }

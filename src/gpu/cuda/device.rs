@@ -164,6 +164,32 @@ impl A {
     }
 }
 
+/// The kernels' PTX for `attn`, compiled once per process (NVRTC takes seconds; tests and
+/// tools create several backends).
+fn compiled(attn: AttnShape) -> Result<cudarc::nvrtc::Ptx, BackendError> {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    static CACHE: OnceLock<Mutex<HashMap<AttnShape, cudarc::nvrtc::Ptx>>> = OnceLock::new();
+    let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
+    if let Some(p) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(&attn) {
+        return Ok(p.clone());
+    }
+    let ptx = compile_ptx_with_opts(
+        kernel_source(&[attn]),
+        CompileOptions {
+            arch: Some("sm_90"),
+            options: vec!["--std=c++17".into()],
+            ..Default::default()
+        },
+    )
+    .map_err(|e| BackendError::Failed(format!("NVRTC compile of the kernels: {e:?}")))?;
+    cache
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(attn, ptx.clone());
+    Ok(ptx)
+}
+
 /// Launches `f` on `stream` with `smem` bytes of dynamic shared memory.
 pub(crate) fn launch_on(
     stream: &CudaStream,
@@ -236,15 +262,7 @@ impl Gpu {
         let decode = ctx.new_stream().map_err(drv("decode stream"))?;
         let prefill = ctx.new_stream().map_err(drv("prefill stream"))?;
         let transfer = ctx.new_stream().map_err(drv("transfer stream"))?;
-        let ptx = compile_ptx_with_opts(
-            kernel_source(&[attn]),
-            CompileOptions {
-                arch: Some("sm_90"),
-                options: vec!["--std=c++17".into()],
-                ..Default::default()
-            },
-        )
-        .map_err(|e| BackendError::Failed(format!("NVRTC compile of the kernels: {e:?}")))?;
+        let ptx = compiled(attn)?;
         let m = ctx
             .load_module(ptx)
             .map_err(drv("loading the kernel module"))?;

@@ -15,6 +15,7 @@
 
 mod backend;
 pub mod bench;
+pub mod cpu_backend;
 pub mod cpu_ref;
 mod device;
 mod forward;
@@ -22,6 +23,7 @@ pub mod init;
 pub mod model_files;
 pub mod parity;
 mod probe;
+pub mod residents;
 pub mod safetensors;
 pub mod shape;
 pub mod transfer;

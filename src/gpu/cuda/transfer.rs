@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 
 use cudarc::driver::{CudaContext, CudaFunction, CudaStream};
 
-use super::backend::ReqState;
 use super::device::{drv, launch_on, DevBuf, Gpu, Which, A};
 use super::forward::KvCache;
+use super::residents::ReqState;
 use super::shape::ModelShape;
 use crate::gpu::{BackendError, ContextArrival, ContextLane};
 use crate::policy::RequestId;
