@@ -119,6 +119,11 @@ impl ModelTokenizer {
             path: dir.display().to_string(),
             msg,
         };
+        if !dir.join("tokenizer.json").is_file() {
+            return Err(bad(
+                "no tokenizer.json (a checkpoint is served with its own tokenizer)".into(),
+            ));
+        }
         let tk = tokenizers::Tokenizer::from_file(dir.join("tokenizer.json"))
             .map_err(|e| bad(format!("tokenizer.json: {e}")))?;
         let read_json = |name: &str| -> Result<Option<Value>, TextError> {
