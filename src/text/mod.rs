@@ -32,6 +32,9 @@ pub struct ModelTokenizer {
     template: Option<ChatTemplate>,
     bos: Option<u32>,
     eos: Option<u32>,
+    /// A token decoded in front of each streamed token, and its text: decoders that strip
+    /// the first token's leading space (SentencePiece's `▁`) then keep it.
+    anchor: Option<(u32, String)>,
 }
 
 impl std::fmt::Debug for ModelTokenizer {
@@ -194,11 +197,18 @@ impl ModelTokenizer {
             .map(|src| ChatTemplate::new(&src, &text(bos), &text(eos)))
             .transpose()
             .map_err(|e| e.to_string())?;
+        let anchor = tk
+            .encode("a", false)
+            .ok()
+            .and_then(|e| e.get_ids().last().copied())
+            .and_then(|id| tk.decode(&[id], false).ok().map(|t| (id, t)))
+            .filter(|(_, t)| !t.is_empty());
         let t = ModelTokenizer {
             tk,
             template,
             bos,
             eos,
+            anchor,
         };
         // A template that cannot render one user turn would fail every chat request.
         t.try_render_chat(&[ChatTurn {
@@ -252,6 +262,13 @@ impl Tokenizer for ModelTokenizer {
     }
 
     fn decode_token(&self, id: u32) -> String {
+        if let Some((a, text)) = &self.anchor {
+            if let Ok(both) = self.try_decode(&[*a, id]) {
+                if let Some(rest) = both.strip_prefix(text.as_str()) {
+                    return rest.to_string();
+                }
+            }
+        }
         self.try_decode(&[id]).unwrap_or_default()
     }
 

