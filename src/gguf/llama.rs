@@ -280,6 +280,45 @@ mod tests {
     }
 
     #[test]
+    fn rope_scaling_comes_from_the_metadata_or_rope_freqs_and_yarn_is_refused() {
+        let base = |extra: GgufBuilder| {
+            let u = |v: usize| Value::U32(v as u32);
+            extra
+                .kv("general.architecture", Value::String("llama".into()))
+                .kv("llama.embedding_length", u(256))
+                .kv("llama.block_count", u(1))
+                .kv("llama.feed_forward_length", u(512))
+                .kv("llama.attention.head_count", u(8))
+                .kv("llama.attention.head_count_kv", u(2))
+                .kv("llama.attention.layer_norm_rms_epsilon", Value::F32(1e-5))
+                .f32_tensor("token_embd.weight", &[256, 4], &[0.0; 1024])
+        };
+        let shape = |b: GgufBuilder| shape_from_gguf(&Gguf::parse(b.build(), "r.gguf").unwrap());
+        let linear = GgufBuilder::default()
+            .kv("llama.rope.dimension_count", Value::U32(32))
+            .kv("llama.rope.scaling.type", Value::String("linear".into()))
+            .kv("llama.rope.scaling.factor", Value::F32(4.0));
+        assert_eq!(
+            shape(base(linear)).unwrap().rope_scaling,
+            RopeScaling::Linear { factor: 4.0 }
+        );
+        let factors: Vec<f32> = (0..16).map(|i| 1.0 + i as f32).collect();
+        let freqs = GgufBuilder::default().f32_tensor("rope_freqs.weight", &[16], &factors);
+        assert_eq!(
+            shape(base(freqs)).unwrap().rope_scaling,
+            RopeScaling::Factors(factors)
+        );
+        let yarn =
+            GgufBuilder::default().kv("llama.rope.scaling.type", Value::String("yarn".into()));
+        let e = shape(base(yarn)).unwrap_err().to_string();
+        assert!(e.contains("yarn") && e.contains("not supported"), "{e}");
+        // RoPE over part of the head is refused.
+        let partial = GgufBuilder::default().kv("llama.rope.dimension_count", Value::U32(16));
+        let e = shape(base(partial)).unwrap_err().to_string();
+        assert!(e.contains("RoPE over"), "{e}");
+    }
+
+    #[test]
     fn other_architectures_are_refused() {
         let g = Gguf::parse(
             GgufBuilder::default()
