@@ -40,11 +40,10 @@ pub fn cuda_engine(cfg: &Config, eos_token: Option<u32>) -> anyhow::Result<Actor
     cc.max_context = (cfg.max_context_tokens as usize).saturating_add(8192);
     cc.max_resident = (cfg.max_num_active_requests() as usize) * 2;
     cc.eos_token = eos_token;
-    cc.context = match cfg.model.context {
+    cc.context = match cfg.context {
         crate::config::ContextMode::Prefill => ContextMode::Prefill,
         crate::config::ContextMode::Transfer => ContextMode::Transfer {
             gbps: cfg
-                .model
                 .transfer_gbps
                 .unwrap_or(crate::config::DEFAULT_TRANSFER_GBPS),
         },

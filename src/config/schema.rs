@@ -22,6 +22,12 @@ pub struct Config {
     pub max_num_tokens: u32,
     /// Longest prompt accepted; longer prompts get HTTP 400.
     pub max_context_tokens: u64,
+    /// How a request's context reaches the cuda backend (SPEC §6).
+    pub context: ContextMode,
+    /// Bandwidth of `context: transfer` in GB/s (10⁹ bytes/s); default
+    /// [`DEFAULT_TRANSFER_GBPS`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub transfer_gbps: Option<f64>,
     #[serde(deserialize_with = "null_as_default")]
     pub kv_cache_config: KvCacheConfig,
     #[serde(deserialize_with = "null_as_default")]
@@ -47,6 +53,8 @@ impl Default for Config {
             max_num_active_requests: None,
             max_num_tokens: 8192,
             max_context_tokens: 1 << 20,
+            context: ContextMode::Prefill,
+            transfer_gbps: None,
             kv_cache_config: KvCacheConfig::default(),
             recurrent_state: RecurrentStateConfig::default(),
             drafter: DrafterConfig::default(),
@@ -98,12 +106,6 @@ pub struct ModelConfig {
     /// layout), or a Llama GGUF file; its tokenizer and chat template come with it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub path: Option<PathBuf>,
-    /// How a request's context reaches the cuda backend (SPEC §6).
-    pub context: ContextMode,
-    /// Bandwidth of `context: transfer` in GB/s (10⁹ bytes/s); default
-    /// [`DEFAULT_TRANSFER_GBPS`].
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub transfer_gbps: Option<f64>,
 }
 
 /// `context: transfer` bandwidth when none is given: one 400 Gb/s link.
