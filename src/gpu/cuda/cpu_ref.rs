@@ -211,8 +211,8 @@ impl CpuModel {
 
     fn rope_row(&self, x: &mut [f32], pos: usize) {
         match self.rope {
-            RopeLayout::RotateHalf => rope(x, pos, &self.inv_freq),
-            RopeLayout::Interleaved => rope_interleaved(x, pos, &self.inv_freq),
+            RopeLayout::RotateHalf => rope_table(x, pos, &self.inv_freq),
+            RopeLayout::Interleaved => rope_interleaved_table(x, pos, &self.inv_freq),
         }
     }
 }
@@ -311,7 +311,7 @@ fn add_into(x: &mut [f32], y: &[f32]) {
 
 /// HF rotate-half RoPE over every head of `x` (heads of `2 * inv_freq.len()`): pairs
 /// (i, i + D/2), angle `pos * inv_freq[i]` in f32 as the kernel forms it.
-pub fn rope(x: &mut [f32], pos: usize, inv_freq: &[f32]) {
+pub fn rope_table(x: &mut [f32], pos: usize, inv_freq: &[f32]) {
     let half = inv_freq.len();
     for head in x.chunks_mut(2 * half) {
         for (i, &f) in inv_freq.iter().enumerate() {
@@ -324,7 +324,7 @@ pub fn rope(x: &mut [f32], pos: usize, inv_freq: &[f32]) {
 }
 
 /// Interleaved RoPE over every head of `x`: pairs (2i, 2i + 1), same frequencies.
-pub fn rope_interleaved(x: &mut [f32], pos: usize, inv_freq: &[f32]) {
+pub fn rope_interleaved_table(x: &mut [f32], pos: usize, inv_freq: &[f32]) {
     for head in x.chunks_mut(2 * inv_freq.len()) {
         for (pair, &f) in head.chunks_exact_mut(2).zip(inv_freq) {
             let (s, c) = (pos as f32 * f).sin_cos();
@@ -333,6 +333,16 @@ pub fn rope_interleaved(x: &mut [f32], pos: usize, inv_freq: &[f32]) {
             pair[1] = b * c + a * s;
         }
     }
+}
+
+/// [`rope_table`] with the plain frequencies `theta^(-2i/hd)` (no scaling).
+pub fn rope(x: &mut [f32], hd: usize, pos: usize, theta: f32) {
+    rope_table(x, pos, &plain_inv_freq(hd, theta));
+}
+
+/// [`rope_interleaved_table`] with the plain frequencies.
+pub fn rope_interleaved(x: &mut [f32], hd: usize, pos: usize, theta: f32) {
+    rope_interleaved_table(x, pos, &plain_inv_freq(hd, theta));
 }
 
 /// The plain frequencies `theta^(-2i/D)` of a head of width `hd` (tests and tools).
@@ -415,10 +425,9 @@ mod tests {
     fn rope_is_identity_at_position_zero_and_preserves_norm() {
         let mut x: Vec<f32> = (0..128).map(|i| (i as f32 * 0.37).sin()).collect();
         let orig = x.clone();
-        let f = plain_inv_freq(64, 10000.0);
-        rope(&mut x, 0, &f);
+        rope(&mut x, 64, 0, 10000.0);
         assert_eq!(x, orig);
-        rope(&mut x, 123, &f);
+        rope(&mut x, 64, 123, 10000.0);
         let n0: f32 = orig.iter().map(|v| v * v).sum();
         let n1: f32 = x.iter().map(|v| v * v).sum();
         assert!((n0 - n1).abs() / n0 < 1e-5);
@@ -446,14 +455,13 @@ mod tests {
     fn interleaved_rope_on_permuted_heads_equals_rotate_half() {
         let hd = 64;
         let x: Vec<f32> = (0..2 * hd).map(|i| (i as f32 * 0.91).cos()).collect();
-        let f = plain_inv_freq(hd, 100_000.0);
         let mut hf = x.clone();
-        rope(&mut hf, 17, &f);
+        rope(&mut hf, hd, 17, 100_000.0);
         let mut gg = llama_cpp_permute(&x, hd, 1);
-        rope_interleaved(&mut gg, 17, &f);
+        rope_interleaved(&mut gg, hd, 17, 100_000.0);
         assert_eq!(gg, llama_cpp_permute(&hf, hd, 1));
         let mut same = x.clone();
-        rope_interleaved(&mut same, 0, &f);
+        rope_interleaved(&mut same, hd, 0, 100_000.0);
         assert_eq!(same, x, "position 0 is the identity");
     }
 
