@@ -2,6 +2,7 @@
 //! behind the HTTP server.
 
 use std::future::Future;
+use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::Context as _;
@@ -13,15 +14,34 @@ use crate::server::{serve, App};
 
 /// The actor engine over the timing-model backend on the real clock.
 pub fn model_engine(cfg: &Config) -> Result<ActorEngine, super::StartError> {
-    let clock: Arc<dyn Clock> = Arc::new(RealClock::new());
+    model_engine_on(cfg, Arc::new(RealClock::new()), StartOptions::default())
+}
+
+fn model_engine_on(
+    cfg: &Config,
+    clock: Arc<dyn Clock>,
+    opts: StartOptions,
+) -> Result<ActorEngine, super::StartError> {
     let backend = ModelBackend::from_config(cfg, clock.clone());
-    ActorEngine::start(cfg, Box::new(backend), clock, StartOptions::default())
+    ActorEngine::start(cfg, Box::new(backend), clock, opts)
 }
 
 /// The actor engine over the CUDA backend: fails with a clear message where CUDA is absent.
 /// `eos_token` (the checkpoint's, from its tokenizer metadata) ends requests and is kept
 /// from being sampled before `min_tokens`.
 pub fn cuda_engine(cfg: &Config, eos_token: Option<u32>) -> anyhow::Result<ActorEngine> {
+    let opts = StartOptions {
+        eos_token,
+        ..StartOptions::default()
+    };
+    cuda_engine_on(cfg, Arc::new(RealClock::new()), opts)
+}
+
+fn cuda_engine_on(
+    cfg: &Config,
+    clock: Arc<dyn Clock>,
+    opts: StartOptions,
+) -> anyhow::Result<ActorEngine> {
     use crate::gpu::cuda::{probe_libraries, ContextMode, CudaBackend, CudaConfig, ModelSource};
     probe_libraries().map_err(|e| anyhow::anyhow!("--backend cuda: {e}"))?;
     let model = match cfg.model_source() {
@@ -39,7 +59,7 @@ pub fn cuda_engine(cfg: &Config, eos_token: Option<u32>) -> anyhow::Result<Actor
     cc.kv_pages = Some((cfg.kv_cache_config.max_tokens / u64::from(tpb)) as usize);
     cc.max_context = (cfg.max_context_tokens as usize).saturating_add(8192);
     cc.max_resident = (cfg.max_num_active_requests() as usize) * 2;
-    cc.eos_token = eos_token;
+    cc.eos_token = opts.eos_token;
     cc.context = match cfg.context {
         crate::config::ContextMode::Prefill => ContextMode::Prefill,
         crate::config::ContextMode::Transfer => ContextMode::Transfer {
@@ -50,11 +70,6 @@ pub fn cuda_engine(cfg: &Config, eos_token: Option<u32>) -> anyhow::Result<Actor
     };
     let backend =
         CudaBackend::new(cc).map_err(|e| anyhow::anyhow!("starting the cuda backend: {e}"))?;
-    let clock: Arc<dyn Clock> = Arc::new(RealClock::new());
-    let opts = StartOptions {
-        eos_token,
-        ..StartOptions::default()
-    };
     Ok(ActorEngine::start(cfg, Box::new(backend), clock, opts)?)
 }
 
@@ -71,6 +86,18 @@ pub async fn serve_config(
     cfg: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    serve_recorded(cfg, None, shutdown).await
+}
+
+/// Serves with the backend the config names; with `record`, one line per request that
+/// leaves the scheduler goes to that file (`super::record`), flushed once the server drained.
+pub async fn serve_recorded(
+    cfg: Config,
+    record: Option<&Path>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    // Again after the command line's overrides (`--backend cuda` with several ranks).
+    cfg.validate()?;
     let metrics = crate::metrics::install_recorder()?;
     // A checkpoint's tokenizer, chat template and EOS (random-weight shapes keep the word
     // tokenizer).
@@ -80,9 +107,23 @@ pub async fn serve_config(
         }
         _ => None,
     };
+    let clock: Arc<dyn Clock> = Arc::new(RealClock::new());
+    let (recorder, writer) = match record {
+        Some(path) => {
+            let (r, w) = super::record::start(path, clock.as_ref())
+                .with_context(|| format!("--record {}", path.display()))?;
+            (Some(r), Some(w))
+        }
+        None => (None, None),
+    };
+    let opts = StartOptions {
+        recorder,
+        eos_token: text.as_ref().and_then(|t| t.eos),
+        ..StartOptions::default()
+    };
     let engine = match cfg.backend {
-        crate::config::Backend::Model => model_engine(&cfg)?,
-        crate::config::Backend::Cuda => cuda_engine(&cfg, text.as_ref().and_then(|t| t.eos))?,
+        crate::config::Backend::Model => model_engine_on(&cfg, clock, opts)?,
+        crate::config::Backend::Cuda => cuda_engine_on(&cfg, clock, opts)?,
     };
     let addr = format!("{}:{}", cfg.server.host, cfg.server.port);
     let listener = tokio::net::TcpListener::bind(&addr)
@@ -101,5 +142,11 @@ pub async fn serve_config(
     if let Some(t) = &text {
         app = app.with_tokenizer(t.server_tokenizer());
     }
-    serve(listener, app, shutdown).await.context("serving")
+    let served = serve(listener, app, shutdown).await.context("serving");
+    if let Some(w) = writer {
+        let path = w.path().display().to_string();
+        let lines = w.finish().with_context(|| format!("writing {path}"))?;
+        tracing::info!("recorded {lines} requests to {path}");
+    }
+    served
 }

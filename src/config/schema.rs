@@ -242,7 +242,8 @@ pub struct GenPreemptionConfig {
 pub use crate::policy::Mode as Preemption;
 
 /// The `model` backend's decode step time
-/// `t(B, ΣL) = base + B·per_request + ΣL·per_kv_token (+ jump_ms when B > jump_above)`,
+/// `t(B, ΣL) = base + B·per_request + ΣL·per_kv_token`, plus
+/// `jump_ms + (B − jump_above)·per_request_above_ms` when `B > jump_above`,
 /// in milliseconds, plus context-arrival times (SPEC §8.2). The defaults are a generic
 /// stand-in of the right order for an 8B model on one GPU, not a measurement; the simulator
 /// carries calibrated presets.
@@ -258,6 +259,8 @@ pub struct TimingConfig {
     /// Batch size above which the step takes `jump_ms` longer; `None` = no jump.
     pub jump_above: Option<u32>,
     pub jump_ms: f64,
+    /// Extra ms per request past `jump_above`.
+    pub per_request_above_ms: f64,
     /// Mean tokens emitted per request per step (> 1 with speculative decoding).
     pub tokens_per_step: f64,
     /// KV transfer time = transfer_base_ms + context tokens · transfer_per_token_us.
@@ -275,6 +278,7 @@ impl Default for TimingConfig {
             per_kv_token_ns: 1.0,
             jump_above: None,
             jump_ms: 0.0,
+            per_request_above_ms: 0.0,
             tokens_per_step: 1.0,
             transfer_base_ms: 50.0,
             transfer_per_token_us: 2.0,

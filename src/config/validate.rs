@@ -2,7 +2,7 @@
 //! broken rule, in field order, without positions; the loader adds positions from the text.
 
 use super::error::Issue;
-use super::schema::{Config, Preemption, MODEL_SHAPES};
+use super::schema::{Backend, Config, Preemption, MODEL_SHAPES};
 
 const TPOT_BUDGET: &str = "scheduler_config.gen_preemption.tpot_budget";
 const TARGET_TPS: &str = "scheduler_config.gen_preemption.target_output_tps";
@@ -35,6 +35,7 @@ pub(crate) fn issues(cfg: &Config) -> Vec<Issue> {
         "parallel.pipeline_parallel_size",
         u64::from(p.pipeline_parallel_size),
     );
+    tensor_parallel(cfg, &mut out);
     admission(cfg, &mut out);
     preemption(cfg, &mut out);
     timing(cfg, &mut out);
@@ -231,6 +232,34 @@ fn preemption(cfg: &Config, out: &mut Vec<Issue>) {
     }
 }
 
+/// Ranks per worker the model backend runs (each a thread with its own scheduling core).
+pub(crate) const MAX_TENSOR_PARALLEL: u32 = 64;
+
+/// `tensor_parallel_size` > 1 runs that many ranks checking each other's decisions every
+/// pass. The model backend runs them on the CPU; the cuda backend steps one GPU, so it
+/// refuses more than one rank until its sharded forward runs.
+fn tensor_parallel(cfg: &Config, out: &mut Vec<Issue>) {
+    const FIELD: &str = "parallel.tensor_parallel_size";
+    let n = cfg.parallel.tensor_parallel_size;
+    if n > MAX_TENSOR_PARALLEL {
+        out.push(Issue::new(
+            FIELD,
+            format!("must be at most {MAX_TENSOR_PARALLEL} ranks, got {n}"),
+        ));
+    } else if n > 1 && cfg.backend == Backend::Cuda {
+        out.push(
+            Issue::new(
+                FIELD,
+                format!(
+                    "the cuda backend runs one GPU per worker for now: set \
+                     tensor_parallel_size to 1 (or use `backend: model`), got {n}"
+                ),
+            )
+            .with_related("backend"),
+        );
+    }
+}
+
 fn last(path: &str) -> &str {
     path.rsplit('.').next().unwrap_or(path)
 }
@@ -241,6 +270,12 @@ fn timing(cfg: &Config, out: &mut Vec<Issue>) {
     finite_at_least(out, "timing.per_request_ms", t.per_request_ms, 0.0);
     finite_at_least(out, "timing.per_kv_token_ns", t.per_kv_token_ns, 0.0);
     finite_at_least(out, "timing.jump_ms", t.jump_ms, 0.0);
+    finite_at_least(
+        out,
+        "timing.per_request_above_ms",
+        t.per_request_above_ms,
+        0.0,
+    );
     finite_at_least(out, "timing.tokens_per_step", t.tokens_per_step, 1.0);
     finite_at_least(out, "timing.transfer_base_ms", t.transfer_base_ms, 0.0);
     finite_at_least(
@@ -293,6 +328,34 @@ mod tests {
                 "scheduler_config.gen_admission.min_samples"
             ]
         );
+    }
+
+    #[test]
+    fn several_ranks_run_on_the_model_backend_and_are_refused_on_cuda() {
+        let fields = |backend, n| {
+            let mut cfg = Config {
+                backend,
+                ..Config::default()
+            };
+            cfg.parallel.tensor_parallel_size = n;
+            issues(&cfg)
+                .into_iter()
+                .map(|i| (i.field, i.related))
+                .collect::<Vec<_>>()
+        };
+        let tp = || "parallel.tensor_parallel_size".to_owned();
+        assert_eq!(fields(Backend::Model, 4), []);
+        assert_eq!(fields(Backend::Model, MAX_TENSOR_PARALLEL), []);
+        assert_eq!(
+            fields(Backend::Model, MAX_TENSOR_PARALLEL + 1),
+            [(tp(), vec![])]
+        );
+        assert_eq!(fields(Backend::Cuda, 1), []);
+        assert_eq!(
+            fields(Backend::Cuda, 2),
+            [(tp(), vec!["backend".to_owned()])]
+        );
+        assert_eq!(fields(Backend::Model, 0), [(tp(), vec![])]);
     }
 
     #[test]

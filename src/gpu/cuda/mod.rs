@@ -26,6 +26,7 @@ mod probe;
 pub mod residents;
 pub mod safetensors;
 pub mod shape;
+pub mod tp;
 pub mod transfer;
 mod weights;
 
