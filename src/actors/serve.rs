@@ -27,8 +27,14 @@ fn model_engine_on(
 }
 
 /// The actor engine over the CUDA backend: fails with a clear message where CUDA is absent.
-pub fn cuda_engine(cfg: &Config) -> anyhow::Result<ActorEngine> {
-    cuda_engine_on(cfg, Arc::new(RealClock::new()), StartOptions::default())
+/// `eos_token` (the checkpoint's, from its tokenizer metadata) ends requests and is kept
+/// from being sampled before `min_tokens`.
+pub fn cuda_engine(cfg: &Config, eos_token: Option<u32>) -> anyhow::Result<ActorEngine> {
+    let opts = StartOptions {
+        eos_token,
+        ..StartOptions::default()
+    };
+    cuda_engine_on(cfg, Arc::new(RealClock::new()), opts)
 }
 
 fn cuda_engine_on(
@@ -36,7 +42,7 @@ fn cuda_engine_on(
     clock: Arc<dyn Clock>,
     opts: StartOptions,
 ) -> anyhow::Result<ActorEngine> {
-    use crate::gpu::cuda::{probe_libraries, CudaBackend, CudaConfig, ModelSource};
+    use crate::gpu::cuda::{probe_libraries, ContextMode, CudaBackend, CudaConfig, ModelSource};
     probe_libraries().map_err(|e| anyhow::anyhow!("--backend cuda: {e}"))?;
     let model = match cfg.model_source() {
         crate::config::ModelSource::Shape { name, seed } => ModelSource::Seeded {
@@ -53,6 +59,15 @@ fn cuda_engine_on(
     cc.kv_pages = Some((cfg.kv_cache_config.max_tokens / u64::from(tpb)) as usize);
     cc.max_context = (cfg.max_context_tokens as usize).saturating_add(8192);
     cc.max_resident = (cfg.max_num_active_requests() as usize) * 2;
+    cc.eos_token = opts.eos_token;
+    cc.context = match cfg.context {
+        crate::config::ContextMode::Prefill => ContextMode::Prefill,
+        crate::config::ContextMode::Transfer => ContextMode::Transfer {
+            gbps: cfg
+                .transfer_gbps
+                .unwrap_or(crate::config::DEFAULT_TRANSFER_GBPS),
+        },
+    };
     let backend =
         CudaBackend::new(cc).map_err(|e| anyhow::anyhow!("starting the cuda backend: {e}"))?;
     Ok(ActorEngine::start(cfg, Box::new(backend), clock, opts)?)
@@ -84,6 +99,14 @@ pub async fn serve_recorded(
     // Again after the command line's overrides (`--backend cuda` with several ranks).
     cfg.validate()?;
     let metrics = crate::metrics::install_recorder()?;
+    // A checkpoint's tokenizer, chat template and EOS (random-weight shapes keep the word
+    // tokenizer).
+    let text = match (cfg.backend, cfg.model_source()) {
+        (crate::config::Backend::Cuda, crate::config::ModelSource::Path(p)) => {
+            Some(crate::text::ModelText::load(&p).context("loading the model's tokenizer")?)
+        }
+        _ => None,
+    };
     let clock: Arc<dyn Clock> = Arc::new(RealClock::new());
     let (recorder, writer) = match record {
         Some(path) => {
@@ -95,6 +118,7 @@ pub async fn serve_recorded(
     };
     let opts = StartOptions {
         recorder,
+        eos_token: text.as_ref().and_then(|t| t.eos),
         ..StartOptions::default()
     };
     let engine = match cfg.backend {
@@ -114,7 +138,10 @@ pub async fn serve_recorded(
         crate::config::ModelSource::Shape { name, .. } => name,
         crate::config::ModelSource::Path(p) => p.display().to_string(),
     };
-    let app = App::new(Arc::new(engine), metrics, name);
+    let mut app = App::new(Arc::new(engine), metrics, name);
+    if let Some(t) = &text {
+        app = app.with_tokenizer(t.server_tokenizer());
+    }
     let served = serve(listener, app, shutdown).await.context("serving");
     if let Some(w) = writer {
         let path = w.path().display().to_string();

@@ -117,6 +117,9 @@ fn model(cfg: &Config, out: &mut Vec<Issue>) {
     if m.path.as_ref().is_some_and(|p| p.as_os_str().is_empty()) {
         out.push(Issue::new("model.path", "must not be empty"));
     }
+    if let Some(g) = cfg.transfer_gbps {
+        finite_positive(out, "transfer_gbps", g);
+    }
 }
 
 fn kv_cache(cfg: &Config, out: &mut Vec<Issue>) {

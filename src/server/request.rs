@@ -87,7 +87,14 @@ pub fn parse_request(
         Endpoint::Completions => prompt_tokens(body.prompt.as_ref(), tokenizer)?,
         Endpoint::ChatCompletions => {
             let turns = chat_turns(body.messages.as_deref())?;
-            tokenizer.encode(&tokenizer.render_chat(&turns))
+            let text = tokenizer.try_render_chat(&turns).map_err(|e| {
+                ApiError::invalid(
+                    "invalid_messages",
+                    Some("messages"),
+                    format!("the model's chat template refused the messages: {e}"),
+                )
+            })?;
+            tokenizer.encode(&text)
         }
     };
     if prompt_tokens.is_empty() {

@@ -339,6 +339,7 @@ impl Executor {
                 prompt: l.prompt.clone(),
                 pages: st.pages.get_mut(i).map(std::mem::take).unwrap_or_default(),
                 sampling: l.sampling,
+                min_tokens: l.min_tokens,
             };
             self.gpu_send(GpuMsg::Admit(Admit(arrival)));
         }
