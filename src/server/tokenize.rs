@@ -9,6 +9,10 @@ pub trait Tokenizer: Send + Sync + 'static {
     fn encode(&self, text: &str) -> Vec<u32>;
     /// The text piece of one generated token, as streamed to the client.
     fn decode_token(&self, id: u32) -> String;
+    /// Token ids a prompt may use are `0..vocab_size`; `None` when unknown (not checked).
+    fn vocab_size(&self) -> Option<u32> {
+        None
+    }
     /// The prompt text for a chat conversation, ending where the assistant's reply begins.
     fn render_chat(&self, messages: &[ChatTurn]) -> String {
         render_chatml(messages)
@@ -152,6 +156,10 @@ impl Tokenizer for WordTokenizer {
     fn decode_token(&self, id: u32) -> String {
         let word = OUTPUT_WORDS[id as usize % OUTPUT_WORDS.len()];
         format!(" {word}")
+    }
+
+    fn vocab_size(&self) -> Option<u32> {
+        Some(self.vocab_size)
     }
 }
 
