@@ -144,8 +144,16 @@ async fn debug_and_metrics_show_an_idle_worker_as_idle() {
     let body = json!({"prompt": "a", "max_tokens": 4000, "ignore_eos": true, "stream": true});
     let mut first = s.post("/v1/completions", &body).await.bytes_stream();
     let mut second = s.post("/v1/completions", &body).await.bytes_stream();
-    first.next().await.expect("the first request streams").unwrap();
-    second.next().await.expect("the second request streams").unwrap();
+    first
+        .next()
+        .await
+        .expect("the first request streams")
+        .unwrap();
+    second
+        .next()
+        .await
+        .expect("the second request streams")
+        .unwrap();
     wait_for("a request retained by a step", async || {
         s.debug().await["gpu_step"]["retained"].as_u64() == Some(1)
     })
