@@ -22,6 +22,7 @@ pub mod response;
 pub mod stop;
 pub mod stream;
 pub mod tokenize;
+pub mod tokenizer_json;
 pub mod unsupported;
 
 use std::sync::atomic::{AtomicBool, Ordering};

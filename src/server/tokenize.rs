@@ -166,7 +166,7 @@ impl Tokenizer for WordTokenizer {
 /// Frequent English words, at most `MAX_WORD_CHARS` letters so " word" stays one piece. Each
 /// with its leading space was one token in a byte-level BPE trained on AIPerf's Shakespeare
 /// corpus (vocabulary 8000); large English BPEs should split them no more.
-const OUTPUT_WORDS: &[&str] = &[
+pub(crate) const OUTPUT_WORDS: &[&str] = &[
     "the", "of", "and", "to", "in", "is", "was", "for", "on", "that", "with", "as", "by", "at",
     "from", "his", "he", "it", "an", "are", "were", "which", "be", "this", "or", "had", "not",
     "but", "have", "their", "they", "one", "all", "been", "has", "its", "who", "more", "her",
