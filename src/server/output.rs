@@ -39,7 +39,8 @@ pub struct Output {
     /// Stop strings are looked for only in the text of tokens after the first `min_tokens`.
     min_tokens: u32,
     tokens: u64,
-    deadline: tokio::time::Instant,
+    /// Fires at the request's deadline; one timer for the whole request.
+    deadline: std::pin::Pin<Box<tokio::time::Sleep>>,
     timeout: Duration,
 }
 
@@ -68,9 +69,10 @@ impl Output {
             min_tokens,
             tokens: 0,
             // A deadline past what the clock holds means none.
-            deadline: now
-                .checked_add(timeout)
-                .unwrap_or_else(|| now + Duration::from_secs(1 << 32)),
+            deadline: Box::pin(tokio::time::sleep_until(
+                now.checked_add(timeout)
+                    .unwrap_or_else(|| now + Duration::from_secs(1 << 32)),
+            )),
             timeout,
         }
     }
@@ -87,7 +89,7 @@ impl Output {
         let sub = self.submission.as_mut()?;
         let first = tokio::select! {
             event = sub.recv() => event,
-            _ = tokio::time::sleep_until(self.deadline) => {
+            _ = self.deadline.as_mut() => {
                 self.submission = None;
                 return Some(Piece {
                     end: Some(End::TimedOut(self.timeout)),
