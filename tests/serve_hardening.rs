@@ -175,3 +175,21 @@ async fn debug_and_metrics_show_an_idle_worker_as_idle() {
     .await;
     s.shutdown().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_request_without_max_tokens_is_bounded_by_the_configured_default() {
+    // Without the bound it would run to the context's rest, about a million tokens.
+    let s = Server::start(&config("server: { default_max_tokens: 7 }\n")).await;
+    let v: Value = s
+        .post(
+            "/v1/completions",
+            &json!({"prompt": "a b c", "ignore_eos": true}),
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["usage"]["completion_tokens"], 7);
+    assert_eq!(v["choices"][0]["finish_reason"], "length");
+    s.shutdown().await.unwrap();
+}

@@ -48,7 +48,10 @@ async fn profile(endpoint_type: &str) -> Value {
             std::env::var_os("GENSLOT_AIPERF_TOKENIZER")
                 .map(PathBuf::from)
                 .unwrap_or_else(|| {
-                    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/assets/word-tokenizer"))
+                    PathBuf::from(concat!(
+                        env!("CARGO_MANIFEST_DIR"),
+                        "/assets/word-tokenizer"
+                    ))
                 }),
         )
         .args(["--isl", &ISL.to_string(), "--osl", &OSL.to_string()])
