@@ -42,40 +42,41 @@ async fn handle(
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let received = now_unix_s();
-    let (parsed, output) = match submit(&app, endpoint, &headers, body, received) {
+    let s = match submit(&app, endpoint, &headers, body, received) {
         Ok(s) => s,
         Err(e) => {
             record_rejection(e.code);
             return e.into_response();
         }
     };
-    let ParsedRequest {
-        gen,
-        model,
-        stream,
-        include_usage,
-        continuous_usage,
-        ..
-    } = parsed;
-    let id = output.id();
-    let meta = ResponseMeta::new(endpoint, id, received as u64, model);
-    let prompt_tokens = gen.prompt_tokens.len();
-    let record = RecordedRequest::start(gen.arrival_unix_s.unwrap_or(received), prompt_tokens);
+    let meta = ResponseMeta::new(endpoint, s.output.id(), received as u64, s.model);
+    let record = RecordedRequest::start(s.arrival.unwrap_or(received), s.prompt_tokens);
     let setup = StreamSetup {
         meta,
         record,
-        prompt_tokens: prompt_tokens as u64,
-        include_usage,
-        continuous_usage,
+        prompt_tokens: s.prompt_tokens as u64,
+        include_usage: s.include_usage,
+        continuous_usage: s.continuous_usage,
     };
-    if stream {
-        sse_response(output, setup)
+    if s.stream {
+        sse_response(s.output, setup)
     } else {
-        match collect(output, setup).await {
+        match collect(s.output, setup).await {
             Ok(body) => Json(body).into_response(),
             Err(e) => e.into_response(),
         }
     }
+}
+
+/// An accepted request and how to answer it.
+struct Submitted {
+    output: Output,
+    model: String,
+    arrival: Option<f64>,
+    prompt_tokens: usize,
+    stream: bool,
+    include_usage: bool,
+    continuous_usage: bool,
 }
 
 /// A request body that could not be read: too large (413), or stalled past
@@ -115,20 +116,21 @@ fn submit(
     headers: &HeaderMap,
     body: Result<Bytes, BytesRejection>,
     received: f64,
-) -> Result<(ParsedRequest, Output), ApiError> {
+) -> Result<Submitted, ApiError> {
     if app.is_shutting_down() {
         return Err(ApiError::shutting_down());
     }
     let body = body.map_err(body_error)?;
+    // Read only when trusted: otherwise the header is ignored like the body's field.
     let arrival_header = match headers.get(ARRIVAL_HEADER) {
-        None => None,
-        Some(v) => Some(v.to_str().map_err(|_| {
+        Some(v) if app.limits.arrival.trust => Some(v.to_str().map_err(|_| {
             ApiError::invalid(
                 "invalid_value",
                 Some(ARRIVAL_HEADER),
                 "the x-arrival-time header is not ASCII".into(),
             )
         })?),
+        _ => None,
     };
     let ctx = ParseContext {
         tokenizer: app.tokenizer.as_ref(),
@@ -138,16 +140,33 @@ fn submit(
         arrival: app.limits.arrival,
         received_unix_s: received,
     };
-    let parsed = parse_request(endpoint, &body, arrival_header, &ctx)?;
-    let submission = app.engine.submit(parsed.gen.clone())?;
-    let output = Output::new(
-        submission,
-        app.tokenizer.clone(),
-        parsed.gen.stop.clone(),
-        parsed.gen.min_tokens,
-        app.limits.request_timeout,
-    );
-    Ok((parsed, output))
+    let ParsedRequest {
+        gen,
+        model,
+        stream,
+        include_usage,
+        continuous_usage,
+        ..
+    } = parse_request(endpoint, &body, arrival_header, &ctx)?;
+    let (arrival, prompt_tokens, min_tokens) =
+        (gen.arrival_unix_s, gen.prompt_tokens.len(), gen.min_tokens);
+    let stop = gen.stop.clone();
+    let submission = app.engine.submit(gen)?;
+    Ok(Submitted {
+        output: Output::new(
+            submission,
+            app.tokenizer.clone(),
+            stop,
+            min_tokens,
+            app.limits.request_timeout,
+        ),
+        model,
+        arrival,
+        prompt_tokens,
+        stream,
+        include_usage,
+        continuous_usage,
+    })
 }
 
 /// Waits for the whole answer. If the client goes away first, axum drops this future and
