@@ -7,19 +7,18 @@
 //! (mode: `tpot_budget` or `target_output_tps`; both when left out).
 
 use genslot::policy::Mode;
+use genslot::worker::wire::Fnv1a;
 
 #[path = "../benches/support/live_workload.rs"]
 mod live_workload;
 use live_workload::LiveWorkload;
 
-/// FNV-1a over u64 words: stable across builds and toolchains, unlike `DefaultHasher`.
-struct Fnv(u64);
+/// The library's FNV-1a (`genslot::worker::wire`), chained over every pass's decisions.
+struct Fnv(Fnv1a);
 
 impl Fnv {
     fn word(&mut self, x: u64) {
-        for b in x.to_le_bytes() {
-            self.0 = (self.0 ^ b as u64).wrapping_mul(0x100_0000_01b3);
-        }
+        self.0.word(x);
     }
     fn ids(&mut self, ids: impl Iterator<Item = u64>) {
         let mut n = 0;
@@ -28,6 +27,9 @@ impl Fnv {
             n += 1;
         }
         self.word(n);
+    }
+    fn value(&self) -> u64 {
+        self.0 .0
     }
 }
 
@@ -65,7 +67,7 @@ fn main() -> Result<(), String> {
             continue;
         }
         let mut run = Run(LiveWorkload::new(residents, waiters, mode));
-        let mut h = Fnv(0xcbf2_9ce4_8422_2325);
+        let mut h = Fnv(Fnv1a::new());
         let (mut pauses, mut resumes, mut forced, mut admitted) = (0, 0, 0, 0);
         for _ in 0..passes {
             run.0.step();
@@ -79,7 +81,7 @@ fn main() -> Result<(), String> {
         println!(
             "{name} {residents}res {waiters}wait {passes} passes: hash {:016x} \
              ({pauses} pauses, {resumes} resumes, {forced} forced, {admitted} admitted)",
-            h.0
+            h.value()
         );
     }
     Ok(())

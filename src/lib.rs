@@ -11,5 +11,6 @@ pub mod pools;
 pub mod sampling;
 pub mod server;
 pub mod sim;
+pub mod text;
 pub mod worker;
 pub mod workload;

@@ -1,4 +1,4 @@
-//! The `genslot` binary: `serve`, `sim`, `check-config`.
+//! The `genslot` binary: `serve`, `sim`, `fit-step`, `check-config`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -27,6 +27,8 @@ enum Command {
     Serve(ServeArgs),
     /// Simulate arms (control vs preemption settings) over agentic traffic in virtual time.
     Sim(Box<genslot::sim::cli::SimArgs>),
+    /// Fit the simulator's step-time (and transfer-time) model to measured grids.
+    FitStep(genslot::sim::fit_cli::FitArgs),
 }
 
 fn main() -> ExitCode {
@@ -48,6 +50,7 @@ fn main() -> ExitCode {
             }
         }
         Command::Sim(args) => report(genslot::sim::cli::run(*args)),
+        Command::FitStep(args) => report(genslot::sim::fit_cli::run(args)),
         Command::Serve(args) => report(serve(args)),
     }
 }
@@ -66,6 +69,11 @@ struct ServeArgs {
     /// Step backend (overrides `backend`).
     #[arg(long, value_enum)]
     backend: Option<BackendArg>,
+    /// Write one JSON line per request that leaves the scheduler to this file (arrival,
+    /// context and output tokens, first-token and finish times, pauses, outcome), for
+    /// `genslot sim --replay`.
+    #[arg(long, value_name = "FILE")]
+    record: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -110,7 +118,11 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("starting the tokio runtime")?;
-    runtime.block_on(genslot::actors::serve::serve_config(cfg, shutdown_signal()))
+    runtime.block_on(genslot::actors::serve::serve_recorded(
+        cfg,
+        args.record.as_deref(),
+        shutdown_signal(),
+    ))
 }
 
 /// Ctrl-C or SIGTERM.

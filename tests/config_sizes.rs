@@ -59,9 +59,12 @@ fn a_kv_pool_past_32_bit_page_ids_is_an_error_not_a_silent_clamp() {
 
 #[test]
 fn tensor_parallelism_and_a_missing_checkpoint_are_errors_at_their_field() {
-    let (code, err) = run_on(&["check-config"], "parallel:\n  tensor_parallel_size: 8\n");
+    let (code, err) = run_on(
+        &["check-config"],
+        "backend: cuda\nparallel:\n  tensor_parallel_size: 8\n",
+    );
     assert_eq!(code, Some(1), "{err}");
-    assert!(err.contains(":2:3: parallel.tensor_parallel_size"), "{err}");
+    assert!(err.contains(":3:3: parallel.tensor_parallel_size"), "{err}");
     let (code, err) = run_on(
         &["check-config"],
         "backend: cuda\nmodel:\n  path: /no/such/checkpoint\n",

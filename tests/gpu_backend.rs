@@ -1,10 +1,19 @@
 //! The CUDA backend on a real GPU. Every test prints `skipping: no CUDA` and returns on a
 //! host without the CUDA libraries (CI); tools/gpu/run.sh runs them on the H200 machine.
 
+use std::time::Instant;
+
 use genslot::gpu::cuda::cpu_ref::CpuModel;
+use genslot::gpu::cuda::model_files::write_hf_checkpoint;
 use genslot::gpu::cuda::parity::{cpu_reference, rel_errors, run};
-use genslot::gpu::cuda::{CudaBackend, CudaConfig, Launch, LibraryProbe, ModelShape, ModelSource};
+use genslot::gpu::cuda::shape::RopeScaling;
+use genslot::gpu::cuda::transfer::{transfer_bytes, transfer_time};
+use genslot::gpu::cuda::{
+    all_attn_shapes, ContextMode, CudaBackend, CudaConfig, Launch, LibraryProbe, ModelShape,
+    ModelSource,
+};
 use genslot::gpu::{BackendError, ContextArrival, StepBackend, StepRow};
+use genslot::sampling::{sample_row, SamplingParams};
 
 const SEED: u32 = 5;
 
@@ -17,6 +26,21 @@ fn gpu() -> bool {
 }
 
 fn tiny(graphs: bool) -> CudaBackend {
+    tiny_with(graphs, |_| {})
+}
+
+fn tiny_cfg(source: ModelSource, graphs: bool) -> CudaConfig {
+    let mut cfg = CudaConfig::new(source);
+    cfg.max_batch_size = 8;
+    cfg.kv_pages = Some(96);
+    cfg.tokens_per_block = 16;
+    cfg.max_context = 1024;
+    cfg.prefill_chunk = 24;
+    cfg.cuda_graphs = graphs;
+    cfg
+}
+
+fn tiny_with(graphs: bool, edit: impl FnOnce(&mut CudaConfig)) -> CudaBackend {
     let mut cfg = CudaConfig::new(ModelSource::Seeded {
         shape: "tiny".into(),
         seed: SEED,
@@ -27,9 +51,20 @@ fn tiny(graphs: bool) -> CudaBackend {
     cfg.max_context = 1024;
     cfg.prefill_chunk = 24;
     cfg.cuda_graphs = graphs;
+    edit(&mut cfg);
     match CudaBackend::new(cfg) {
         Ok(b) => b,
         Err(e) => panic!("tiny CUDA backend: {e}"),
+    }
+}
+
+fn arrival(id: u64, prompt: Vec<u32>, pages: Vec<u32>) -> ContextArrival {
+    ContextArrival {
+        id,
+        prompt,
+        pages,
+        sampling: Default::default(),
+        min_tokens: 0,
     }
 }
 
@@ -138,13 +173,8 @@ fn step_backend_emits_the_prefill_token_then_decodes() {
     let p = prompt(30, 9);
     let pages: Vec<u32> = (10..14).collect();
     let (want_first, _) = b.prefill(99, &p, &pages).unwrap();
-    b.context_arrival(&ContextArrival {
-        id: 1,
-        prompt: p.clone(),
-        pages: pages.clone(),
-        sampling: Default::default(),
-    })
-    .unwrap();
+    b.context_arrival(&arrival(1, p.clone(), pages.clone()))
+        .unwrap();
     let out = b.step(&[row(1, p.len(), 0, &pages)]).unwrap();
     assert_eq!(out.tokens, vec![vec![want_first]]);
     let out2 = b.step(&[row(1, p.len(), want_first, &pages)]).unwrap();
@@ -166,26 +196,11 @@ fn bad_pages_and_tokens_are_errors_not_panics() {
         return;
     }
     let mut b = tiny(true);
-    let outside = b.context_arrival(&ContextArrival {
-        id: 1,
-        prompt: vec![1, 2, 3],
-        pages: vec![500],
-        sampling: Default::default(),
-    });
+    let outside = b.context_arrival(&arrival(1, vec![1, 2, 3], vec![500]));
     assert!(matches!(outside, Err(BackendError::Failed(m)) if m.contains("outside the KV cache")));
-    let short = b.context_arrival(&ContextArrival {
-        id: 2,
-        prompt: prompt(40, 0),
-        pages: vec![0],
-        sampling: Default::default(),
-    });
+    let short = b.context_arrival(&arrival(2, prompt(40, 0), vec![0]));
     assert!(matches!(short, Err(BackendError::Failed(m)) if m.contains("cannot hold")));
-    let vocab = b.context_arrival(&ContextArrival {
-        id: 3,
-        prompt: vec![5000],
-        pages: vec![0],
-        sampling: Default::default(),
-    });
+    let vocab = b.context_arrival(&arrival(3, vec![5000], vec![0]));
     assert!(matches!(vocab, Err(BackendError::Failed(m)) if m.contains("vocabulary")));
     let too_many: Vec<StepRow> = (0..9).map(|i| row(i, 1, 1, &[i as u32])).collect();
     assert!(b.decode(&too_many, Launch::Graph, false).is_err());
@@ -211,7 +226,7 @@ fn graph_replay_and_eager_launch_compute_the_same_step() {
 }
 
 #[test]
-fn kernels_compile_with_nvrtc_for_sm_90() {
+fn kernels_compile_with_nvrtc_for_sm_90_for_every_head_dim_and_group() {
     if !LibraryProbe::run().nvrtc {
         eprintln!("skipping: no CUDA (libnvrtc)");
         return;
@@ -221,13 +236,327 @@ fn kernels_compile_with_nvrtc_for_sm_90() {
         options: vec!["--std=c++17".into()],
         ..Default::default()
     };
-    let ptx = cudarc::nvrtc::compile_ptx_with_opts(genslot::gpu::cuda::kernel_source(), opts)
-        .unwrap_or_else(|e| panic!("NVRTC: {e:?}"));
+    let shapes = all_attn_shapes();
+    let ptx =
+        cudarc::nvrtc::compile_ptx_with_opts(genslot::gpu::cuda::kernel_source(&shapes), opts)
+            .unwrap_or_else(|e| panic!("NVRTC: {e:?}"));
     let text = ptx.to_src();
-    for name in genslot::gpu::cuda::kernel_names() {
+    for name in genslot::gpu::cuda::kernel_names(&shapes) {
         assert!(
             text.contains(&format!(".entry {name}(")),
             "{name} missing from the PTX"
         );
     }
+}
+
+/// A seeded checkpoint of `tiny`'s size with `heads` over `kv_heads` of width `hd`.
+fn gqa_checkpoint(heads: usize, kv_heads: usize, hd: usize) -> (tempfile::TempDir, ModelShape) {
+    let shape = ModelShape {
+        heads,
+        kv_heads,
+        head_dim: hd,
+        tied_embeddings: true,
+        rope_scaling: RopeScaling::llama3(8.0),
+        rope_theta: 500_000.0,
+        ..ModelShape::named("tiny").unwrap()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    write_hf_checkpoint(dir.path(), &shape, SEED).unwrap();
+    (dir, shape)
+}
+
+/// SmolLM2's grouping (9 heads over 3), Qwen2-7B's (28 over 4, head_dim 128), 16 and 12
+/// (the MMA's bottom rows in use) and 5, each with llama3 RoPE scaling and tied embeddings,
+/// against the f32 CPU reference, graph and eager.
+#[test]
+fn every_group_size_matches_the_cpu_reference() {
+    if !gpu() {
+        return;
+    }
+    let prompts = vec![prompt(3, 0), prompt(40, 1), prompt(77, 2), prompt(300, 4)];
+    for (heads, kv, hd) in [
+        (9, 3, 64),
+        (28, 4, 128),
+        (16, 1, 64),
+        (16, 1, 128),
+        (12, 1, 64),
+        (10, 2, 64),
+    ] {
+        let (dir, shape) = gqa_checkpoint(heads, kv, hd);
+        let cpu = CpuModel::from_fn(&shape, |t| {
+            genslot::gpu::cuda::init::init_tensor_f32(&shape, SEED, t)
+        });
+        let r = cpu_reference(&cpu, &prompts, 8);
+        for graphs in [true, false] {
+            let mut b = match CudaBackend::new(tiny_cfg(
+                ModelSource::Checkpoint(dir.path().to_path_buf()),
+                graphs,
+            )) {
+                Ok(b) => b,
+                Err(e) => panic!("{heads}/{kv} heads, head_dim {hd}: {e}"),
+            };
+            let launch = if graphs { Launch::Graph } else { Launch::Eager };
+            let rep = run(&mut b, &r, launch).unwrap();
+            eprintln!("{heads}/{kv} heads, head_dim {hd}, {launch:?}: {rep:?}");
+            assert!(rep.max_rel_err < 3e-2, "{heads}/{kv}/{hd}: {rep:?}");
+            assert!(rep.greedy_agree * 10 >= rep.positions * 9, "{rep:?}");
+        }
+    }
+}
+
+fn sampled(temperature: f32, top_p: f32, top_k: u32, seed: u64) -> SamplingParams {
+    SamplingParams {
+        temperature,
+        top_p,
+        top_k,
+        seed: Some(seed),
+    }
+}
+
+/// The device sampler against `sampling::sample_row` on the same logits (read back from the
+/// device): greedy, temperature, top-k, top-p, a banned token.
+#[test]
+fn device_sampling_draws_what_the_cpu_sampler_draws_on_the_same_logits() {
+    if !gpu() {
+        return;
+    }
+    let mut b = tiny(true);
+    let pages: Vec<Vec<u32>> = (0..8u32).map(|i| (i * 4..i * 4 + 4).collect()).collect();
+    let mut last = Vec::new();
+    for (i, pg) in pages.iter().enumerate() {
+        last.push(b.prefill(i as u64, &prompt(20 + i, i), pg).unwrap().0);
+    }
+    let params = [
+        SamplingParams::GREEDY,
+        sampled(1.0, 1.0, 0, 1),
+        sampled(0.7, 0.9, 0, 2),
+        sampled(1.3, 1.0, 40, 3),
+        sampled(1.0, 0.5, 20, 4),
+        sampled(2.0, 0.95, 0, 5),
+        sampled(1.0, 0.01, 0, 6),
+        sampled(0.5, 1.0, 1, 7),
+    ];
+    let (mut agree, mut total) = (0, 0);
+    for step in 0..6u32 {
+        let rows: Vec<StepRow> = (0..8)
+            .map(|i| row(i as u64, 20 + i + step as usize, last[i], &pages[i]))
+            .collect();
+        let samp: Vec<_> = params
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let banned = (i == 1).then_some(last[i]);
+                p.device_row(p.seed_for(i as u64), 100 + u64::from(step), banned)
+            })
+            .collect();
+        let (toks, logits) = b.decode_sampled(&rows, &samp, Launch::Graph, true).unwrap();
+        for i in 0..8 {
+            let want = sample_row(&logits[i], &samp[i]);
+            agree += (toks[i] == want) as usize;
+            total += 1;
+            if toks[i] != want {
+                eprintln!("step {step} row {i}: device {} cpu {want}", toks[i]);
+            }
+            if i == 1 {
+                assert_ne!(toks[i], last[i], "the banned token was drawn");
+            }
+            last[i] = toks[i];
+        }
+    }
+    eprintln!("device vs CPU sampler: {agree}/{total}");
+    assert!(agree * 20 >= total * 19, "{agree}/{total}");
+}
+
+/// A seeded sampled request draws the same tokens alone, in a batch with others, and when
+/// it sits out steps (paused in place) in between.
+#[test]
+fn a_seeded_request_draws_the_same_tokens_alone_batched_and_paused() {
+    if !gpu() {
+        return;
+    }
+    let p = sampled(1.0, 0.9, 50, 77);
+    let gen = |batch: usize, pause_at: Option<u32>| -> Vec<u32> {
+        let mut b = tiny(true);
+        let pages: Vec<Vec<u32>> = (0..batch as u32)
+            .map(|i| (i * 8..i * 8 + 8).collect())
+            .collect();
+        let mut last = Vec::new();
+        let mut ctx = Vec::new();
+        for (i, pg) in pages.iter().enumerate() {
+            let pr = prompt(30, i);
+            let row0 = p.device_row(p.seed_for(0), pr.len() as u64, None);
+            last.push(b.prefill_sampled(i as u64, &pr, pg, row0).unwrap().0);
+            ctx.push(pr.len());
+        }
+        let mut out = vec![last[0]];
+        let mut step = 0u32;
+        while out.len() < 12 {
+            step += 1;
+            let paused = pause_at.is_some_and(|s| step == s || step == s + 1);
+            let ids: Vec<usize> = (0..batch).filter(|&i| i != 0 || !paused).collect();
+            let rows: Vec<StepRow> = ids
+                .iter()
+                .map(|&i| row(i as u64, ctx[i], last[i], &pages[i]))
+                .collect();
+            let samp: Vec<_> = ids
+                .iter()
+                .map(|&i| p.device_row(p.seed_for(0), ctx[i] as u64 + 1, None))
+                .collect();
+            let (toks, _) = b
+                .decode_sampled(&rows, &samp, Launch::Graph, false)
+                .unwrap();
+            for (&i, t) in ids.iter().zip(toks) {
+                last[i] = t;
+                ctx[i] += 1;
+                if i == 0 {
+                    out.push(t);
+                }
+            }
+        }
+        out
+    };
+    let alone = gen(1, None);
+    assert_eq!(gen(1, None), alone, "run to run");
+    assert_eq!(gen(5, None), alone, "in a batch of 5");
+    assert_eq!(gen(5, Some(3)), alone, "paused for two steps");
+}
+
+/// With the model's EOS set to the token greedy decoding produces, `min_tokens` 3 keeps it
+/// out of the first three tokens and lets it through after.
+#[test]
+fn min_tokens_keeps_the_eos_token_out_until_enough_tokens_were_produced() {
+    if !gpu() {
+        return;
+    }
+    let p = prompt(25, 5);
+    let pages: Vec<u32> = (0..8).collect();
+    let (greedy_first, _) = tiny(true).prefill(1, &p, &pages).unwrap();
+    let mut b = tiny_with(true, |c| c.eos_token = Some(greedy_first));
+    let mut a = arrival(9, p.clone(), pages.clone());
+    a.min_tokens = 3;
+    b.context_arrival(&a).unwrap();
+    let mut out = Vec::new();
+    let mut last = 0;
+    for k in 0..6 {
+        let ctx = p.len() + k.max(1) - 1;
+        let step = b.step(&[row(9, ctx, last, &pages)]).unwrap();
+        last = step.tokens[0][0];
+        out.push(last);
+    }
+    assert!(!out[..3].contains(&greedy_first), "{out:?}");
+    // Without min_tokens the first token is EOS.
+    let mut c = tiny_with(true, |c| c.eos_token = Some(greedy_first));
+    c.context_arrival(&arrival(9, p.clone(), pages.clone()))
+        .unwrap();
+    let first = c.step(&[row(9, p.len(), 0, &pages)]).unwrap();
+    assert_eq!(first.tokens, vec![vec![greedy_first]]);
+}
+
+/// `context: transfer`: the arrival takes at least the configured bandwidth's time, runs
+/// on the lane beside the steps, and the first step decodes the last prompt token.
+#[test]
+fn transfer_arrival_takes_the_bandwidth_time_and_the_first_step_decodes() {
+    if !gpu() {
+        return;
+    }
+    let gbps = 0.25;
+    let b = tiny_with(true, |c| {
+        c.context = ContextMode::Transfer { gbps };
+        c.max_context = 2048;
+        c.kv_pages = Some(160);
+    });
+    let mut b = b;
+    let lane = b.context_lane().expect("transfer mode has a lane");
+    let p = prompt(1500, 1);
+    let pages: Vec<u32> = (0..95).collect();
+    let t0 = Instant::now();
+    let s = lane
+        .context_arrival(&arrival(3, p.clone(), pages.clone()))
+        .unwrap();
+    let want = transfer_time(
+        transfer_bytes(p.len(), b.shape().kv_bytes_per_token()),
+        gbps,
+    );
+    eprintln!(
+        "transfer of {} tokens: {s:.4} s (at least {want:?})",
+        p.len()
+    );
+    assert!(s >= want.as_secs_f64() && t0.elapsed() >= want);
+    let first = b.step(&[row(3, p.len(), 0, &pages)]).unwrap();
+    let second = b
+        .step(&[row(3, p.len(), first.tokens[0][0], &pages)])
+        .unwrap();
+    assert!(first.tokens[0][0] < 1024 && second.tokens[0][0] < 1024);
+    // Greedy on the same KV and the same last prompt token decodes the same first token.
+    let (again, _) = b
+        .decode(
+            &[row(3, p.len() - 1, p[p.len() - 1], &pages)],
+            Launch::Eager,
+            false,
+        )
+        .unwrap();
+    assert_eq!(again[0], first.tokens[0][0]);
+    b.release(3);
+    assert!(matches!(
+        b.step(&[row(3, p.len() + 1, 0, &pages)]),
+        Err(BackendError::UnknownRequest(3))
+    ));
+}
+
+/// SmolLM2 from its GGUF on the GPU (set GENSLOT_SMOLLM2_GGUF; tools/gpu/run.sh assembles
+/// the file on the H200 machine): greedy tokens of the chat prompt equal the CPU reference's
+/// (bf16 weights) for 32 steps, EOS ignored.
+#[test]
+fn smollm2_gguf_greedy_tokens_equal_the_cpu_reference_for_32_steps() {
+    if !gpu() {
+        return;
+    }
+    let Some(path) = std::env::var_os("GENSLOT_SMOLLM2_GGUF") else {
+        eprintln!("skipping: GENSLOT_SMOLLM2_GGUF not set");
+        return;
+    };
+    let path = std::path::PathBuf::from(path);
+    let files = genslot::gpu::cuda::model_files::ModelFiles::open(&path).unwrap();
+    let cpu = files.cpu_model(true).unwrap();
+    let text = genslot::text::ModelText::load(&path).unwrap();
+    let chat = genslot::server::tokenize::Tokenizer::try_render_chat(
+        text.tokenizer.as_ref(),
+        &[genslot::server::tokenize::ChatTurn {
+            role: "user".into(),
+            content: "What is the capital of France?".into(),
+        }],
+    )
+    .unwrap();
+    let ids = text.tokenizer.try_encode(&chat).unwrap();
+    let r = cpu_reference(&cpu, std::slice::from_ref(&ids), 32);
+    let mut cfg = CudaConfig::new(ModelSource::Checkpoint(path));
+    cfg.max_batch_size = 4;
+    cfg.kv_pages = Some(64);
+    cfg.max_context = 1024;
+    let mut b = CudaBackend::new(cfg).unwrap();
+    let rep = run(&mut b, &r, Launch::Graph).unwrap();
+    eprintln!("SmolLM2 vs CPU reference (teacher-forced): {rep:?}");
+    // Free-running greedy on the GPU against the CPU's tokens.
+    let pages: Vec<u32> = (0..8).collect();
+    let (mut t, _) = b.prefill(50, &ids, &pages).unwrap();
+    let mut gpu_toks = vec![t];
+    for s in 0..32 {
+        let (o, _) = b
+            .decode(&[row(50, ids.len() + s, t, &pages)], Launch::Graph, false)
+            .unwrap();
+        t = o[0];
+        gpu_toks.push(t);
+    }
+    let cpu_toks = &r.meta.tokens[0];
+    let same = gpu_toks
+        .iter()
+        .zip(cpu_toks)
+        .take_while(|(a, b)| a == b)
+        .count();
+    eprintln!(
+        "GPU {:?}\nCPU {:?}\n{same} equal",
+        text.tokenizer.try_decode(&gpu_toks),
+        text.tokenizer.try_decode(cpu_toks)
+    );
+    assert!(same >= 33, "greedy tokens diverge after {same}");
 }

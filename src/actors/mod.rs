@@ -12,6 +12,7 @@ pub mod components;
 pub mod executor;
 pub mod gpu;
 pub mod messages;
+pub mod record;
 pub mod serve;
 pub mod supervisor;
 
@@ -30,6 +31,7 @@ use crate::gpu::StepBackend;
 use crate::policy::setup::SetupError;
 use crate::server::engine::{Engine, GenRequest, Submission, SubmitError};
 use crate::server::latency::now_unix_s;
+use crate::worker::ranks::{RankError, RankGroup};
 use crate::worker::{PassInputs, PassOutput};
 
 use components::Components;
@@ -57,7 +59,15 @@ pub struct StartOptions {
     pub eos_token: Option<u32>,
     /// Keep every pass's inputs and outputs, for [`ActorEngine::take_record`].
     pub record: bool,
+    /// `serve --record`: one line per request leaving the scheduler ([`record`]).
+    pub recorder: Option<record::Recorder>,
+    /// Starts the other tensor-parallel ranks (default `RankGroup::spawn_local`; tests
+    /// start a faulty one).
+    pub start_ranks: Option<StartRanks>,
 }
+
+/// Starts ranks 1..N of a worker of these params.
+pub type StartRanks = fn(&crate::worker::WorkerParams, u32) -> Result<RankGroup, RankError>;
 
 struct Addrs {
     executor: Addr<Executor>,
@@ -91,6 +101,12 @@ impl ActorEngine {
         opts: StartOptions,
     ) -> Result<ActorEngine, StartError> {
         let (params, sup_state) = supervisor::setup(cfg)?;
+        let tp = cfg.parallel.tensor_parallel_size;
+        let start_ranks = opts.start_ranks.unwrap_or(RankGroup::spawn_local);
+        let ranks = (tp > 1)
+            .then(|| start_ranks(&params, tp))
+            .transpose()
+            .map_err(|e| StartError::Spawn(e.to_string()))?;
         let max_waiting = params.admission.max_waiting;
         let kv_tokens = u64::from(params.kv.total_pages) * u64::from(params.kv.tokens_per_block);
         let shared = Arc::new(Shared::default());
@@ -115,6 +131,8 @@ impl ActorEngine {
                         eos_token: opts.eos_token,
                         stat_interval,
                         record: opts.record,
+                        recorder: opts.recorder,
+                        ranks,
                     })
                     .start();
                     supervisor.do_send(Attach(executor.clone()));

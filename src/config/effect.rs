@@ -3,7 +3,7 @@
 //! never silently does nothing. Pure.
 
 use super::error::Issue;
-use super::schema::{Backend, Config, TimingConfig};
+use super::schema::{Backend, Config, ContextMode, TimingConfig};
 use super::validate::backend_name;
 
 /// One warning per field set away from its default that the chosen backend ignores.
@@ -17,6 +17,20 @@ pub(crate) fn warnings(cfg: &Config) -> Vec<Issue> {
                     "model.seed",
                     format!(
                         "has no effect on backend `{backend}`: the timing model has no weights"
+                    ),
+                ));
+            }
+            if cfg.context != ContextMode::Prefill || cfg.transfer_gbps.is_some() {
+                let field = if cfg.context != ContextMode::Prefill {
+                    "context"
+                } else {
+                    "transfer_gbps"
+                };
+                out.push(Issue::new(
+                    field,
+                    format!(
+                        "has no effect on backend `{backend}`: its context arrival follows \
+                         `timing.transfer_*`"
                     ),
                 ));
             }
@@ -45,6 +59,10 @@ pub(crate) fn warnings(cfg: &Config) -> Vec<Issue> {
                 ),
                 ("timing.jump_above", t.jump_above != d.jump_above),
                 ("timing.jump_ms", t.jump_ms != d.jump_ms),
+                (
+                    "timing.per_request_above_ms",
+                    t.per_request_above_ms != d.per_request_above_ms,
+                ),
                 (
                     "timing.transfer_base_ms",
                     t.transfer_base_ms != d.transfer_base_ms,

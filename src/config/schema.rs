@@ -22,6 +22,12 @@ pub struct Config {
     pub max_num_tokens: u32,
     /// Longest prompt accepted; longer prompts get HTTP 400.
     pub max_context_tokens: u64,
+    /// How a request's context reaches the cuda backend (SPEC §6).
+    pub context: ContextMode,
+    /// Bandwidth of `context: transfer` in GB/s (10⁹ bytes/s); default
+    /// [`DEFAULT_TRANSFER_GBPS`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub transfer_gbps: Option<f64>,
     #[serde(deserialize_with = "null_as_default")]
     pub kv_cache_config: KvCacheConfig,
     #[serde(deserialize_with = "null_as_default")]
@@ -47,6 +53,8 @@ impl Default for Config {
             max_num_active_requests: None,
             max_num_tokens: 8192,
             max_context_tokens: 1 << 20,
+            context: ContextMode::Prefill,
+            transfer_gbps: None,
             kv_cache_config: KvCacheConfig::default(),
             recurrent_state: RecurrentStateConfig::default(),
             drafter: DrafterConfig::default(),
@@ -94,9 +102,25 @@ pub struct ModelConfig {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub shape: Option<String>,
     pub seed: u64,
-    /// Directory with `model.safetensors` and `config.json` (Hugging Face Llama layout).
+    /// A checkpoint: a directory with `config.json` and `*.safetensors` (Hugging Face Llama
+    /// layout), or a Llama GGUF file; its tokenizer and chat template come with it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub path: Option<PathBuf>,
+}
+
+/// `context: transfer` bandwidth when none is given: one 400 Gb/s link.
+pub const DEFAULT_TRANSFER_GBPS: f64 = 50.0;
+
+/// How a request's context (its prompt's KV) arrives on the cuda backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ContextMode {
+    /// Computed here by a real prefill: needed for correct text from real weights.
+    #[default]
+    Prefill,
+    /// Seeded KV written at `transfer_gbps`, as a GEN worker receives it from a context
+    /// server (load experiments).
+    Transfer,
 }
 
 /// Where the weights come from, once `model` is validated.
@@ -218,7 +242,8 @@ pub struct GenPreemptionConfig {
 pub use crate::policy::Mode as Preemption;
 
 /// The `model` backend's decode step time
-/// `t(B, ΣL) = base + B·per_request + ΣL·per_kv_token (+ jump_ms when B > jump_above)`,
+/// `t(B, ΣL) = base + B·per_request + ΣL·per_kv_token`, plus
+/// `jump_ms + (B − jump_above)·per_request_above_ms` when `B > jump_above`,
 /// in milliseconds, plus context-arrival times (SPEC §8.2). The defaults are a generic
 /// stand-in of the right order for an 8B model on one GPU, not a measurement; the simulator
 /// carries calibrated presets.
@@ -234,6 +259,8 @@ pub struct TimingConfig {
     /// Batch size above which the step takes `jump_ms` longer; `None` = no jump.
     pub jump_above: Option<u32>,
     pub jump_ms: f64,
+    /// Extra ms per request past `jump_above`.
+    pub per_request_above_ms: f64,
     /// Mean tokens emitted per request per step (> 1 with speculative decoding).
     pub tokens_per_step: f64,
     /// KV transfer time = transfer_base_ms + context tokens · transfer_per_token_us.
@@ -251,6 +278,7 @@ impl Default for TimingConfig {
             per_kv_token_ns: 1.0,
             jump_above: None,
             jump_ms: 0.0,
+            per_request_above_ms: 0.0,
             tokens_per_step: 1.0,
             transfer_base_ms: 50.0,
             transfer_per_token_us: 2.0,

@@ -3,7 +3,7 @@
 //!
 //! Sizes are bounded so that nothing derived from them overflows or outgrows the process:
 //! the ceilings below keep every count inside the integer types that index it, and
-//! `super::memory` adds up what the bounded sizes cost against the machine's memory.
+//! `super::host` adds up what the bounded sizes cost against the machine's memory.
 
 use super::error::Issue;
 use super::schema::{Backend, Config, Preemption, MODEL_SHAPES};
@@ -85,14 +85,12 @@ pub(crate) fn issues(cfg: &Config) -> Vec<Issue> {
         "parallel.tensor_parallel_size",
         u64::from(p.tensor_parallel_size),
     );
-    if let Some(issue) = tensor_parallel(cfg) {
-        out.push(issue);
-    }
     at_least_one(
         &mut out,
         "parallel.pipeline_parallel_size",
         u64::from(p.pipeline_parallel_size),
     );
+    tensor_parallel(cfg, &mut out);
     admission(cfg, &mut out);
     preemption(cfg, &mut out);
     timing(cfg, &mut out);
@@ -122,21 +120,6 @@ pub(crate) fn preemption_mode(cfg: &Config) -> Result<Preemption, Issue> {
             format!("must be a finite rate above 0 tokens/s, got {t}"),
         )),
     }
-}
-
-/// Tensor parallelism is not served yet: one device (or one timing model) serves every
-/// request, so N > 1 would silently run on one.
-fn tensor_parallel(cfg: &Config) -> Option<Issue> {
-    let n = cfg.parallel.tensor_parallel_size;
-    (n > 1).then(|| {
-        Issue::new(
-            "parallel.tensor_parallel_size",
-            format!(
-                "tensor parallelism is not implemented for backend `{}`: set it to 1, got {n}",
-                backend_name(cfg.backend)
-            ),
-        )
-    })
 }
 
 pub(crate) fn backend_name(b: Backend) -> &'static str {
@@ -206,6 +189,14 @@ fn model(cfg: &Config, out: &mut Vec<Issue>) {
     }
     if m.path.as_ref().is_some_and(|p| p.as_os_str().is_empty()) {
         out.push(Issue::new("model.path", "must not be empty"));
+    }
+    if let Some(g) = cfg.transfer_gbps {
+        if !(g.is_finite() && g > 0.0 && g <= MAX_TIMING_UNIT) {
+            out.push(Issue::new(
+                "transfer_gbps",
+                format!("must be a finite number in (0, {MAX_TIMING_UNIT}] GB/s, got {g}"),
+            ));
+        }
     }
 }
 
@@ -342,6 +333,34 @@ fn preemption(cfg: &Config, out: &mut Vec<Issue>) {
     }
 }
 
+/// Ranks per worker the model backend runs (each a thread with its own scheduling core).
+pub(crate) const MAX_TENSOR_PARALLEL: u32 = 64;
+
+/// `tensor_parallel_size` > 1 runs that many ranks checking each other's decisions every
+/// pass. The model backend runs them on the CPU; the cuda backend steps one GPU, so it
+/// refuses more than one rank until its sharded forward runs.
+fn tensor_parallel(cfg: &Config, out: &mut Vec<Issue>) {
+    const FIELD: &str = "parallel.tensor_parallel_size";
+    let n = cfg.parallel.tensor_parallel_size;
+    if n > MAX_TENSOR_PARALLEL {
+        out.push(Issue::new(
+            FIELD,
+            format!("must be at most {MAX_TENSOR_PARALLEL} ranks, got {n}"),
+        ));
+    } else if n > 1 && cfg.backend == Backend::Cuda {
+        out.push(
+            Issue::new(
+                FIELD,
+                format!(
+                    "the cuda backend runs one GPU per worker for now: set \
+                     tensor_parallel_size to 1 (or use `backend: model`), got {n}"
+                ),
+            )
+            .with_related("backend"),
+        );
+    }
+}
+
 fn last(path: &str) -> &str {
     path.rsplit('.').next().unwrap_or(path)
 }
@@ -358,6 +377,13 @@ fn timing(cfg: &Config, out: &mut Vec<Issue>) {
     finite_within(out, "timing.per_request_ms", t.per_request_ms, 0.0, max);
     finite_within(out, "timing.per_kv_token_ns", t.per_kv_token_ns, 0.0, max);
     finite_within(out, "timing.jump_ms", t.jump_ms, 0.0, max);
+    finite_within(
+        out,
+        "timing.per_request_above_ms",
+        t.per_request_above_ms,
+        0.0,
+        max,
+    );
     finite_within(
         out,
         "timing.tokens_per_step",
@@ -455,6 +481,34 @@ mod tests {
                 "scheduler_config.gen_admission.min_samples"
             ]
         );
+    }
+
+    #[test]
+    fn several_ranks_run_on_the_model_backend_and_are_refused_on_cuda() {
+        let fields = |backend, n| {
+            let mut cfg = Config {
+                backend,
+                ..Config::default()
+            };
+            cfg.parallel.tensor_parallel_size = n;
+            issues(&cfg)
+                .into_iter()
+                .map(|i| (i.field, i.related))
+                .collect::<Vec<_>>()
+        };
+        let tp = || "parallel.tensor_parallel_size".to_owned();
+        assert_eq!(fields(Backend::Model, 4), []);
+        assert_eq!(fields(Backend::Model, MAX_TENSOR_PARALLEL), []);
+        assert_eq!(
+            fields(Backend::Model, MAX_TENSOR_PARALLEL + 1),
+            [(tp(), vec![])]
+        );
+        assert_eq!(fields(Backend::Cuda, 1), []);
+        assert_eq!(
+            fields(Backend::Cuda, 2),
+            [(tp(), vec!["backend".to_owned()])]
+        );
+        assert_eq!(fields(Backend::Model, 0), [(tp(), vec![])]);
     }
 
     #[test]

@@ -5,6 +5,7 @@
 
 use crate::gpu::cuda::cpu_ref::{CpuLoadError, CpuModel, RopeLayout};
 use crate::gpu::cuda::init::Tensor;
+use crate::gpu::cuda::shape::RopeScaling;
 use crate::gpu::cuda::ModelShape;
 
 use super::reader::{Gguf, GgufError};
@@ -44,8 +45,8 @@ pub fn gguf_name(t: Tensor) -> String {
 }
 
 /// The model's dimensions from `general.architecture = "llama"` metadata. No `output.weight`
-/// means the LM head is tied to `token_embd`. Only the limits of the CPU reference are
-/// checked, not those of the CUDA kernels.
+/// means the LM head is tied to `token_embd`; `rope_freqs.weight` holds RoPE frequency
+/// divisors. Only the limits of the CPU reference are checked, not those of the CUDA kernels.
 pub fn shape_from_gguf(g: &Gguf) -> Result<ModelShape, LlamaGgufError> {
     let bad = |msg: String| LlamaGgufError::Unsupported {
         path: g.path().into(),
@@ -58,10 +59,24 @@ pub fn shape_from_gguf(g: &Gguf) -> Result<ModelShape, LlamaGgufError> {
         )));
     }
     let int = |k: &str| g.meta_u64(&format!("llama.{k}")).map(|v| v as usize);
-    if let Some(v) = g.get("llama.rope.scaling.type") {
-        if v.as_str() != Some("none") {
-            return Err(bad(format!("RoPE scaling {v:?} is not supported")));
-        }
+    let mut rope_scaling = match g.get("llama.rope.scaling.type") {
+        None => RopeScaling::None,
+        Some(v) => match v.as_str() {
+            Some("none") => RopeScaling::None,
+            Some("linear") => RopeScaling::Linear {
+                factor: g.meta_f64("llama.rope.scaling.factor")? as f32,
+            },
+            _ => {
+                return Err(bad(format!(
+                    "RoPE scaling {v:?} is not supported (supported: none, linear, and \
+                     rope_freqs.weight factors)"
+                )))
+            }
+        },
+    };
+    // llama.cpp's converter writes Llama 3.1's scaling as per-frequency divisors.
+    if g.tensor("rope_freqs.weight").is_some() {
+        rope_scaling = RopeScaling::Factors(g.tensor_f32("rope_freqs.weight")?);
     }
     let hidden = int("embedding_length")?;
     let heads = int("attention.head_count")?;
@@ -78,6 +93,13 @@ pub fn shape_from_gguf(g: &Gguf) -> Result<ModelShape, LlamaGgufError> {
     };
     if head_dim == 0 || head_dim % 2 == 1 {
         return Err(bad(format!("head_dim {head_dim} must be even")));
+    }
+    if let Some(v) = g.get("llama.rope.dimension_count") {
+        if v.as_u64() != Some(head_dim as u64) {
+            return Err(bad(format!(
+                "RoPE over {v:?} of {head_dim} head dimensions is not supported (all of them only)"
+            )));
+        }
     }
     let embd = g
         .tensor("token_embd.weight")
@@ -108,6 +130,7 @@ pub fn shape_from_gguf(g: &Gguf) -> Result<ModelShape, LlamaGgufError> {
         head_dim,
         ffn: int("feed_forward_length")?,
         rope_theta: theta as f32,
+        rope_scaling,
         rms_eps: g.meta_f64("llama.attention.layer_norm_rms_epsilon")? as f32,
         tied_embeddings: g.tensor("output.weight").is_none(),
     };
@@ -254,6 +277,45 @@ mod tests {
             e.contains("blk.0.attn_k.weight") && e.contains("[128, 256]"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn rope_scaling_comes_from_the_metadata_or_rope_freqs_and_yarn_is_refused() {
+        let base = |extra: GgufBuilder| {
+            let u = |v: usize| Value::U32(v as u32);
+            extra
+                .kv("general.architecture", Value::String("llama".into()))
+                .kv("llama.embedding_length", u(256))
+                .kv("llama.block_count", u(1))
+                .kv("llama.feed_forward_length", u(512))
+                .kv("llama.attention.head_count", u(8))
+                .kv("llama.attention.head_count_kv", u(2))
+                .kv("llama.attention.layer_norm_rms_epsilon", Value::F32(1e-5))
+                .f32_tensor("token_embd.weight", &[256, 4], &[0.0; 1024])
+        };
+        let shape = |b: GgufBuilder| shape_from_gguf(&Gguf::parse(b.build(), "r.gguf").unwrap());
+        let linear = GgufBuilder::default()
+            .kv("llama.rope.dimension_count", Value::U32(32))
+            .kv("llama.rope.scaling.type", Value::String("linear".into()))
+            .kv("llama.rope.scaling.factor", Value::F32(4.0));
+        assert_eq!(
+            shape(base(linear)).unwrap().rope_scaling,
+            RopeScaling::Linear { factor: 4.0 }
+        );
+        let factors: Vec<f32> = (0..16).map(|i| 1.0 + i as f32).collect();
+        let freqs = GgufBuilder::default().f32_tensor("rope_freqs.weight", &[16], &factors);
+        assert_eq!(
+            shape(base(freqs)).unwrap().rope_scaling,
+            RopeScaling::Factors(factors)
+        );
+        let yarn =
+            GgufBuilder::default().kv("llama.rope.scaling.type", Value::String("yarn".into()));
+        let e = shape(base(yarn)).unwrap_err().to_string();
+        assert!(e.contains("yarn") && e.contains("not supported"), "{e}");
+        // RoPE over part of the head is refused.
+        let partial = GgufBuilder::default().kv("llama.rope.dimension_count", Value::U32(16));
+        let e = shape(base(partial)).unwrap_err().to_string();
+        assert!(e.contains("RoPE over"), "{e}");
     }
 
     #[test]

@@ -106,6 +106,14 @@ pub enum QuantError {
     },
 }
 
+/// Whether [`dequantize`] reads `ty`.
+pub fn dequantizes(ty: GgmlType) -> bool {
+    matches!(
+        ty,
+        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 | GgmlType::Q8_0 | GgmlType::Q4_1
+    )
+}
+
 /// Dequantises `elements` values of type `ty` stored in `bytes` (exactly their size).
 pub fn dequantize(ty: GgmlType, bytes: &[u8], elements: u64) -> Result<Vec<f32>, QuantError> {
     let (per, size) = ty.block().ok_or(QuantError::Unsupported(ty))?;

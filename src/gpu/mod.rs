@@ -31,6 +31,8 @@ pub struct ContextArrival {
     pub pages: Vec<u32>,
     /// How the backend samples this request's tokens.
     pub sampling: SamplingParams,
+    /// The model's EOS is never sampled while fewer tokens than this were produced.
+    pub min_tokens: u32,
 }
 
 /// One row of a decode step.

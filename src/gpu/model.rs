@@ -335,6 +335,7 @@ mod tests {
                 prompt: vec![0; 500],
                 pages: Vec::new(),
                 sampling: Default::default(),
+                min_tokens: 0,
             })
             .unwrap();
         let cfg = Config::default();

@@ -30,8 +30,50 @@ pub struct Piece {
     pub end: Option<End>,
 }
 
+/// A token's text, joined across tokens where one character's bytes span several (byte-level
+/// BPE): a token whose own text is not whole (it holds U+FFFD) is held with the tokens after
+/// it until their text together is.
+#[derive(Debug, Default)]
+pub struct Detokenizer {
+    held: Vec<u32>,
+}
+
+/// Tokens held at most before their text is sent as it is (a model may emit U+FFFD itself).
+const MAX_HELD_TOKENS: usize = 8;
+
+impl Detokenizer {
+    /// The text `id` completes (often empty while a character is still incomplete).
+    pub fn push(&mut self, tokenizer: &dyn Tokenizer, id: u32) -> String {
+        if self.held.is_empty() {
+            let text = tokenizer.decode_token(id);
+            if !text.contains(char::REPLACEMENT_CHARACTER) {
+                return text;
+            }
+        }
+        self.held.push(id);
+        let text = tokenizer.decode(&self.held);
+        if text.ends_with(char::REPLACEMENT_CHARACTER) && self.held.len() < MAX_HELD_TOKENS {
+            return String::new();
+        }
+        self.held.clear();
+        text
+    }
+
+    /// The output ended: whatever is held, as it decodes.
+    pub fn finish(&mut self, tokenizer: &dyn Tokenizer) -> String {
+        let text = if self.held.is_empty() {
+            String::new()
+        } else {
+            tokenizer.decode(&self.held)
+        };
+        self.held.clear();
+        text
+    }
+}
+
 pub struct Output {
     id: u64,
+    detok: Detokenizer,
     /// `None` once the output ended (dropping it cancels an unfinished request).
     submission: Option<Submission>,
     tokenizer: Arc<dyn Tokenizer>,
@@ -42,6 +84,18 @@ pub struct Output {
     /// Fires at the request's deadline; one timer for the whole request.
     deadline: std::pin::Pin<Box<tokio::time::Sleep>>,
     timeout: Duration,
+}
+
+/// Passes `text` through the stop strings (only once `armed`, i.e. past `min_tokens`) into
+/// `out`; true when a stop string ended the output.
+fn release(stop: &mut StopMatcher, armed: bool, text: &str, out: &mut String) -> bool {
+    if !armed {
+        out.push_str(text);
+        return false;
+    }
+    let released = stop.push(text);
+    out.push_str(&released.text);
+    released.stopped
 }
 
 /// The message of a request that ran past `server.request_timeout_s`.
@@ -63,6 +117,7 @@ impl Output {
         let now = tokio::time::Instant::now();
         Output {
             id: submission.id,
+            detok: Detokenizer::default(),
             submission: Some(submission),
             tokenizer,
             stop: StopMatcher::new(stop),
@@ -104,25 +159,29 @@ impl Output {
                 Some(EngineEvent::Token { id }) => {
                     self.tokens += 1;
                     piece.tokens += 1;
-                    let text = self.tokenizer.decode_token(id);
-                    if self.tokens <= u64::from(self.min_tokens) {
-                        piece.text.push_str(&text);
-                    } else {
-                        let released = self.stop.push(&text);
-                        piece.text.push_str(&released.text);
-                        if released.stopped {
-                            piece.end = Some(End::Finished("stop"));
-                            break;
-                        }
+                    let text = self.detok.push(self.tokenizer.as_ref(), id);
+                    let armed = self.tokens > u64::from(self.min_tokens);
+                    if release(&mut self.stop, armed, &text, &mut piece.text) {
+                        piece.end = Some(End::Finished("stop"));
+                        break;
                     }
                 }
                 Some(EngineEvent::Finished { reason }) => {
-                    piece.text.push_str(&self.stop.finish());
-                    piece.end = Some(End::Finished(reason.as_openai()));
+                    let rest = self.detok.finish(self.tokenizer.as_ref());
+                    let armed = self.tokens > u64::from(self.min_tokens);
+                    let reason = if release(&mut self.stop, armed, &rest, &mut piece.text) {
+                        "stop"
+                    } else {
+                        piece.text.push_str(&self.stop.finish());
+                        reason.as_openai()
+                    };
+                    piece.end = Some(End::Finished(reason));
                     break;
                 }
                 Some(EngineEvent::Failed { message }) => {
+                    let rest = self.detok.finish(self.tokenizer.as_ref());
                     piece.text.push_str(&self.stop.finish());
+                    piece.text.push_str(&rest);
                     piece.end = Some(End::Failed(message));
                     break;
                 }

@@ -94,7 +94,14 @@ pub fn parse_request(
         Endpoint::Completions => prompt_tokens(f.get("prompt"), ctx.tokenizer)?,
         Endpoint::ChatCompletions => {
             let turns = chat_turns(f.get("messages"))?;
-            ctx.tokenizer.encode(&ctx.tokenizer.render_chat(&turns))
+            let text = ctx.tokenizer.try_render_chat(&turns).map_err(|e| {
+                ApiError::invalid(
+                    "invalid_message",
+                    Some("messages"),
+                    format!("the model's chat template refused the messages: {e}"),
+                )
+            })?;
+            ctx.tokenizer.encode(&text)
         }
     };
     if prompt_tokens.is_empty() {

@@ -17,6 +17,17 @@ pub trait Tokenizer: Send + Sync + 'static {
     fn render_chat(&self, messages: &[ChatTurn]) -> String {
         render_chatml(messages)
     }
+    /// [`render_chat`](Self::render_chat) for a template that can refuse a conversation
+    /// (a model's own Jinja template raising on, say, an unsupported role order); the error
+    /// is the template's message, for a 400.
+    fn try_render_chat(&self, messages: &[ChatTurn]) -> Result<String, String> {
+        Ok(self.render_chat(messages))
+    }
+    /// The text of a whole generation. Unlike concatenated `decode_token`s it joins a
+    /// character whose bytes span several byte-level tokens.
+    fn decode(&self, ids: &[u32]) -> String {
+        ids.iter().map(|&id| self.decode_token(id)).collect()
+    }
 }
 
 /// One chat message with its text content already extracted.

@@ -98,10 +98,15 @@ impl ArmSpec {
                 "max_num_active_requests" => arm.max_active = Some(int(v)?.max(1)),
                 "order" => {
                     arm.order = Some(match v {
-                        "auto" | "guard_first" | "guard-first" => AdmissionPolicy::Auto,
+                        "auto" => AdmissionPolicy::Auto,
+                        "guard_first" | "guard-first" => AdmissionPolicy::GuardFirst,
                         "fcfs" => AdmissionPolicy::Fcfs,
                         "edf" => AdmissionPolicy::Edf,
-                        _ => return Err(err(format!("unknown order `{v}` (auto, fcfs, edf)"))),
+                        _ => {
+                            return Err(err(format!(
+                                "unknown order `{v}` (auto, guard_first, fcfs, edf)"
+                            )))
+                        }
                     })
                 }
                 "victim" => {
@@ -160,6 +165,8 @@ mod tests {
     fn combinations_and_errors() {
         let a = ArmSpec::parse("tpot_budget=0.1+order=edf+victim=newest_resident").unwrap();
         assert_eq!(a.order, Some(AdmissionPolicy::Edf));
+        let v1 = ArmSpec::parse("order=guard_first").unwrap();
+        assert_eq!(v1.order, Some(AdmissionPolicy::GuardFirst));
         assert_eq!(a.victim, Some(VictimKey::NewestResident));
         assert!(ArmSpec::parse("tpot_budget=0.1+target_output_tps=3").is_err());
         assert!(ArmSpec::parse("tpot_budget=2").is_err());

@@ -7,10 +7,23 @@ use anyhow::{bail, Context};
 
 use super::arm::ArmSpec;
 use super::engine::{RunSpec, Workload};
-use super::{presets, report, run_experiment, svg, timeline, Experiment, ExperimentResult};
+use super::plant::Plant;
+use super::{presets, report, run_experiment, served, svg, timeline, Experiment, ExperimentResult};
 use crate::config::Config;
 use crate::policy::admission::AdmissionParams;
-use crate::workload::{load_trace, SynthParams, SyntheticAgentic, Trace};
+use crate::workload::context::context_lengths;
+use crate::workload::{
+    load_recording, load_trace, ContextTransform, LengthStats, Recording, SynthParams,
+    SyntheticAgentic, Trace,
+};
+
+/// `--json` of a replay: the served run's summary beside the experiment's fields.
+#[derive(serde::Serialize)]
+struct ReplayJson<'a> {
+    served: &'a served::ServedSummary,
+    #[serde(flatten)]
+    experiment: &'a ExperimentResult,
+}
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct SimArgs {
@@ -25,6 +38,19 @@ pub struct SimArgs {
     /// Without it, a synthetic agentic workload fitted to the Weka traces is used.
     #[arg(long)]
     pub trace: Option<PathBuf>,
+    /// Replay a served run recorded with `genslot serve --record FILE`: its arrivals, open
+    /// loop, straight to the GEN worker, under every arm. Prints the served run's own
+    /// TTFT and TPOT beside the simulated control. Defaults with it: one seed (the arrivals
+    /// are fixed), the whole recording measured (--warmup 0, --duration = its span).
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["trace", "sweep"])]
+    pub replay: Option<PathBuf>,
+    /// Multiply every prompt length by F in (0, 1], thinning prefix blocks so prefix reuse
+    /// keeps its shape (the same transform as loadgen's --context-scale).
+    #[arg(long, value_name = "F")]
+    pub context_scale: Option<f64>,
+    /// Cut every prompt to its first N tokens (after --context-scale).
+    #[arg(long, value_name = "N")]
+    pub max_context: Option<u32>,
     /// Sessions of the synthetic workload.
     #[arg(long, default_value_t = 2000)]
     pub synthetic_sessions: usize,
@@ -34,16 +60,17 @@ pub struct SimArgs {
     /// Run the same arms at these concurrencies (comma-separated), e.g. 130,160,190,220,250.
     #[arg(long, value_delimiter = ',')]
     pub sweep: Vec<usize>,
-    #[arg(long, default_value_t = 16)]
-    pub seeds: u64,
-    /// Simulated seconds per run.
-    #[arg(long, default_value_t = 3600.0)]
-    pub duration: f64,
-    /// Seconds at the start of each run that are not measured.
-    #[arg(long, default_value_t = 300.0)]
-    pub warmup: f64,
+    /// Seeds, paired across arms [default: 16; 1 with --replay].
+    #[arg(long)]
+    pub seeds: Option<u64>,
+    /// Simulated seconds per run [default: 3600; with --replay, the recording's span].
+    #[arg(long)]
+    pub duration: Option<f64>,
+    /// Seconds at the start of each run that are not measured [default: 300; 0 with --replay].
+    #[arg(long)]
+    pub warmup: Option<f64>,
     /// Comma-separated arms: control, tpot_budget=B, target_output_tps=T|auto,
-    /// max_batch_size=N, combined with `+` (order=fcfs|edf|auto, victim=...).
+    /// max_batch_size=N, combined with `+` (order=auto|guard_first|fcfs|edf, victim=...).
     #[arg(
         long,
         default_value = "control,tpot_budget=0.10,target_output_tps=auto"
@@ -55,6 +82,12 @@ pub struct SimArgs {
     /// Override the preset's AgentX idle cap on gaps, seconds.
     #[arg(long)]
     pub idle_cap: Option<f64>,
+    /// Override the step model's jump above its jump batch size, ms (with a jump batch).
+    #[arg(long)]
+    pub jump_ms: Option<f64>,
+    /// Override the step model's extra ms per request past its jump batch size.
+    #[arg(long)]
+    pub per_request_above_ms: Option<f64>,
     /// X's window for every arm, control included: the number of recent waited TTFTs X is
     /// the percentile of (SPEC §4.2; default 1000). X forms at min(200, this) samples.
     #[arg(long)]
@@ -85,23 +118,96 @@ pub struct SimArgs {
     pub quiet: bool,
 }
 
-fn workload(args: &SimArgs) -> anyhow::Result<Workload> {
-    match &args.trace {
-        None => {
-            let sessions = SyntheticAgentic::new(SynthParams::default())
-                .generate(args.synthetic_sessions, 0x5eed);
-            Ok(Workload::Sessions(Arc::from(sessions)))
-        }
+/// The workload, with the context transform applied to a trace or the synthetic sessions.
+fn workload(args: &SimArgs, transform: &ContextTransform) -> anyhow::Result<Workload> {
+    let mut trace = match &args.trace {
+        None => Trace::Sessions(
+            SyntheticAgentic::new(SynthParams::default()).generate(args.synthetic_sessions, 0x5eed),
+        ),
         Some(path) => {
-            let trace = load_trace(path, None)
-                .with_context(|| format!("loading trace {}", path.display()))?;
-            Ok(match trace {
-                Trace::Sessions(s) => Workload::Sessions(Arc::from(s)),
-                Trace::Requests { requests, .. } => {
-                    Workload::Timed(Arc::from(requests), args.rate_scale)
-                }
-            })
+            load_trace(path, None).with_context(|| format!("loading trace {}", path.display()))?
         }
+    };
+    if !transform.is_identity() {
+        let before = LengthStats::of(&context_lengths(&trace));
+        transform.apply(&mut trace);
+        let after = LengthStats::of(&context_lengths(&trace));
+        if let (Some(b), Some(a)) = (before, after) {
+            println!(
+                "context transform: {}; prompt tokens mean {:.0} -> {:.0}, p50 {} -> {}, \
+                 p90 {} -> {}, p99 {} -> {}, max {} -> {} ({} requests)",
+                transform.describe(),
+                b.mean,
+                a.mean,
+                b.p50,
+                a.p50,
+                b.p90,
+                a.p90,
+                b.p99,
+                a.p99,
+                b.max,
+                a.max,
+                a.requests
+            );
+        }
+    }
+    Ok(match trace {
+        Trace::Sessions(s) => Workload::Sessions(Arc::from(s)),
+        Trace::Requests { requests, .. } => Workload::Timed(Arc::from(requests), args.rate_scale),
+    })
+}
+
+/// The plant (the `model` backend's timing, batch and KV) and the admission settings a
+/// serving config describes: what `--config` simulates.
+pub fn from_config(c: &Config) -> (Plant, AdmissionParams) {
+    let a = &c.scheduler_config.gen_admission;
+    let admission = AdmissionParams {
+        policy: a.policy,
+        ttft_percentile: a.ttft_percentile,
+        target_window: a.target_window as usize,
+        min_samples: a.min_samples as usize,
+        max_waiting: a.max_waiting as usize,
+        fixed_target: None,
+    };
+    let plant = Plant::from_timing(
+        "config",
+        &c.timing,
+        c.max_batch_size,
+        c.kv_cache_config.max_tokens,
+    );
+    (plant, admission)
+}
+
+/// Run length, warm-up and seeds: the flags, else the defaults (a recording's own span).
+fn run_shape(args: &SimArgs, recording: Option<&Recording>) -> anyhow::Result<(f64, f64, u64)> {
+    let (duration, warmup, seeds) = match recording {
+        // Just past the last arrival, so every recorded request is measured.
+        Some(r) => (
+            args.duration.unwrap_or(r.span_s() + 1e-3),
+            args.warmup.unwrap_or(0.0),
+            args.seeds.unwrap_or(1),
+        ),
+        None => (
+            args.duration.unwrap_or(3600.0),
+            args.warmup.unwrap_or(300.0),
+            args.seeds.unwrap_or(16),
+        ),
+    };
+    if seeds == 0 {
+        bail!("--seeds must be at least 1");
+    }
+    if !(duration > warmup && warmup >= 0.0) {
+        bail!("--duration ({duration}) must exceed --warmup ({warmup})");
+    }
+    Ok((duration, warmup, seeds))
+}
+
+/// Whole seconds as they are, others to the millisecond.
+fn seconds(x: f64) -> String {
+    if x.fract() == 0.0 {
+        format!("{x}")
+    } else {
+        format!("{x:.3}")
     }
 }
 
@@ -115,38 +221,23 @@ fn svg_path(base: &Path, c: usize, sweep: bool) -> PathBuf {
 
 pub fn run(args: SimArgs) -> anyhow::Result<()> {
     let arms = ArmSpec::parse_list(&args.arms)?;
-    if args.seeds == 0 {
-        bail!("--seeds must be at least 1");
-    }
-    if !(args.duration > args.warmup && args.warmup >= 0.0) {
-        bail!(
-            "--duration ({}) must exceed --warmup ({})",
-            args.duration,
-            args.warmup
-        );
-    }
-    let (plant, admission) = match &args.config {
+    let transform = ContextTransform::new(args.context_scale, args.max_context)
+        .map_err(|e| anyhow::anyhow!("--context-scale / --max-context: {e}"))?;
+    let recording = match &args.replay {
         Some(path) => {
-            let c = Config::from_file(path)?;
-            let a = &c.scheduler_config.gen_admission;
-            let adm = AdmissionParams {
-                policy: a.policy,
-                ttft_percentile: a.ttft_percentile,
-                target_window: a.target_window as usize,
-                min_samples: a.min_samples as usize,
-                max_waiting: a.max_waiting as usize,
-                fixed_target: None,
-            };
-            (
-                super::plant::Plant::from_timing(
-                    "config",
-                    &c.timing,
-                    c.max_batch_size,
-                    c.kv_cache_config.max_tokens,
-                ),
-                adm,
-            )
+            if !transform.is_identity() {
+                bail!(
+                    "--context-scale and --max-context transform traces; a recording holds \
+                     the contexts as they were served"
+                );
+            }
+            Some(load_recording(path).with_context(|| format!("--replay {}", path.display()))?)
         }
+        None => None,
+    };
+    let (duration, warmup, seeds) = run_shape(&args, recording.as_ref())?;
+    let (plant, admission) = match &args.config {
+        Some(path) => from_config(&Config::from_file(path)?),
         None => {
             let p = presets::preset(&args.preset).with_context(|| {
                 format!(
@@ -179,6 +270,13 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         admission.fixed_target = Some(x);
     }
     let mut plant = plant;
+    if recording.is_some() {
+        // A recording holds the lengths as served: no preset's output scale applies to them.
+        plant.output_scale = 1.0;
+        if args.rate_scale != 1.0 {
+            bail!("--rate-scale applies to Mooncake and Azure traces; a replay keeps the recorded arrivals");
+        }
+    }
     if let Some(x) = args.output_scale {
         if !(x > 0.0 && x.is_finite()) {
             bail!("--output-scale must be > 0");
@@ -191,16 +289,45 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         }
         plant.idle_cap_s = x;
     }
-    let workload = workload(&args)?;
+    for (flag, value, field) in [
+        ("--jump-ms", args.jump_ms, &mut plant.step.jump_ms),
+        (
+            "--per-request-above-ms",
+            args.per_request_above_ms,
+            &mut plant.step.per_request_above_ms,
+        ),
+    ] {
+        if let Some(x) = value {
+            if !(x.is_finite() && x >= 0.0) {
+                bail!("{flag} must be >= 0");
+            }
+            *field = x;
+        }
+    }
+    let workload = match &recording {
+        Some(r) => {
+            println!(
+                "replaying {}: {} recorded requests over {:.1} s, straight to the GEN worker",
+                r.path.display(),
+                r.records.len(),
+                r.span_s()
+            );
+            Workload::Recorded(Arc::from(r.timed_requests()))
+        }
+        None => workload(&args, &transform)?,
+    };
     let threads = args
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let loads = if args.sweep.is_empty() {
+    let loads = if recording.is_some() {
+        vec![0] // open loop: no lanes
+    } else if args.sweep.is_empty() {
         vec![args.concurrency]
     } else {
         args.sweep.clone()
     };
     let mut all: Vec<ExperimentResult> = Vec::new();
+    let mut served_json: Option<served::ServedSummary> = None;
     for &c in &loads {
         let exp = Experiment {
             base: RunSpec {
@@ -208,12 +335,12 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
                 admission,
                 workload: workload.clone(),
                 concurrency: c,
-                duration_s: args.duration,
-                warmup_s: args.warmup,
+                duration_s: duration,
+                warmup_s: warmup,
                 seed: 0,
             },
             arms: arms.clone(),
-            seeds: args.seeds,
+            seeds,
             threads,
             progress: !args.quiet,
         };
@@ -227,17 +354,29 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
                 w.unwrap_or(admission.target_window)
             ),
         };
+        let load = if recording.is_some() {
+            "replay".to_string()
+        } else {
+            format!("c{c}")
+        };
         println!(
-            "\n== c{c}, preset {}, {} seeds x {} s (first {} s unmeasured){queue}{} ==",
+            "\n== {load}, preset {}, {} seeds x {} s (first {} s unmeasured){queue}{} ==",
             r.preset,
             r.seeds,
-            r.duration_s,
-            r.warmup_s,
+            seconds(r.duration_s),
+            seconds(r.warmup_s),
             r.target_output_tps
                 .map_or(String::new(), |t| format!(", T = {t:.1} tok/s"))
         );
         print!("{}", report::arm_table(&r.arms));
         print!("{}", report::paired_table(&r.paired));
+        if let Some(rec) = &recording {
+            let served = served::summarise(rec, warmup, duration);
+            if let Some(control) = r.arms.iter().find(|a| a.name == "control") {
+                print!("{}", served::table(&served, control));
+            }
+            served_json = Some(served);
+        }
         for w in &r.warnings {
             println!("warning: {w}");
         }
@@ -272,7 +411,12 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         all.push(r);
     }
     if let Some(path) = &args.json {
-        let text = if all.len() == 1 {
+        let text = if let (Some(served), [one]) = (&served_json, all.as_slice()) {
+            serde_json::to_string_pretty(&ReplayJson {
+                served,
+                experiment: one,
+            })?
+        } else if all.len() == 1 {
             serde_json::to_string_pretty(&all[0])?
         } else {
             serde_json::to_string_pretty(&serde_json::json!({ "sweep": all }))?

@@ -31,6 +31,10 @@ pub enum Workload {
     Sessions(Arc<[Session]>),
     /// Open loop by timestamp, rate scaled.
     Timed(Arc<[TimedRequest]>, f64),
+    /// Recorded served traffic (`serve --record`), open loop at the recorded arrivals. These
+    /// are arrivals at the GEN worker, so they skip the context servers: each reaches the
+    /// worker at its recorded time, and the KV transfer follows its admission as usual.
+    Recorded(Arc<[TimedRequest]>),
 }
 
 /// Everything one run needs besides the arm.
@@ -108,6 +112,8 @@ pub struct Issued {
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Ev {
     CtxDone(u64),
+    /// A recorded arrival reaches the worker directly.
+    Arrive(u64),
     KvReady(u64),
     Step,
     /// Re-run a pass while nothing steps but the worker is not idle (transfers, pauses).
@@ -226,6 +232,9 @@ fn replay_for(spec: &RunSpec) -> Result<Box<dyn Replay>, String> {
                 .map(|r| Box::new(r) as Box<dyn Replay>)
                 .map_err(|e| e.to_string())
         }
+        Workload::Recorded(t) => OpenLoopReplay::new(t.clone(), OpenLoopRules::default())
+            .map(|r| Box::new(r) as Box<dyn Replay>)
+            .map_err(|e| e.to_string()),
     }
 }
 
@@ -272,6 +281,7 @@ fn run_with(
     let mut ctx_free = plant.context.servers.max(1);
     let mut ctx_queue: VecDeque<(u64, u32)> = VecDeque::new();
     let mut prefix: HashMap<(u64, u32), PrefixHashes> = HashMap::new();
+    let direct = matches!(spec.workload, Workload::Recorded(_));
 
     let mut pending = PassInputs::default();
     // The pass's decisions; its buffers are reused by the next pass.
@@ -335,7 +345,9 @@ fn run_with(
                         first: None,
                     },
                 )?;
-                if ctx_free > 0 {
+                if direct {
+                    push(&mut heap, now, Ev::Arrive(is.id));
+                } else if ctx_free > 0 {
                     ctx_free -= 1;
                     push(
                         &mut heap,
@@ -362,6 +374,17 @@ fn run_with(
                 } else {
                     ctx_free += 1;
                 }
+                if let Some(r) = reqs.get(id) {
+                    pending.arrivals.push(Arrival {
+                        id,
+                        arrival: r.sent,
+                        context_tokens: r.input,
+                        max_tokens: r.max_tokens,
+                    });
+                }
+                wake_worker = !stepping;
+            }
+            Ev::Arrive(id) => {
                 if let Some(r) = reqs.get(id) {
                     pending.arrivals.push(Arrival {
                         id,

@@ -5,11 +5,14 @@
 pub mod arm;
 pub mod cli;
 pub mod engine;
+pub mod fit;
+pub mod fit_cli;
 pub mod pages;
 pub mod plant;
 pub mod presets;
 pub mod report;
 mod requests;
+pub mod served;
 pub mod svg;
 pub mod timeline;
 mod tokens;

@@ -5,7 +5,9 @@ use serde::Serialize;
 
 use crate::config::TimingConfig;
 
-/// Decode step time `t(B, ΣL) = base + B·per_request + ΣL·per_kv_token (+ jump if B > jump_above)`.
+/// Decode step time `t(B, ΣL) = base + B·per_request + ΣL·per_kv_token`, plus, when
+/// `B > jump_above`, `jump + (B − jump_above)·per_request_above` (a step jump and a steeper
+/// slope past it, as when a batch spills into a second wave of kernel tiles).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct StepModel {
     pub base_ms: f64,
@@ -13,6 +15,8 @@ pub struct StepModel {
     pub per_kv_token_ns: f64,
     pub jump_above: Option<u32>,
     pub jump_ms: f64,
+    /// Extra ms per request past `jump_above`.
+    pub per_request_above_ms: f64,
     /// Output tokens per request per step (> 1 with speculative decoding; fractional = mean).
     pub tokens_per_step: f64,
 }
@@ -22,8 +26,8 @@ impl StepModel {
         let mut ms = self.base_ms
             + batch as f64 * self.per_request_ms
             + kv_tokens as f64 * self.per_kv_token_ns * 1e-6;
-        if self.jump_above.is_some_and(|j| batch as u32 > j) {
-            ms += self.jump_ms;
+        if let Some(j) = self.jump_above.filter(|&j| batch as u32 > j) {
+            ms += self.jump_ms + f64::from(batch as u32 - j) * self.per_request_above_ms;
         }
         ms * 1e-3
     }
@@ -85,6 +89,7 @@ impl Plant {
                 per_kv_token_ns: t.per_kv_token_ns,
                 jump_above: t.jump_above,
                 jump_ms: t.jump_ms,
+                per_request_above_ms: t.per_request_above_ms,
                 tokens_per_step: t.tokens_per_step,
             },
             transfer: TransferModel {
@@ -110,18 +115,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn step_time_adds_the_jump_only_above_the_threshold() {
+    fn step_time_adds_the_jump_and_the_steeper_slope_only_above_the_threshold() {
         let m = StepModel {
             base_ms: 80.0,
             per_request_ms: 0.05,
             per_kv_token_ns: 0.5,
             jump_above: Some(128),
             jump_ms: 10.0,
+            per_request_above_ms: 0.5,
             tokens_per_step: 1.0,
         };
         let at128 = m.step_s(128, 1_000_000);
         let at129 = m.step_s(129, 1_000_000);
+        let at140 = m.step_s(140, 1_000_000);
         assert!((at128 - (80.0 + 6.4 + 0.5) * 1e-3).abs() < 1e-12);
-        assert!((at129 - at128 - (0.05 + 10.0) * 1e-3).abs() < 1e-12);
+        assert!((at129 - at128 - (0.05 + 10.0 + 0.5) * 1e-3).abs() < 1e-12);
+        assert!((at140 - at129 - 11.0 * (0.05 + 0.5) * 1e-3).abs() < 1e-12);
     }
 }

@@ -1,10 +1,10 @@
 //! Small SVG charts (no plotting dependency needed): TTFT CDFs, one line per arm, and
 //! stacked time-series panels for the controller's timeline.
 
-const W: f64 = 720.0;
+const W: f64 = 760.0;
 const H: f64 = 420.0;
 const L: f64 = 64.0;
-const R: f64 = 180.0;
+const R: f64 = 210.0;
 const T: f64 = 36.0;
 const B: f64 = 48.0;
 const COLORS: [&str; 8] = [
@@ -113,7 +113,8 @@ pub fn stacked(title: &str, x_label: &str, panels: &[Panel]) -> String {
         .iter()
         .flat_map(|p| p.series.iter().flat_map(|(_, v)| v.iter().map(|&(x, _)| x)))
         .fold(1.0f64, f64::max);
-    let xmax = nice_ceiling(xmax);
+    let (xtick, xticks) = axis_ticks(xmax);
+    let xmax = xtick * xticks as f64;
     let height = T + panels.len() as f64 * (PANEL_H + PANEL_GAP) + B;
     let px = |x: f64| L + (x / xmax).clamp(0.0, 1.0) * (W - L - R);
     let mut s = open(height, title);
@@ -152,8 +153,8 @@ pub fn stacked(title: &str, x_label: &str, panels: &[Panel]) -> String {
             esc(&p.y_label),
             if clipped { " (clipped)" } else { "" }
         );
-        for i in 0..=5 {
-            let x = xmax * i as f64 / 5.0;
+        for i in 0..=xticks {
+            let x = xtick * i as f64;
             s += &format!(
                 "<line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\" stroke=\"#ddd\"/>\n",
                 px(x),
@@ -254,6 +255,18 @@ fn nice_ceiling(x: f64) -> f64 {
         }
     }
     10.0 * mag
+}
+
+/// The x axis's tick step (1, 2 or 5 × 10ⁿ, four to ten ticks) and tick count, the last
+/// tick at or just past `x`: a run of 15,200 s ends at 16,000 rather than 20,000.
+fn axis_ticks(x: f64) -> (f64, u32) {
+    let mag = 10f64.powf((x / 4.0).log10().floor());
+    let step = [1.0, 2.0, 5.0, 10.0]
+        .into_iter()
+        .map(|m| m * mag)
+        .find(|step| (x / step).ceil() <= 10.0)
+        .unwrap_or(10.0 * mag);
+    (step, ((x / step).ceil() as u32).max(1))
 }
 
 fn trim(x: f64) -> String {

@@ -94,7 +94,8 @@ pub struct ArmTimeline {
     pub points: Vec<TimelinePoint>,
 }
 
-/// The timeline chart: X and the interval's waited-TTFT p90, the paused count, the queue.
+/// The timeline chart: X and the interval's waited-TTFT p90, g (`tpot_budget` arms), the
+/// paused count, the queue.
 pub fn svg(title: &str, timelines: &[ArmTimeline]) -> String {
     use super::svg::{stacked, Panel, Series};
     let series = |f: &dyn Fn(&TimelinePoint) -> Option<f64>| -> Vec<Series> {
@@ -119,6 +120,10 @@ pub fn svg(title: &str, timelines: &[ArmTimeline]) -> String {
             Panel {
                 y_label: "p90 waited TTFT, per 30 s (s)".into(),
                 series: series(&|p| p.waited_ttft_p90_s),
+            },
+            Panel {
+                y_label: "window gain g (tpot_budget)".into(),
+                series: series(&|p| p.g),
             },
             Panel {
                 y_label: "paused requests".into(),

@@ -3,16 +3,19 @@
 //! the SPEC's order — ingest → track/resume/pause → admit → build batch — written once
 //! against the components' ports (`ports.rs`): `WorkerCore` runs it over cores it owns
 //! (`LocalPorts`, the simulator's worker), the actor runtime over one actor per component.
-//! No clock, no I/O, no randomness.
+//! No clock, no I/O, no randomness — except in `ranks`, which carries a pass's inputs
+//! (`wire`) to the other tensor-parallel ranks and their decision hashes back.
 
 mod build;
 mod inputs;
 mod local;
 mod pass;
 pub mod ports;
+pub mod ranks;
 pub mod sizing;
 mod snapshot;
 mod table;
+pub mod wire;
 
 pub use inputs::{
     split_ids, Admitted, Arrival, BatchRow, Decisions, FirstToken, KvReady, PassInputs, PassOutput,

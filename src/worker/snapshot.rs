@@ -3,7 +3,7 @@
 use serde::Serialize;
 
 use super::{PassMachine, WorkerCore};
-use crate::policy::admission::{AdmissionQueue, Head, Tier};
+use crate::policy::admission::{AdmissionQueue, Head, Tier, TierCounts};
 use crate::policy::preemption::{GenPreemption, Mode, PausedView, Totals};
 use crate::policy::RequestId;
 use crate::pools::PoolUsage;
@@ -18,13 +18,6 @@ pub struct QueueView {
     pub tiers: TierCounts,
     pub head: Option<Head>,
     pub mean_step_s: f64,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct TierCounts {
-    pub late: usize,
-    pub guard: usize,
-    pub on_time: usize,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -66,18 +59,13 @@ pub struct WorkerSnapshot {
 
 impl QueueView {
     pub fn of(q: &AdmissionQueue) -> Self {
-        let (late, guard, on_time) = q.tier_counts();
         QueueView {
             len: q.len(),
             max_waiting: q.params().max_waiting,
             policy: q.params().policy,
             target_x_s: q.target(),
             target_samples: q.target_samples(),
-            tiers: TierCounts {
-                late,
-                guard,
-                on_time,
-            },
+            tiers: q.tier_counts(),
             head: q
                 .head()
                 .filter(|h| h.tier != Tier::NoTarget || q.target().is_none()),

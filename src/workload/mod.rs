@@ -20,12 +20,18 @@
 //!   parent's lane, `max_tokens` = recorded output. Rules in [`agentx`].
 //! - [`OpenLoopReplay`]: arrivals by timestamp with a rate scale and count/duration caps.
 //!
+//! # Recorded traffic and the context transform
+//! [`load_recording`] reads what `genslot serve --record` wrote (format and clock in
+//! [`recording`]); [`ContextTransform`] shrinks a trace's contexts to fit one GPU, the same
+//! way for the simulator and the load generator (what it keeps and changes: [`context`]).
+//!
 //! # Synthetic
 //! [`SyntheticAgentic`] generates [`Session`]s with defaults fitted to the Weka corpus
 //! (fit and numbers in [`synth`]), seeded and deterministic.
 
 pub mod agentx;
 pub mod azure;
+pub mod context;
 pub mod error;
 pub mod format;
 pub mod issue;
@@ -35,6 +41,7 @@ pub mod open_loop;
 mod plan;
 pub mod prefix;
 pub mod quantile;
+pub mod recording;
 mod source;
 pub mod synth;
 pub mod types;
@@ -43,6 +50,7 @@ pub(crate) mod window;
 
 pub use agentx::{AgentxReplay, ReplayRules};
 pub use azure::load_azure;
+pub use context::{ContextTransform, LengthStats, TransformError};
 pub use error::{ReplayError, WorkloadError};
 pub use format::{load_trace, Trace, TraceFormat};
 pub use issue::{Issue, Replay};
@@ -50,6 +58,7 @@ pub use mooncake::load_mooncake;
 pub use open_loop::{OpenLoopReplay, OpenLoopRules};
 pub use prefix::PrefixHashes;
 pub use quantile::QuantileTable;
+pub use recording::{load_recording, Outcome, Recording, ServedRecord};
 pub use synth::{SynthParams, SyntheticAgentic};
 pub use types::{HashIds, HashRun, Request, Session, Subagent, TimedRequest};
 pub use weka::load_weka;

@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Reference run for `genslot-gpu parity`, on the H200 machine (torch + transformers, no network).
 
-Builds LlamaForCausalLM from a LlamaConfig with a fixed seed for a named shape, saves it as a
-Hugging Face checkpoint (model.safetensors + config.json), then for several prompts of
-different lengths runs the prefill and N greedy decode steps in bf16 on the GPU and writes:
+Builds LlamaForCausalLM from a LlamaConfig with a fixed seed for a named shape (or loads an
+existing Hugging Face checkpoint with --checkpoint, e.g. SmolLM2 exported from its GGUF by
+`genslot-gpu export-hf`), saves it as a Hugging Face checkpoint (model.safetensors +
+config.json), then for several prompts of different lengths runs the prefill and N greedy
+decode steps in bf16 on the GPU and writes:
   REF/meta.json   {"prompts": [[ids]], "steps": N, "vocab": V, "tokens": [[t_0..t_N]]}
   REF/logits.f32  little-endian float32 [prompts][N + 1][V] (row 0: last prompt position)
 """
@@ -21,9 +23,12 @@ SHAPES = {
     "tiny": dict(vocab_size=1024, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
                  num_attention_heads=8, num_key_value_heads=2, head_dim=64, theta=10000.0,
                  tie_word_embeddings=False),
+    # Llama-3.2-1B's dimensions and RoPE (llama3 scaling, factor 32).
     "llama-1b": dict(vocab_size=128256, hidden_size=2048, intermediate_size=8192,
                      num_hidden_layers=16, num_attention_heads=32, num_key_value_heads=8,
-                     head_dim=64, theta=500000.0, tie_word_embeddings=True),
+                     head_dim=64, theta=500000.0, tie_word_embeddings=True,
+                     rope=dict(rope_type="llama3", factor=32.0, low_freq_factor=1.0,
+                               high_freq_factor=4.0, original_max_position_embeddings=8192)),
     # Small, but with llama-1b's RoPE base and more layers: checks long-position RoPE on a CPU.
     "rope-check": dict(vocab_size=1024, hidden_size=256, intermediate_size=512,
                        num_hidden_layers=8, num_attention_heads=8, num_key_value_heads=2,
@@ -34,13 +39,14 @@ SHAPES = {
 def make_config(shape):
     kw = dict(SHAPES[shape])
     theta = kw.pop("theta")
+    rope = kw.pop("rope", dict(rope_type="default"))
     common = dict(rms_norm_eps=1e-5, max_position_embeddings=8192, attention_bias=False,
                   mlp_bias=False, hidden_act="silu")
     try:  # transformers 5 keeps RoPE settings in rope_parameters
-        cfg = LlamaConfig(**kw, **common,
-                          rope_parameters={"rope_type": "default", "rope_theta": theta})
+        cfg = LlamaConfig(**kw, **common, rope_parameters={**rope, "rope_theta": theta})
     except TypeError:
-        cfg = LlamaConfig(**kw, **common, rope_theta=theta)
+        scaling = None if rope["rope_type"] == "default" else rope
+        cfg = LlamaConfig(**kw, **common, rope_theta=theta, rope_scaling=scaling)
     return cfg
 
 
@@ -67,6 +73,8 @@ def keep_rope_fp32(model):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shape", default="tiny", choices=sorted(SHAPES))
+    ap.add_argument("--checkpoint", help="load this Hugging Face checkpoint instead of a "
+                                         "random --shape (its weights, read as float32)")
     ap.add_argument("--out", required=True, help="writes OUT/model and OUT/ref")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--steps", type=int, default=32)
@@ -83,9 +91,16 @@ def main():
     torch.backends.cuda.matmul.allow_tf32 = False  # float32 reference means IEEE float32
     torch.backends.cudnn.allow_tf32 = False
     torch.manual_seed(a.seed)
-    cfg = make_config(a.shape)
-    model = LlamaForCausalLM(cfg)
-    if a.init == "scaled":
+    if a.checkpoint:
+        try:  # transformers 5 names it dtype, 4 torch_dtype
+            model = LlamaForCausalLM.from_pretrained(a.checkpoint, dtype=torch.float32)
+        except TypeError:
+            model = LlamaForCausalLM.from_pretrained(a.checkpoint, torch_dtype=torch.float32)
+        cfg = model.config
+    else:
+        cfg = make_config(a.shape)
+        model = LlamaForCausalLM(cfg)
+    if a.init == "scaled" and not a.checkpoint:
         std = cfg.initializer_range / (2 * cfg.num_hidden_layers) ** 0.5
         with torch.no_grad():
             for layer in model.model.layers:
@@ -99,7 +114,8 @@ def main():
     os.makedirs(rdir, exist_ok=True)
     model.save_pretrained(mdir, safe_serialization=True)
     theta = json.load(open(os.path.join(mdir, "config.json")))
-    print(f"saved {a.shape} to {mdir} ({time.time() - t0:.1f}s); config keys: {sorted(theta)}")
+    print(f"saved {a.checkpoint or a.shape} to {mdir} ({time.time() - t0:.1f}s); "
+          f"config keys: {sorted(theta)}")
     g = torch.Generator().manual_seed(a.seed + 1)
     prompts = [torch.randint(0, cfg.vocab_size, (int(n),), generator=g).tolist()
                for n in a.lengths.split(",")]

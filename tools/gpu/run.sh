@@ -1,75 +1,124 @@
 #!/usr/bin/env bash
-# One call on the H200 machine: GPU tests, the tiny CPU-reference check, PyTorch parity
-# (tiny and llama-1b) and the llama-8b decode bench. Expects the files that
-# tools/gpu/stage.sh puts in .gpu/ (binaries built on the CPU machine). Logs and JSON go
-# to $OUT (or /tmp/gpu-out): test logs and JSON only, since few files come back; tee the
-# whole output for the rest. STAGES picks a subset: "probe kernels tests tiny parity bench ncu serve".
+# One call on the H200 machine: GPU tests, the CPU-reference checks (tiny, SmolLM2), parity
+# against PyTorch (tiny, llama-1b, SmolLM2), the served SmolLM2 check, the llama-8b decode
+# bench and the served llama-1b check. Expects the files tools/gpu/stage.sh puts in .gpu/
+# (binaries built on the CPU machine) and, for the SmolLM2 stages, the GGUF that
+# tools/gpu/stage_model.sh assembled (GGUF, default .gpu-model/ beside .gpu/; its stages
+# skip with a message without it). STAGES picks a subset of
+#   "probe kernels tests tiny smollm2 parity serve-smollm2 bench serve ncu".
 # GENSLOT_ATTN_KERNEL=simt|tc picks the attention kernel (default tc); BENCH_KERNELS lists the
-# kernels the bench stage times one after the other.
+# kernels the bench stage times one after the other; PARITY_SHAPES the parity models.
+# Logs and JSON go to a work folder, then into $OUT/gpu-results.tar.gz with a summary
+# ($OUT/summary.txt): only a few files come back from a call.
 set -uo pipefail
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export PYTHONUNBUFFERED=1
 G=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$G/.." && pwd)
 OUT=${OUT:-/tmp/gpu-out}
+W=$(mktemp -d /tmp/genslot-run.XXXX)
 mkdir -p "$OUT"
-STAGES=${STAGES:-"probe kernels tests tiny parity bench serve"}
+STAGES=${STAGES:-"probe kernels tests tiny smollm2 parity serve-smollm2 bench serve"}
+GGUF=${GGUF:-$ROOT/.gpu-model/SmolLM2-135M-Instruct.Q4_1.gguf}
 status=0
-stage() { echo "=== $1 ($(date -u +%H:%M:%S))"; }
+fail() { echo "FAILED: $1" | tee -a "$W/summary.txt"; status=1; }
+stage() { echo "=== $1 ($(date -u +%H:%M:%S))" | tee -a "$W/summary.txt"; }
 has() { [[ " $STAGES " == *" $1 "* ]]; }
+have_gguf() { [ -f "$GGUF" ] || { echo "skipping: no $GGUF (tools/gpu/stage_model.sh)" | tee -a "$W/summary.txt"; return 1; }; }
+[ -f "$GGUF" ] && export GENSLOT_SMOLLM2_GGUF="$GGUF"
+
+# Starts `genslot serve` on CONFIG at PORT from the repository root (the config's model path is
+# relative to it), runs CHECK URL JSON, stops the server.
+serve_and_check() {
+  local name=$1 config=$2 port=$3 check=$4
+  (cd "$ROOT" && exec "$G/genslot" serve --config "$config" --port "$port") > "$W/serve-$name.log" 2>&1 &
+  local pid=$!
+  for _ in $(seq 1 180); do
+    curl -sf "http://127.0.0.1:$port/health" > /dev/null && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 1
+  done
+  python3 "$check" "http://127.0.0.1:$port" "$W/serve-$name.json" 2>&1 | tee "$W/serve-$name.txt" \
+    || { fail "serve $name"; tail -20 "$W/serve-$name.log"; }
+  kill "$pid" 2>/dev/null
+  wait "$pid" 2>/dev/null
+}
 
 if has probe; then
   stage probe
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv || true
-  "$G/genslot-gpu" probe || status=1
+  "$G/genslot-gpu" probe || fail probe
 fi
 if has kernels; then
-  # Registers, shared memory and spills of every kernel, from the same source NVRTC compiles.
+  # Registers, shared memory and spills of every kernel, compiled by NVRTC as the backend does.
   stage kernels
-  cat "$G"/kernels/common.cuh "$G"/kernels/init.cu "$G"/kernels/layers.cu "$G"/kernels/attention.cu \
-    "$G"/kernels/attention_tc.cu > /tmp/genslot-kernels.cu
-  /usr/local/cuda/bin/nvcc -arch=sm_90 -std=c++17 -cubin -Xptxas -v -o /tmp/genslot-kernels.cubin \
-    /tmp/genslot-kernels.cu 2>&1 | grep -A1 "paged_attn_tc_d128_g4\|paged_attn_d128_g4\|paged_attn_tc_d64_g4" || status=1
+  "$G/genslot-gpu" kernels --shape llama-8b --ptxas 2>&1 | tee "$W/kernels-llama-8b.txt" || fail kernels
+  [ -f "$GGUF" ] && { "$G/genslot-gpu" kernels --model "$GGUF" --ptxas 2>&1 | grep attn || fail kernels; }
 fi
 if has tests; then
   stage tests
   for t in "$G"/gpu_*; do
     [ -x "$t" ] || continue
-    "$t" --test-threads=1 2>&1 | tee "$OUT/$(basename "$t").log" | grep -E "^test |test result|panicked|skipping" || status=1
+    "$t" --test-threads=1 --nocapture 2>&1 | tee "$W/$(basename "$t").log" \
+      | grep -E "^test |test result|panicked|skipping|vs CPU|equal" || fail "$(basename "$t")"
   done
 fi
 if has tiny; then
   stage check-tiny
   for kern in ${BENCH_KERNELS:-tc}; do
     echo "attention kernel: $kern"
-    GENSLOT_ATTN_KERNEL=$kern "$G/genslot-gpu" check-tiny 2>&1 || status=1
+    GENSLOT_ATTN_KERNEL=$kern "$G/genslot-gpu" check-tiny 2>&1 || fail "check-tiny $kern"
   done
+fi
+if has smollm2 && have_gguf; then
+  # The chat answer on the GPU against the f32 CPU reference: >= 32 equal greedy tokens.
+  stage "check-model smollm2"
+  "$G/genslot-gpu" check-model --model "$GGUF" --steps 32 --expect Paris \
+    --json "$W/check-smollm2.json" 2>&1 | tail -40 || fail "check-model smollm2"
 fi
 if has parity; then
   # PARITY_INITS: hf (transformers' default init) and/or scaled (see parity.py --init);
   # PARITY_KERNELS: the attention kernels compared against each reference.
-  for shape in ${PARITY_SHAPES:-tiny llama-1b}; do
+  tables=()
+  for shape in ${PARITY_SHAPES:-tiny llama-1b smollm2}; do
     for init in ${PARITY_INITS:-hf}; do
       stage "parity $shape (init $init)"
-      W=/tmp/parity-$shape-$init
-      python3 "$G/parity.py" --shape "$shape" --init "$init" --out "$W" 2>&1 | grep -v "Writing model" \
-        || { status=1; continue; }
+      P=/tmp/parity-$shape-$init
+      if [ "$shape" = smollm2 ]; then
+        have_gguf || continue
+        "$G/genslot-gpu" export-hf --model "$GGUF" --out /tmp/smollm2-hf || { fail "export smollm2"; continue; }
+        src=(--checkpoint /tmp/smollm2-hf)
+      else
+        src=(--shape "$shape" --init "$init")
+      fi
+      python3 "$G/parity.py" "${src[@]}" --out "$P" 2>&1 | grep -v "Writing model" \
+        || { fail "parity.py $shape"; continue; }
       for kern in ${PARITY_KERNELS:-tc}; do
         echo "attention kernel: $kern"
-        GENSLOT_ATTN_KERNEL=$kern "$G/genslot-gpu" parity --weights "$W/model" --ref "$W/ref" \
-          --json "$OUT/parity-$shape-$init-$kern.json" ${PARITY_ARGS:-} 2>&1 | grep -v "^ *[0-9]*: \|Stack backtrace" \
-          || status=1
+        j="$W/parity-$shape-$init-$kern.json"
+        GENSLOT_ATTN_KERNEL=$kern "$G/genslot-gpu" parity --weights "$P/model" --ref "$P/ref" \
+          --json "$j" ${PARITY_ARGS:-} 2>&1 | grep -v "^ *[0-9]*: \|Stack backtrace" \
+          || fail "parity $shape $kern"
+        [ -f "$j" ] && tables+=("$j")
       done
     done
   done
+  [ ${#tables[@]} -gt 0 ] && python3 "$G/parity_table.py" "${tables[@]}" | tee -a "$W/summary.txt"
+fi
+if has serve-smollm2 && have_gguf; then
+  # The capital of France over HTTP (streaming and not), paused-vs-solo identical outputs,
+  # seeded sampling reproducible.
+  stage "serve smollm2"
+  serve_and_check smollm2 "$G/cuda-smollm2.yaml" 18001 "$G/serve_real.py"
 fi
 if has bench; then
   for kern in ${BENCH_KERNELS:-tc}; do
     stage "bench ($kern attention)"
     GENSLOT_ATTN_KERNEL=$kern "$G/genslot-gpu" bench --shape llama-8b \
-      --json "$OUT/bench-llama-8b-$kern.json" ${BENCH_ARGS:-} 2>&1 || status=1
+      --json "$W/bench-llama-8b-$kern.json" ${BENCH_ARGS:-} 2>&1 | tee -a "$W/summary.txt" || fail "bench $kern"
     # A small model shows what graph replay saves on launch overhead.
     GENSLOT_ATTN_KERNEL=$kern "$G/genslot-gpu" bench --shape llama-1b --batches 1,32 --contexts 4096 \
-      --json "$OUT/bench-llama-1b-$kern.json" 2>&1 || status=1
+      --json "$W/bench-llama-1b-$kern.json" 2>&1 || fail "bench llama-1b $kern"
   done
 fi
 if has ncu; then
@@ -80,20 +129,16 @@ if has ncu; then
       --launch-skip 40 --launch-count 1 --section SpeedOfLight --section MemoryWorkloadAnalysis \
       --section Occupancy --section WarpStateStats --section LaunchStats \
       "$G/genslot-gpu" bench --shape llama-8b --batches 128 --contexts 4096 --iters 2 --kv-fraction 0.05 2>&1 \
-      | tee "$OUT/ncu-attn-$kern.txt" | grep -E "Memory Throughput|DRAM Throughput|Duration|Achieved Occupancy|Registers Per|Warp Cycles Per Issued|Compute \(SM\)|Stall|Theoretical Occ|Block Limit" || status=1
+      | tee "$W/ncu-attn-$kern.txt" | grep -E "Memory Throughput|DRAM Throughput|Duration|Achieved Occupancy|Registers Per|Warp Cycles Per Issued|Compute \(SM\)|Stall|Theoretical Occ|Block Limit" || fail ncu
   done
 fi
 if has serve; then
-  # genslot serve on the CUDA backend with preemption on, checked end to end over loopback.
-  stage serve
-  "$G/genslot" serve --config "$G/cuda-llama-1b.yaml" --port 18000 > "$OUT/serve.log" 2>&1 &
-  pid=$!
-  for _ in $(seq 1 120); do
-    curl -sf http://127.0.0.1:18000/health > /dev/null && break
-    sleep 1
-  done
-  python3 "$G/serve_check.py" http://127.0.0.1:18000 2>&1 | tee "$OUT/serve_check.txt" || status=1
-  kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+  # genslot serve on the CUDA backend (llama-1b, random weights) with preemption on.
+  stage "serve llama-1b"
+  serve_and_check llama-1b "$G/cuda-llama-1b.yaml" 18000 "$G/serve_check.py"
 fi
 stage "done status=$status"
+cp "$W/summary.txt" "$OUT/summary.txt"
+tar -czf "$OUT/gpu-results.tar.gz" -C "$W" .
+ls -la "$OUT"
 exit $status

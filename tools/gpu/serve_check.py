@@ -38,7 +38,8 @@ else:
 
 # 1. Streaming.
 r = post("/v1/completions", {"prompt": "The H200 machine says hello", "max_tokens": 16, "stream": True,
-                             "ignore_eos": True, "stream_options": {"include_usage": True}})
+                             "ignore_eos": True, "temperature": 0,
+                             "stream_options": {"include_usage": True}})
 lines = [l.decode().strip() for l in r if l.strip()]
 chunks = [json.loads(l[6:]) for l in lines if l.startswith("data: {")]
 texts = [c["choices"][0]["text"] for c in chunks if c.get("choices")]
@@ -50,7 +51,9 @@ prompts = [f"request {i}: " + " ".join(f"word{(i * 7 + j) % 97}" for j in range(
 
 
 def complete(p):
-    body = json.loads(post("/v1/completions", {"prompt": p, "max_tokens": MAX_TOKENS, "ignore_eos": True}).read())
+    # Greedy (an absent temperature means 1, as in OpenAI's API).
+    body = json.loads(post("/v1/completions", {"prompt": p, "max_tokens": MAX_TOKENS, "ignore_eos": True,
+                                               "temperature": 0}).read())
     return body["choices"][0]["text"], body["usage"]["completion_tokens"]
 
 

@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # On the CPU machine: build the GPU binaries (host target, never musl) and copy them with the
-# scripts into DEST (default .gpu/), stripped, for the H200 machine. genslot-gpu is a release
-# build (it times steps); the test binaries use the test profile (they only check results).
+# scripts and configs into DEST (default .gpu/), stripped, for the H200 machine. genslot-gpu is
+# a release build (it times steps); the test binaries use the test profile (they only check
+# results), and DEST.tar.xz packs the folder for the transfer. The kernels are compiled from
+# the binaries' embedded source (genslot-gpu kernels writes it out). A model larger than one
+# transfer goes separately: tools/gpu/stage_model.sh.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DEST=${1:-.gpu}
 mkdir -p "$DEST"
 cargo build --release --bin genslot-gpu --bin genslot
 cp target/release/genslot-gpu target/release/genslot "$DEST/"
-for t in tests/gpu_*.rs; do
-  name=$(basename "$t" .rs)
+# The test binaries that need a GPU (the other tests/gpu_*.rs run on the CPU, in CI).
+for name in ${GPU_TESTS:-gpu_backend}; do
   # The test target's own executable (cargo also lists the crate's binaries).
   exe=$(cargo test --no-run --test "$name" --message-format=json 2>/dev/null | python3 -c '
 import json, sys
@@ -19,8 +22,10 @@ for line in sys.stdin:
         print(m["executable"])' | tail -1)
   cp "$exe" "$DEST/$name"
 done
-cp tools/gpu/run.sh tools/gpu/parity.py tools/gpu/serve_check.py config/cuda-llama-1b.yaml "$DEST/"
-mkdir -p "$DEST/kernels"
-cp src/gpu/cuda/kernels/*.cu src/gpu/cuda/kernels/*.cuh "$DEST/kernels/"
+cp tools/gpu/run.sh tools/gpu/parity.py tools/gpu/parity_table.py tools/gpu/serve_check.py \
+  tools/gpu/serve_real.py config/cuda-llama-1b.yaml config/cuda-smollm2.yaml "$DEST/"
 strip "$DEST/genslot-gpu" "$DEST/genslot" "$DEST"/gpu_* 2>/dev/null || true
-du -sh "$DEST"
+# The same folder compressed (about a quarter of its size): what a device call carries, beside
+# the model's parts. There: python3 -c "import tarfile; tarfile.open('DEST.tar.xz').extractall(filter='tar')"
+tar -cJf "$DEST.tar.xz" "$DEST"
+du -sh "$DEST" "$DEST.tar.xz"

@@ -22,15 +22,18 @@ use tokio::sync::mpsc::UnboundedSender;
 use super::components::{ActorPorts, Components};
 use super::gpu::GpuHandle;
 use super::messages::*;
+use super::record::{Leaving, Recorder};
 use crate::gpu::model::Clock;
 use crate::gpu::{ContextArrival, StepOutput, StepRow};
 use crate::metrics as m;
 use crate::policy::RequestId;
 use crate::sampling::SamplingParams;
 use crate::server::engine::{EngineEvent, FinishReason};
+use crate::worker::ranks::RankGroup;
 use crate::worker::{
     Arrival, BatchRow, KvReady, PassInputs, PassMachine, PassOutput, WorkerParams,
 };
+use crate::workload::recording::Outcome;
 
 mod observe;
 
@@ -93,6 +96,9 @@ struct Live {
     last_token: u32,
     waiting: bool,
     stop: bool,
+    /// For `--record`: when the first token was streamed, and the pauses so far.
+    first_token_at: Option<f64>,
+    pauses: u32,
 }
 
 pub struct ExecutorInit {
@@ -106,6 +112,10 @@ pub struct ExecutorInit {
     pub stat_interval: Option<Duration>,
     /// Keep every pass's inputs and outputs (tests replay them through a fresh core).
     pub record: bool,
+    /// `serve --record`: where each request's line goes when it leaves.
+    pub recorder: Option<Recorder>,
+    /// The other tensor-parallel ranks, checked every pass (`None` with one rank).
+    pub ranks: Option<RankGroup>,
 }
 
 /// What a pass needs, moved out of the executor while the pass runs and back after it.
@@ -118,6 +128,7 @@ struct PassState {
     /// Page tables of the pass's admissions, then of its batch rows when the backend
     /// wants them.
     pages: Vec<Vec<u32>>,
+    ranks: Option<RankGroup>,
 }
 
 pub struct Executor {
@@ -146,6 +157,7 @@ pub struct Executor {
     /// Last set sent in a `Retain` (sent again only when it changes).
     retained: Vec<RequestId>,
     record: Option<Vec<(PassInputs, PassOutput)>>,
+    recorder: Option<Recorder>,
     stopped: bool,
     /// A component actor stopped: no pass runs any more.
     broken: bool,
@@ -163,6 +175,7 @@ impl Executor {
                 inp: PassInputs::default(),
                 out: PassOutput::default(),
                 pages: Vec::new(),
+                ranks: init.ranks,
             }),
             components: init.components,
             clock: init.clock,
@@ -182,6 +195,7 @@ impl Executor {
             last_step: None,
             retained: Vec::new(),
             record: init.record.then(Vec::new),
+            recorder: init.recorder,
             stopped: false,
             broken: false,
             idle_waiters: Vec::new(),
@@ -214,6 +228,7 @@ impl Executor {
 
     fn fail(&mut self, id: RequestId, message: &str) {
         if let Some(l) = self.live.remove(&id) {
+            self.leave(id, &l, Outcome::Failed, self.clock.now(), Some(message));
             let _ = l.events.send(EngineEvent::Failed {
                 message: message.to_owned(),
             });
@@ -255,8 +270,13 @@ impl Executor {
         self.pending.now = self.clock.now();
         std::mem::swap(&mut st.inp, &mut self.pending);
         let needs_pages = self.gpu.as_ref().is_none_or(|g| g.needs_pages);
+        // The other ranks run the pass beside this one; a failure is read in `passed`.
+        let _ = st.ranks.as_mut().map(|r| r.broadcast(&st.inp));
         Some(async move {
             st.machine.run(&mut st.ports, &st.inp, &mut st.out).await;
+            if let Some(r) = st.ranks.as_mut() {
+                let _ = r.check(&st.out).await;
+            }
             let rows = if needs_pages { st.out.batch.len() } else { 0 };
             st.pages.clear();
             if !st.out.admitted.is_empty() || rows > 0 {
@@ -281,13 +301,14 @@ impl Executor {
             r.push((st.inp.clone(), st.out.clone()));
         }
         st.inp.clear();
-        let failure = st.ports.failure().map(str::to_owned);
+        let failure = (st.ports.failure())
+            .map(|why| format!("a scheduling component stopped: {why}"))
+            .or_else(|| st.ranks.as_ref()?.failure().map(ToString::to_string));
         match failure {
             Some(why) => {
                 self.state = Some(st);
                 if !self.broken {
                     self.broken = true;
-                    let why = format!("a scheduling component stopped: {why}");
                     self.go_down(&why, why.clone());
                 }
             }
@@ -304,13 +325,16 @@ impl Executor {
         for id in &out.rejected {
             if let Some(l) = self.live.remove(id) {
                 self.shared.queued.fetch_sub(1, Ordering::SeqCst);
+                let why = "the waiting queue is full; request refused";
+                self.leave(*id, &l, Outcome::Failed, out.now, Some(why));
                 let _ = l.events.send(EngineEvent::Failed {
-                    message: "the waiting queue is full; request refused".into(),
+                    message: why.into(),
                 });
             }
         }
         for id in &out.cancelled {
             if let Some(l) = self.live.remove(id) {
+                self.leave(*id, &l, Outcome::Cancelled, out.now, None);
                 if l.waiting {
                     self.shared.queued.fetch_sub(1, Ordering::SeqCst);
                 }
@@ -328,10 +352,18 @@ impl Executor {
                 prompt: l.prompt.clone(),
                 pages: st.pages.get_mut(i).map(std::mem::take).unwrap_or_default(),
                 sampling: l.sampling,
+                min_tokens: l.min_tokens,
             };
             self.gpu_send(GpuMsg::Admit(Admit(arrival)));
         }
         if !out.pauses.is_empty() {
+            if self.recorder.is_some() {
+                for id in &out.pauses {
+                    if let Some(l) = self.live.get_mut(id) {
+                        l.pauses += 1;
+                    }
+                }
+            }
             counter!(m::PAUSES_TOTAL).increment(out.pauses.len() as u64);
             self.gpu_send(GpuMsg::Pause(Pause(out.pauses.clone())));
         }
@@ -361,6 +393,11 @@ impl Executor {
                 } else {
                     FinishReason::Cancelled
                 };
+                let outcome = match reason {
+                    FinishReason::Cancelled => Outcome::Cancelled,
+                    _ => Outcome::Completed,
+                };
+                self.leave(d.id, &l, outcome, out.now, None);
                 let _ = l.events.send(EngineEvent::Finished { reason });
             }
         }
@@ -405,12 +442,33 @@ impl Executor {
         }
     }
 
+    /// `serve --record`: hand the leaving request's line to the writer thread.
+    fn leave(&self, id: RequestId, l: &Live, outcome: Outcome, at: f64, error: Option<&str>) {
+        if let Some(r) = &self.recorder {
+            r.record(Leaving {
+                id,
+                arrival_s: l.arrival,
+                context_tokens: u32::try_from(l.prompt.len()).unwrap_or(u32::MAX),
+                max_tokens: l.max_tokens,
+                output_tokens: l.sent,
+                first_token_s: l.first_token_at.filter(|_| l.sent > 0),
+                finish_s: at,
+                pauses: l.pauses,
+                outcome,
+                error,
+            });
+        }
+    }
+
     /// Stream the step's tokens and queue its results for the next pass. The output's
     /// token vectors go back to the backend with the next step.
     fn stepped(&mut self, batch: &[BatchRow], out: StepOutput) {
         for (row, tokens) in batch.iter().zip(&out.tokens) {
             let mut stop = false;
             if let Some(l) = self.live.get_mut(&row.id) {
+                if l.first_token_at.is_none() && !tokens.is_empty() && self.recorder.is_some() {
+                    l.first_token_at = Some(self.clock.now());
+                }
                 for t in tokens {
                     if l.sent >= l.max_tokens {
                         break;
@@ -509,6 +567,8 @@ impl Handler<Submit> for Executor {
                 last_token: 0,
                 waiting: true,
                 stop: false,
+                first_token_at: None,
+                pauses: 0,
             },
         );
         self.kick(ctx);
@@ -604,8 +664,12 @@ impl Handler<BackendDown> for Executor {
 impl Handler<DisablePreemption> for Executor {
     type Result = ();
     fn handle(&mut self, _: DisablePreemption, ctx: &mut Context<Self>) {
-        // Ahead of the next pass's `Step` in the controller's mailbox.
+        // Ahead of the next pass's `Step` in the controller's mailbox, and in the next
+        // pass's frame to the other ranks.
         self.components.disable_preemption();
+        if let Some(r) = self.state.as_mut().and_then(|s| s.ranks.as_mut()) {
+            r.disable_preemption();
+        }
         self.kick(ctx);
     }
 }

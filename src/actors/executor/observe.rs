@@ -6,11 +6,12 @@ use metrics::gauge;
 use serde_json::json;
 
 use super::Executor;
-use crate::actors::components::TakeStatLine;
+use crate::actors::components::{QueueSnapshot, TakeStatLine};
 use crate::actors::gpu::GpuHandle;
 use crate::actors::messages::DebugState;
 use crate::metrics as m;
-use crate::worker::PassOutput;
+use crate::worker::ranks::RankStatus;
+use crate::worker::{PassOutput, QueueView};
 
 impl Executor {
     pub(super) fn metrics(&self, residents: usize, out: &PassOutput) {
@@ -33,12 +34,20 @@ impl Executor {
         );
     }
 
+    fn rank_status(&self) -> Option<RankStatus> {
+        self.state.as_ref()?.ranks.as_ref().map(|r| r.status())
+    }
+
     pub(super) fn stat_line(&mut self, ctx: &mut Context<Self>) {
         let controller = self.components.controller.clone();
+        let queue = self.components.queue.clone();
+        let ranks = self.rank_status();
         ctx.spawn(
             async move {
-                if let Ok(s) = controller.send(TakeStatLine).await {
-                    log_stat_line(&s);
+                let (s, q) =
+                    futures::join!(controller.send(TakeStatLine), queue.send(QueueSnapshot));
+                if let (Ok(s), Ok(q)) = (s, q) {
+                    log_stat_line(&s, &q, ranks);
                 }
             }
             .into_actor(self),
@@ -46,14 +55,22 @@ impl Executor {
     }
 }
 
-fn log_stat_line(s: &crate::policy::preemption::StatLine) {
+fn log_stat_line(
+    s: &crate::policy::preemption::StatLine,
+    q: &QueueView,
+    ranks: Option<RankStatus>,
+) {
     let fmt = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.3}"));
     let target = match (s.below_target, s.credit) {
         (Some(b), c) => format!(" below_target={b} credit={}", fmt(c)),
         _ => String::new(),
     };
+    let t = q.tiers;
+    let ranks = ranks.map_or(String::new(), |r| {
+        format!(" ranks={} passes_checked={}", r.ranks, r.passes_checked)
+    });
     tracing::info!(
-        "preemption: pauses={} resumes={} forced={} paused={}/{} g={} W={:.3}s D={}s tpot_inflation={:.4} completions={}{}",
+        "preemption: pauses={} resumes={} forced={} paused={}/{} g={} W={:.3}s D={}s tpot_inflation={:.4} completions={}{} | queue: waiting={} X={} overdue={} late={} guard={} on_time={}{}",
         s.pauses,
         s.resumes,
         s.forced_resumes,
@@ -64,7 +81,14 @@ fn log_stat_line(s: &crate::policy::preemption::StatLine) {
         fmt(s.d_s),
         s.tpot_inflation,
         s.completions,
-        target
+        target,
+        q.len,
+        fmt(q.target_x_s),
+        t.overdue,
+        t.late,
+        t.guard,
+        t.on_time,
+        ranks
     );
 }
 
@@ -116,6 +140,7 @@ impl Executor {
                 "backend_down": self.shared.down_reason(),
                 "stopped": self.stopped,
             },
+            "ranks": self.rank_status(),
             "worker": worker,
             "components": components,
             "gpu_step": self.gpu.as_ref().map(GpuHandle::state),

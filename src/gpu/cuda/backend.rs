@@ -1,19 +1,27 @@
-//! `CudaBackend`: the CUDA implementation of `StepBackend`. Real prefill on the prefill
-//! stream at context arrival, decode steps on the decode stream replayed from CUDA graphs
-//! per batch bucket, a paged KV cache whose pages are the KV pool's pages.
+//! `CudaBackend`: the CUDA implementation of `StepBackend`. Context arrival either runs a
+//! real prefill on the prefill stream (`context: prefill`) or writes the request's KV pages
+//! with seeded values at a configured bandwidth, beside the decode steps (`context:
+//! transfer`, `transfer.rs`); decode steps run on the decode stream, replayed from CUDA
+//! graphs per batch bucket, over a paged KV cache whose pages are the KV pool's pages. Each
+//! row's token is sampled on the device with its request's parameters (`sample.cu`).
 
-use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Instant;
 
 use cudarc::driver::{sys, CudaGraph};
 
 use super::device::{Gpu, Which};
 use super::forward::{enqueue, splits_for, KvCache, Pass, Scratch};
-use super::safetensors::Checkpoint;
+use super::model_files::ModelFiles;
+use super::residents::Residents;
 use super::shape::ModelShape;
+use super::transfer::{ContextMode, TransferLane};
 use super::weights::{ModelSource, Weights};
-use crate::gpu::{BackendCapacity, BackendError, ContextArrival, StepBackend, StepOutput, StepRow};
+use crate::gpu::{
+    BackendCapacity, BackendError, ContextArrival, ContextLane, StepBackend, StepOutput, StepRow,
+};
 use crate::policy::RequestId;
+use crate::sampling::SampleRow;
 
 /// Settings of the CUDA backend.
 #[derive(Debug, Clone)]
@@ -35,6 +43,11 @@ pub struct CudaConfig {
     pub cuda_graphs: bool,
     /// Resident requests (active + paused) the backend accepts.
     pub max_resident: usize,
+    /// The model's end-of-sequence token: never sampled while a request has produced fewer
+    /// than its `min_tokens`.
+    pub eos_token: Option<u32>,
+    /// How a request's context arrives.
+    pub context: ContextMode,
 }
 
 impl CudaConfig {
@@ -50,14 +63,10 @@ impl CudaConfig {
             prefill_chunk: 512,
             cuda_graphs: true,
             max_resident: 176,
+            eos_token: None,
+            context: ContextMode::Prefill,
         }
     }
-}
-
-#[derive(Debug, Default)]
-struct ReqState {
-    /// The greedy token of the prefill, emitted by the next step that includes the request.
-    first_token: Option<u32>,
 }
 
 /// How a decode step is launched.
@@ -77,8 +86,10 @@ pub struct CudaBackend {
     kv: KvCache,
     weights: Weights,
     gpu: Gpu,
-    reqs: HashMap<RequestId, ReqState>,
+    reqs: Residents,
     table_width: usize,
+    /// `context: transfer`: the arrival side, shared with the arrival threads.
+    lane: Option<Arc<TransferLane>>,
 }
 
 // SAFETY: the backend owns its context, streams, cuBLAS handles and graphs, and is used by one
@@ -110,23 +121,45 @@ impl CudaBackend {
                     .into(),
             ));
         }
-        let shape = match &cfg.model {
-            ModelSource::Seeded { shape, .. } => ModelShape::named(shape),
-            ModelSource::Checkpoint(dir) => ModelShape::from_hf_config(&dir.join("config.json")),
+        if let ContextMode::Transfer { gbps } = cfg.context {
+            if !(gbps > 0.0 && gbps.is_finite()) {
+                return Err(BackendError::Failed(format!(
+                    "context transfer at {gbps} GB/s: the bandwidth must be > 0"
+                )));
+            }
+        }
+        let files = match &cfg.model {
+            ModelSource::Seeded { .. } => None,
+            ModelSource::Checkpoint(path) => {
+                Some(ModelFiles::open(path).map_err(|e| BackendError::Failed(e.to_string()))?)
+            }
         };
-        let shape = shape.map_err(|e| BackendError::Failed(e.to_string()))?;
+        let shape = match (&cfg.model, &files) {
+            (_, Some(f)) => f.shape.clone(),
+            (ModelSource::Seeded { shape, .. }, None) => {
+                ModelShape::named(shape).map_err(|e| BackendError::Failed(e.to_string()))?
+            }
+            (ModelSource::Checkpoint(_), None) => unreachable!("opened above"),
+        };
         shape
             .validate()
             .map_err(|e| BackendError::Failed(e.to_string()))?;
-        let gpu = Gpu::new(cfg.device)?;
-        let weights = Weights::alloc(&gpu, &shape)?;
-        match &cfg.model {
-            ModelSource::Seeded { seed, .. } => weights.fill_seeded(&gpu, &shape, *seed)?,
-            ModelSource::Checkpoint(dir) => {
-                let ck = Checkpoint::open(dir).map_err(|e| BackendError::Failed(e.to_string()))?;
-                weights.fill_from(&gpu, &shape, &ck, dir)?;
+        if let Some(eos) = cfg.eos_token {
+            if eos as usize >= shape.vocab {
+                return Err(BackendError::Failed(format!(
+                    "eos token {eos} is outside the vocabulary ({})",
+                    shape.vocab
+                )));
             }
         }
+        let gpu = Gpu::new(cfg.device, (shape.head_dim, shape.group()))?;
+        let weights = Weights::alloc(&gpu, &shape)?;
+        match (&cfg.model, &files) {
+            (_, Some(f)) => weights.fill_from(&gpu, f)?,
+            (ModelSource::Seeded { seed, .. }, None) => weights.fill_seeded(&gpu, &shape, *seed)?,
+            (ModelSource::Checkpoint(_), None) => unreachable!("opened above"),
+        }
+        drop(files);
         let table_width = cfg.max_context.div_ceil(cfg.tokens_per_block);
         let kvh = shape.kv_heads;
         let mb = cfg.max_batch_size;
@@ -154,6 +187,16 @@ impl CudaBackend {
             }
         };
         let kv = KvCache::new(&gpu, &shape, num_pages, cfg.tokens_per_block)?;
+        let lane = match cfg.context {
+            ContextMode::Prefill => None,
+            ContextMode::Transfer { gbps } => Some(Arc::new(TransferLane::new(
+                &gpu,
+                &kv,
+                &shape,
+                gbps,
+                cfg.max_context,
+            )?)),
+        };
         gpu.sync(Which::Decode)?;
         gpu.sync(Which::Prefill)?;
         let mut b = CudaBackend {
@@ -165,8 +208,9 @@ impl CudaBackend {
             kv,
             weights,
             gpu,
-            reqs: HashMap::new(),
+            reqs: Residents::default(),
             table_width,
+            lane,
         };
         if b.cfg.cuda_graphs {
             b.capture_graphs()?;
@@ -225,6 +269,11 @@ impl CudaBackend {
         let mb = self.cfg.max_batch_size;
         self.gpu
             .htod(Which::Decode, self.dec.lens.ptr, &vec![0i32; mb])?;
+        self.gpu.htod(
+            Which::Decode,
+            self.dec.samp.ptr,
+            &vec![SampleRow::GREEDY; mb],
+        )?;
         let mut graphs = Vec::new();
         for b in buckets(mb) {
             let pass = self.decode_pass(b);
@@ -305,6 +354,17 @@ impl CudaBackend {
         prompt: &[u32],
         pages: &[u32],
     ) -> Result<(u32, Vec<f32>), BackendError> {
+        self.prefill_sampled(id, prompt, pages, SampleRow::GREEDY)
+    }
+
+    /// [`prefill`](Self::prefill) with the first token drawn by `sample`.
+    pub fn prefill_sampled(
+        &mut self,
+        id: RequestId,
+        prompt: &[u32],
+        pages: &[u32],
+        sample: SampleRow,
+    ) -> Result<(u32, Vec<f32>), BackendError> {
         if prompt.is_empty() {
             return Err(BackendError::Failed(format!("request {id}: empty prompt")));
         }
@@ -323,6 +383,7 @@ impl CudaBackend {
             *d = p as i32;
         }
         self.gpu.htod(w, self.pre.table.ptr, &table)?;
+        self.gpu.htod(w, self.pre.samp.ptr, &[sample])?;
         let chunk = self.cfg.prefill_chunk;
         let mut c0 = 0;
         while c0 < prompt.len() {
@@ -361,11 +422,23 @@ impl CudaBackend {
         Ok((tok[0] as u32, logits))
     }
 
-    /// One decode step over `rows` (each consumes its `last_token` at position
-    /// `context_len`); returns the greedy tokens and, when asked, each row's logits.
+    /// One greedy decode step over `rows` (each consumes its `last_token` at position
+    /// `context_len`); returns the tokens and, when asked, each row's logits.
     pub fn decode(
         &mut self,
         rows: &[StepRow],
+        launch: Launch,
+        want_logits: bool,
+    ) -> Result<(Vec<u32>, Vec<Vec<f32>>), BackendError> {
+        let greedy = vec![SampleRow::GREEDY; rows.len()];
+        self.decode_sampled(rows, &greedy, launch, want_logits)
+    }
+
+    /// [`decode`](Self::decode) with row i's token drawn by `samples[i]`.
+    pub fn decode_sampled(
+        &mut self,
+        rows: &[StepRow],
+        samples: &[SampleRow],
         launch: Launch,
         want_logits: bool,
     ) -> Result<(Vec<u32>, Vec<Vec<f32>>), BackendError> {
@@ -377,6 +450,12 @@ impl CudaBackend {
             return Err(BackendError::Failed(format!(
                 "{b} rows exceed max_batch_size {}",
                 self.cfg.max_batch_size
+            )));
+        }
+        if samples.len() != b {
+            return Err(BackendError::Failed(format!(
+                "{} sampling rows for {b} batch rows",
+                samples.len()
             )));
         }
         for r in rows {
@@ -403,6 +482,8 @@ impl CudaBackend {
         let mut pos = vec![0i32; n];
         let mut lens = vec![0i32; n];
         let mut table = vec![0i32; n * tw];
+        let mut samp = vec![SampleRow::GREEDY; n];
+        samp[..b].copy_from_slice(samples);
         for (i, r) in rows.iter().enumerate() {
             toks[i] = r.last_token as i32;
             pos[i] = r.context_len as i32;
@@ -417,6 +498,7 @@ impl CudaBackend {
         self.gpu.htod(w, self.dec.pos.ptr, &pos)?;
         self.gpu.htod(w, self.dec.lens.ptr, &lens)?;
         self.gpu.htod(w, self.dec.table.ptr, &table)?;
+        self.gpu.htod(w, self.dec.samp.ptr, &samp)?;
         match graph {
             Some((_, i)) => self.graphs[i]
                 .1
@@ -457,57 +539,55 @@ impl CudaBackend {
     }
 }
 
-impl StepBackend for CudaBackend {
-    fn context_arrival(&mut self, req: &ContextArrival) -> Result<f64, BackendError> {
-        if !self.reqs.contains_key(&req.id) && self.reqs.len() >= self.cfg.max_resident {
+impl CudaBackend {
+    /// Requests whose KV arrived on a transfer thread join the resident table.
+    fn take_arrivals(&mut self) {
+        if let Some(lane) = &self.lane {
+            for (id, st) in lane.take_arrived() {
+                self.reqs.insert(id, st);
+            }
+        }
+    }
+
+    fn check_room(&self, id: RequestId) -> Result<(), BackendError> {
+        let pending = self.lane.as_ref().map_or(0, |l| l.pending());
+        if !self.reqs.contains(id) && self.reqs.len() + pending >= self.cfg.max_resident {
             return Err(BackendError::Failed(format!(
-                "request {}: {} residents already (max_resident)",
-                req.id, self.cfg.max_resident
+                "request {id}: {} residents already (max_resident)",
+                self.cfg.max_resident
             )));
         }
+        Ok(())
+    }
+}
+
+impl StepBackend for CudaBackend {
+    fn context_arrival(&mut self, req: &ContextArrival) -> Result<f64, BackendError> {
+        self.take_arrivals();
+        self.check_room(req.id)?;
+        if let Some(lane) = self.lane.clone() {
+            let s = lane.context_arrival(req)?;
+            self.take_arrivals();
+            return Ok(s);
+        }
         let t0 = Instant::now();
-        let (tok, _) = self.prefill(req.id, &req.prompt, &req.pages)?;
-        self.reqs.insert(
-            req.id,
-            ReqState {
-                first_token: Some(tok),
-            },
-        );
+        let (st, row) = Residents::arriving(req, self.cfg.eos_token);
+        let (tok, _) = self.prefill_sampled(req.id, &req.prompt, &req.pages, row)?;
+        self.reqs.prefilled(req.id, st, tok);
         Ok(t0.elapsed().as_secs_f64())
     }
 
     fn step(&mut self, rows: &[StepRow]) -> Result<StepOutput, BackendError> {
         let t0 = Instant::now();
-        let mut tokens: Vec<Vec<u32>> = vec![Vec::new(); rows.len()];
-        let mut run: Vec<StepRow> = Vec::with_capacity(rows.len());
-        let mut run_idx = Vec::with_capacity(rows.len());
-        for (i, r) in rows.iter().enumerate() {
-            let st = self
-                .reqs
-                .get(&r.id)
-                .ok_or(BackendError::UnknownRequest(r.id))?;
-            match st.first_token {
-                Some(t) => tokens[i] = vec![t],
-                None => {
-                    run.push(r.clone());
-                    run_idx.push(i);
-                }
-            }
-        }
+        self.take_arrivals();
+        let plan = self.reqs.plan(rows, self.cfg.eos_token)?;
         let launch = if self.cfg.cuda_graphs {
             Launch::Graph
         } else {
             Launch::Eager
         };
-        let (out, _) = self.decode(&run, launch, false)?;
-        for (&i, t) in run_idx.iter().zip(out) {
-            tokens[i] = vec![t];
-        }
-        for r in rows {
-            if let Some(st) = self.reqs.get_mut(&r.id) {
-                st.first_token = None;
-            }
-        }
+        let (out, _) = self.decode_sampled(&plan.run, &plan.samples, launch, false)?;
+        let tokens = self.reqs.finish(rows, plan, &out)?;
         Ok(StepOutput {
             tokens,
             step_s: t0.elapsed().as_secs_f64(),
@@ -515,7 +595,10 @@ impl StepBackend for CudaBackend {
     }
 
     fn release(&mut self, id: RequestId) {
-        self.reqs.remove(&id);
+        self.reqs.remove(id);
+        if let Some(lane) = &self.lane {
+            lane.forget(id);
+        }
     }
 
     fn capacity(&self) -> BackendCapacity {
@@ -524,6 +607,12 @@ impl StepBackend for CudaBackend {
             tokens_per_block: self.kv.page_size as u32,
             seq_slots: self.cfg.max_resident as u32,
         }
+    }
+
+    fn context_lane(&self) -> Option<Arc<dyn ContextLane>> {
+        self.lane
+            .as_ref()
+            .map(|l| l.clone() as Arc<dyn ContextLane>)
     }
 }
 

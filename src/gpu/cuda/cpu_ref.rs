@@ -52,6 +52,8 @@ struct Layer {
 pub struct CpuModel {
     pub shape: ModelShape,
     pub rope: RopeLayout,
+    /// `shape.inv_freq()`, the table the kernels read too.
+    inv_freq: Vec<f32>,
     embed: Vec<f32>,
     layers: Vec<Layer>,
     final_norm: Vec<f32>,
@@ -135,6 +137,7 @@ impl CpuModel {
         Ok(CpuModel {
             shape: shape.clone(),
             rope: RopeLayout::default(),
+            inv_freq: shape.inv_freq(),
             embed,
             layers,
             final_norm: get(Tensor::FinalNorm)?,
@@ -207,24 +210,15 @@ impl CpuModel {
     }
 
     fn rope_row(&self, x: &mut [f32], pos: usize) {
-        let (hd, theta) = (self.shape.head_dim, self.shape.rope_theta);
         match self.rope {
-            RopeLayout::RotateHalf => rope(x, hd, pos, theta),
-            RopeLayout::Interleaved => rope_interleaved(x, hd, pos, theta),
+            RopeLayout::RotateHalf => rope_table(x, pos, &self.inv_freq),
+            RopeLayout::Interleaved => rope_interleaved_table(x, pos, &self.inv_freq),
         }
     }
 }
 
 /// First index of the maximum (torch.argmax's rule).
-pub fn argmax(v: &[f32]) -> u32 {
-    let mut best = 0usize;
-    for (i, &x) in v.iter().enumerate() {
-        if x > v[best] {
-            best = i;
-        }
-    }
-    best as u32
-}
+pub use crate::sampling::argmax;
 
 fn rmsnorm(x: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
     let ms = x.iter().map(|v| v * v).sum::<f32>() / x.len() as f32;
@@ -315,12 +309,13 @@ fn add_into(x: &mut [f32], y: &[f32]) {
     x.iter_mut().zip(y).for_each(|(a, b)| *a += b);
 }
 
-/// HF rotate-half RoPE over every head of `x`: pairs (i, i + D/2).
-pub fn rope(x: &mut [f32], hd: usize, pos: usize, theta: f32) {
-    let half = hd / 2;
-    for head in x.chunks_mut(hd) {
-        for i in 0..half {
-            let (s, c) = rope_angle(i, hd, pos, theta);
+/// HF rotate-half RoPE over every head of `x` (heads of `2 * inv_freq.len()`): pairs
+/// (i, i + D/2), angle `pos * inv_freq[i]` in f32 as the kernel forms it.
+pub fn rope_table(x: &mut [f32], pos: usize, inv_freq: &[f32]) {
+    let half = inv_freq.len();
+    for head in x.chunks_mut(2 * half) {
+        for (i, &f) in inv_freq.iter().enumerate() {
+            let (s, c) = (pos as f32 * f).sin_cos();
             let (a, b) = (head[i], head[i + half]);
             head[i] = a * c - b * s;
             head[i + half] = b * c + a * s;
@@ -329,10 +324,10 @@ pub fn rope(x: &mut [f32], hd: usize, pos: usize, theta: f32) {
 }
 
 /// Interleaved RoPE over every head of `x`: pairs (2i, 2i + 1), same frequencies.
-pub fn rope_interleaved(x: &mut [f32], hd: usize, pos: usize, theta: f32) {
-    for head in x.chunks_mut(hd) {
-        for (i, pair) in head.chunks_exact_mut(2).enumerate() {
-            let (s, c) = rope_angle(i, hd, pos, theta);
+pub fn rope_interleaved_table(x: &mut [f32], pos: usize, inv_freq: &[f32]) {
+    for head in x.chunks_mut(2 * inv_freq.len()) {
+        for (pair, &f) in head.chunks_exact_mut(2).zip(inv_freq) {
+            let (s, c) = (pos as f32 * f).sin_cos();
             let (a, b) = (pair[0], pair[1]);
             pair[0] = a * c - b * s;
             pair[1] = b * c + a * s;
@@ -340,10 +335,19 @@ pub fn rope_interleaved(x: &mut [f32], hd: usize, pos: usize, theta: f32) {
     }
 }
 
-/// (sin, cos) of pair `i`'s angle at `pos`.
-fn rope_angle(i: usize, hd: usize, pos: usize, theta: f32) -> (f32, f32) {
-    let inv_freq = 1.0 / theta.powf((2 * i) as f32 / hd as f32);
-    (pos as f32 * inv_freq).sin_cos()
+/// [`rope_table`] with the plain frequencies `theta^(-2i/hd)` (no scaling).
+pub fn rope(x: &mut [f32], hd: usize, pos: usize, theta: f32) {
+    rope_table(x, pos, &plain_inv_freq(hd, theta));
+}
+
+/// [`rope_interleaved_table`] with the plain frequencies.
+pub fn rope_interleaved(x: &mut [f32], hd: usize, pos: usize, theta: f32) {
+    rope_interleaved_table(x, pos, &plain_inv_freq(hd, theta));
+}
+
+/// The plain frequencies `theta^(-2i/D)` of a head of width `hd` (tests and tools).
+pub fn plain_inv_freq(hd: usize, theta: f32) -> Vec<f32> {
+    super::shape::inv_freq_table(hd, theta, &super::shape::RopeScaling::None)
 }
 
 /// Softmax attention of one query row over the first `n` cached positions, GQA.
@@ -482,6 +486,173 @@ mod tests {
         let wrong = CpuModel::from_fn(&shape, perm);
         let bad = wrong.forward(&mut wrong.new_cache(), &prompt);
         assert!(max_rel(&bad[4], &want[4]) > 1e-3);
+    }
+
+    /// Grouped-query attention with 3 query heads per kv head (SmolLM2's ratio) is plain
+    /// multi-head attention with each kv head's K and V rows repeated for its 3 query heads:
+    /// query head h reads kv head h / 3.
+    #[test]
+    fn gqa_with_three_heads_per_kv_head_equals_mha_with_repeated_kv_heads() {
+        let gqa = ModelShape {
+            heads: 9,
+            kv_heads: 3,
+            ..ModelShape::named("tiny").unwrap()
+        };
+        let mha = ModelShape {
+            kv_heads: 9,
+            ..gqa.clone()
+        };
+        let hd = gqa.head_dim;
+        let repeat = |w: Vec<f32>| -> Vec<f32> {
+            w.chunks(hd * gqa.hidden)
+                .flat_map(|head| head.repeat(3))
+                .collect()
+        };
+        let a = CpuModel::from_fn(&gqa, |t| init_tensor_f32(&gqa, 3, t));
+        let b = CpuModel::from_fn(&mha, |t| match t {
+            Tensor::K(_) | Tensor::V(_) => repeat(init_tensor_f32(&gqa, 3, t)),
+            _ => init_tensor_f32(&gqa, 3, t),
+        });
+        let prompt = [7u32, 300, 12, 999, 5, 64, 64, 1];
+        let (la, lb) = (
+            a.forward(&mut a.new_cache(), &prompt),
+            b.forward(&mut b.new_cache(), &prompt),
+        );
+        for (x, y) in la.iter().zip(&lb) {
+            assert!(max_rel(x, y) < 1e-5);
+        }
+        // Each query head really reads its own kv head: the ungrouped layout differs.
+        let wrong = CpuModel::from_fn(&mha, |t| match t {
+            Tensor::K(_) | Tensor::V(_) => {
+                let w = init_tensor_f32(&gqa, 3, t);
+                let n = w.len();
+                w.into_iter().cycle().take(3 * n).collect()
+            }
+            _ => init_tensor_f32(&gqa, 3, t),
+        });
+        let lw = wrong.forward(&mut wrong.new_cache(), &prompt);
+        assert!(max_rel(&lw[7], &la[7]) > 1e-3);
+    }
+
+    /// The paged attention kernels' arithmetic, mirrored: split the context as
+    /// `split_range` does (whole 64-token tiles, at least 256 tokens a split), walk each
+    /// split's 16-token tiles round-robin over 4 warps with an online softmax in log2 units,
+    /// merge the warps (attention_tc.cu), then merge the splits (`attn_combine`).
+    fn flash_decode(
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        n: usize,
+        g: usize,
+        hd: usize,
+        splits: usize,
+    ) -> Vec<f32> {
+        const TILE: usize = 16;
+        const WARPS: usize = 4;
+        let (log2e, scale) = (std::f32::consts::LOG2_E, 1.0 / (hd as f32).sqrt());
+        let per = n.div_ceil(splits).max(256);
+        let chunk = per.div_ceil(64) * 64;
+        let mut out = vec![0f32; g * hd];
+        for h in 0..g {
+            // (m in natural log units, l, o) per split, as part_ml / part_o hold them.
+            let mut parts: Vec<(f32, f32, Vec<f32>)> = Vec::new();
+            for s in 0..splits {
+                let (start, end) = (s * chunk, ((s + 1) * chunk).min(n));
+                if start >= end {
+                    continue;
+                }
+                let tiles = (end - start).div_ceil(TILE);
+                let mut warps = Vec::new();
+                for w in 0..WARPS {
+                    let (mut m, mut l, mut o) = (f32::NEG_INFINITY, 0f32, vec![0f32; hd]);
+                    for t in (w..tiles).step_by(WARPS) {
+                        let toks: Vec<usize> =
+                            (start + t * TILE..(start + (t + 1) * TILE).min(end)).collect();
+                        let sc: Vec<f32> = toks
+                            .iter()
+                            .map(|&j| {
+                                let kr = &k[j * hd..(j + 1) * hd];
+                                q[h * hd..(h + 1) * hd]
+                                    .iter()
+                                    .zip(kr)
+                                    .map(|(a, b)| a * b)
+                                    .sum::<f32>()
+                                    * scale
+                                    * log2e
+                            })
+                            .collect();
+                        let m_new = sc.iter().copied().fold(m, f32::max);
+                        let alpha = if m == f32::NEG_INFINITY {
+                            0.0
+                        } else {
+                            (m - m_new).exp2()
+                        };
+                        let p: Vec<f32> = sc.iter().map(|x| (x - m_new).exp2()).collect();
+                        l = l * alpha + p.iter().sum::<f32>();
+                        m = m_new;
+                        o.iter_mut().for_each(|x| *x *= alpha);
+                        for (pj, &j) in p.iter().zip(&toks) {
+                            for d in 0..hd {
+                                o[d] += pj * v[j * hd + d];
+                            }
+                        }
+                    }
+                    warps.push((m, l, o));
+                }
+                let m = warps.iter().map(|w| w.0).fold(f32::NEG_INFINITY, f32::max);
+                let (mut den, mut num) = (0f32, vec![0f32; hd]);
+                for (wm, wl, wo) in &warps {
+                    if *wl > 0.0 {
+                        let f = (wm - m).exp2();
+                        den += f * wl;
+                        num.iter_mut().zip(wo).for_each(|(a, b)| *a += f * b);
+                    }
+                }
+                parts.push((
+                    m * std::f32::consts::LN_2,
+                    den,
+                    num.iter().map(|x| x / den).collect(),
+                ));
+            }
+            let mx = parts.iter().map(|p| p.0).fold(f32::NEG_INFINITY, f32::max);
+            let mut den = 0f32;
+            for (pm, pl, po) in &parts {
+                let w = pl * (pm - mx).exp();
+                den += w;
+                for d in 0..hd {
+                    out[h * hd + d] += w * po[d];
+                }
+            }
+            out[h * hd..(h + 1) * hd].iter_mut().for_each(|x| *x /= den);
+        }
+        out
+    }
+
+    #[test]
+    fn the_kernels_split_and_merge_arithmetic_equals_plain_attention_for_three_heads_per_kv() {
+        let (g, hd) = (3, 64);
+        for (n, splits) in [
+            (1, 1),
+            (15, 4),
+            (16, 1),
+            (17, 128),
+            (300, 2),
+            (1000, 3),
+            (4099, 5),
+        ] {
+            let val =
+                |i: usize, salt: usize| (((i * 7919 + salt * 104_729) % 1000) as f32 / 500.0) - 1.0;
+            let q: Vec<f32> = (0..g * hd).map(|i| val(i, 1)).collect();
+            let k: Vec<f32> = (0..n * hd).map(|i| val(i, 2)).collect();
+            let v: Vec<f32> = (0..n * hd).map(|i| val(i, 3)).collect();
+            let want = attend(&q, &k, &v, n, g, 1, hd);
+            let got = flash_decode(&q, &k, &v, n, g, hd, splits);
+            assert!(
+                max_rel(&got, &want) < 1e-5,
+                "n {n} splits {splits}: {}",
+                max_rel(&got, &want)
+            );
+        }
     }
 
     #[test]

@@ -20,31 +20,58 @@ const INIT: &str = include_str!("kernels/init.cu");
 const LAYERS: &str = include_str!("kernels/layers.cu");
 const ATTENTION: &str = include_str!("kernels/attention.cu");
 const ATTENTION_TC: &str = include_str!("kernels/attention_tc.cu");
+const SAMPLE: &str = include_str!("kernels/sample.cu");
 
-/// The kernel source NVRTC compiles: the shared helpers, then every kernel file.
-pub fn kernel_source() -> String {
-    [COMMON, INIT, LAYERS, ATTENTION, ATTENTION_TC].join("\n")
+/// (head_dim, query heads per kv head) of one attention kernel instance.
+pub type AttnShape = (usize, usize);
+
+/// Every attention shape the kernels take: head_dim 64 and 128 with 1 to 16 query heads per
+/// kv head (the NVRTC test compiles them all; a backend compiles only its model's).
+pub fn all_attn_shapes() -> Vec<AttnShape> {
+    [64, 128]
+        .into_iter()
+        .flat_map(|d| (1..=super::shape::MAX_GROUP).map(move |g| (d, g)))
+        .collect()
 }
 
-/// Every kernel the backend loads from the compiled module.
-pub fn kernel_names() -> Vec<String> {
+/// The kernel source NVRTC compiles: the shared helpers, every kernel file, and both
+/// attention kernels instantiated for `attn`.
+pub fn kernel_source(attn: &[AttnShape]) -> String {
+    let mut src = [COMMON, INIT, LAYERS, ATTENTION, ATTENTION_TC, SAMPLE].join("\n");
+    for &(d, g) in attn {
+        src.push_str(&format!(
+            "ATTN_INSTANCE({d}, {g})\nATTN_TC_INSTANCE({d}, {g})\n"
+        ));
+    }
+    src
+}
+
+/// Name of the attention kernel of `kind` for head_dim `d` and group `g`.
+pub fn attn_kernel_name(kind: AttnKernel, d: usize, g: usize) -> String {
+    match kind {
+        AttnKernel::TensorCore => format!("paged_attn_tc_d{d}_g{g}"),
+        AttnKernel::Simt => format!("paged_attn_d{d}_g{g}"),
+    }
+}
+
+/// Every kernel a module compiled from `kernel_source(attn)` defines.
+pub fn kernel_names(attn: &[AttnShape]) -> Vec<String> {
     let mut v: Vec<String> = [
         "init_uniform_bf16",
         "embed_rows",
         "rmsnorm",
         "rope_kv_write",
         "silu_mul",
-        "argmax_rows",
+        "fill_kv_pages",
+        "sample_rows",
         "attn_combine",
     ]
     .iter()
     .map(|s| s.to_string())
     .collect();
-    for kind in ["", "tc_"] {
-        for d in [64, 128] {
-            for g in [1, 2, 4, 8] {
-                v.push(format!("paged_attn_{kind}d{d}_g{g}"));
-            }
+    for &(d, g) in attn {
+        for kind in [AttnKernel::Simt, AttnKernel::TensorCore] {
+            v.push(attn_kernel_name(kind, d, g));
         }
     }
     v
@@ -137,16 +164,68 @@ impl A {
     }
 }
 
+/// The kernels' PTX for `attn`, compiled once per process (NVRTC takes seconds; tests and
+/// tools create several backends).
+fn compiled(attn: AttnShape) -> Result<cudarc::nvrtc::Ptx, BackendError> {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    static CACHE: OnceLock<Mutex<HashMap<AttnShape, cudarc::nvrtc::Ptx>>> = OnceLock::new();
+    let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
+    if let Some(p) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(&attn) {
+        return Ok(p.clone());
+    }
+    let ptx = compile_ptx_with_opts(
+        kernel_source(&[attn]),
+        CompileOptions {
+            arch: Some("sm_90"),
+            options: vec!["--std=c++17".into()],
+            ..Default::default()
+        },
+    )
+    .map_err(|e| BackendError::Failed(format!("NVRTC compile of the kernels: {e:?}")))?;
+    cache
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(attn, ptx.clone());
+    Ok(ptx)
+}
+
+/// Launches `f` on `stream` with `smem` bytes of dynamic shared memory.
+pub(crate) fn launch_on(
+    stream: &CudaStream,
+    f: &CudaFunction,
+    grid: (u32, u32, u32),
+    block: u32,
+    smem: u32,
+    args: &[A],
+) -> Result<(), BackendError> {
+    let vals: Vec<u64> = args.iter().map(|a| a.bits()).collect();
+    let mut b = stream.launch_builder(f);
+    for v in &vals {
+        b.arg(v);
+    }
+    let cfg = LaunchConfig {
+        grid_dim: grid,
+        block_dim: (block, 1, 1),
+        shared_mem_bytes: smem,
+    };
+    // SAFETY: argument lists match the kernels' signatures in kernels/*.cu, and every
+    // pointer comes from a live DevBuf sized by the caller for the launch.
+    unsafe { b.launch(cfg) }.map_err(drv("kernel launch"))?;
+    Ok(())
+}
+
 pub(crate) struct Kernels {
     pub init: CudaFunction,
     pub embed: CudaFunction,
     pub rmsnorm: CudaFunction,
     pub rope_kv: CudaFunction,
     pub silu_mul: CudaFunction,
-    pub argmax: CudaFunction,
+    pub sample: CudaFunction,
+    pub fill_pages: CudaFunction,
     pub combine: CudaFunction,
-    /// paged_attn_[tc_]d{64,128}_g{1,2,4,8} of `attn_kind`, indexed by [d == 128][log2 g].
-    pub attn: [[CudaFunction; 4]; 2],
+    /// The model's attention kernel of `attn_kind` (its head_dim and group size).
+    pub attn: CudaFunction,
     pub attn_kind: AttnKernel,
 }
 
@@ -154,6 +233,8 @@ pub(crate) struct Gpu {
     pub ctx: Arc<CudaContext>,
     pub decode: Arc<CudaStream>,
     pub prefill: Arc<CudaStream>,
+    /// KV transfers (`context: transfer`), launched from the arrival threads.
+    pub transfer: Arc<CudaStream>,
     pub k: Kernels,
     pub blas_decode: CudaBlas,
     pub blas_prefill: CudaBlas,
@@ -165,9 +246,11 @@ pub(crate) struct Gpu {
 const BLAS_WORKSPACE: usize = 32 << 20;
 
 impl Gpu {
-    /// Creates the context (event tracking off before any allocation), two non-default
-    /// streams, compiles the kernels for sm_90 and sets up one cuBLAS handle per stream.
-    pub fn new(ordinal: usize) -> Result<Self, BackendError> {
+    /// Creates the context (event tracking off before any allocation), three non-default
+    /// streams (decode, prefill, KV transfer), compiles the kernels for sm_90 with the
+    /// attention kernels of `attn` = (head_dim, group), and sets up one cuBLAS handle per
+    /// compute stream.
+    pub fn new(ordinal: usize, attn: AttnShape) -> Result<Self, BackendError> {
         super::probe::probe_libraries()?;
         let ctx = CudaContext::new(ordinal).map_err(drv("creating the CUDA context"))?;
         // SAFETY: called before any allocation; we synchronise streams by hand from here on.
@@ -178,15 +261,8 @@ impl Gpu {
             .map_err(drv("multiprocessor count"))? as u32;
         let decode = ctx.new_stream().map_err(drv("decode stream"))?;
         let prefill = ctx.new_stream().map_err(drv("prefill stream"))?;
-        let ptx = compile_ptx_with_opts(
-            kernel_source(),
-            CompileOptions {
-                arch: Some("sm_90"),
-                options: vec!["--std=c++17".into()],
-                ..Default::default()
-            },
-        )
-        .map_err(|e| BackendError::Failed(format!("NVRTC compile of the kernels: {e:?}")))?;
+        let transfer = ctx.new_stream().map_err(drv("transfer stream"))?;
+        let ptx = compiled(attn)?;
         let m = ctx
             .load_module(ptx)
             .map_err(drv("loading the kernel module"))?;
@@ -195,34 +271,27 @@ impl Gpu {
                 .map_err(|e| BackendError::Failed(format!("kernel {n}: {e:?}")))
         };
         let attn_kind = AttnKernel::from_env()?;
-        let prefix = match attn_kind {
-            AttnKernel::TensorCore => "paged_attn_tc_",
-            AttnKernel::Simt => "paged_attn_",
-        };
-        let attn_row = |d: usize| -> Result<[CudaFunction; 4], BackendError> {
-            let load = |g: usize| -> Result<CudaFunction, BackendError> {
-                let func = f(&format!("{prefix}d{d}_g{g}"))?;
-                let smem = attn_kind.smem_bytes(d);
-                if smem > 48 << 10 {
-                    func.set_attribute(
-                        sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                        smem as i32,
-                    )
-                    .map_err(drv("attention shared-memory limit"))?;
-                }
-                Ok(func)
-            };
-            Ok([load(1)?, load(2)?, load(4)?, load(8)?])
-        };
+        let (d, g) = attn;
+        let attn_fn = f(&attn_kernel_name(attn_kind, d, g))?;
+        let smem = attn_kind.smem_bytes(d);
+        if smem > 48 << 10 {
+            attn_fn
+                .set_attribute(
+                    sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    smem as i32,
+                )
+                .map_err(drv("attention shared-memory limit"))?;
+        }
         let k = Kernels {
             init: f("init_uniform_bf16")?,
             embed: f("embed_rows")?,
             rmsnorm: f("rmsnorm")?,
             rope_kv: f("rope_kv_write")?,
             silu_mul: f("silu_mul")?,
-            argmax: f("argmax_rows")?,
+            sample: f("sample_rows")?,
+            fill_pages: f("fill_kv_pages")?,
             combine: f("attn_combine")?,
-            attn: [attn_row(64)?, attn_row(128)?],
+            attn: attn_fn,
             attn_kind,
         };
         let blas_decode = CudaBlas::new(decode.clone()).map_err(blas_err("cuBLAS handle"))?;
@@ -231,6 +300,7 @@ impl Gpu {
             ctx,
             decode,
             prefill,
+            transfer,
             k,
             blas_decode,
             blas_prefill,
@@ -261,13 +331,15 @@ impl Gpu {
         match w {
             Which::Decode => &self.decode,
             Which::Prefill => &self.prefill,
+            Which::Transfer => &self.transfer,
         }
     }
 
     fn blas(&self, w: Which) -> &CudaBlas {
         match w {
             Which::Decode => &self.blas_decode,
-            Which::Prefill => &self.blas_prefill,
+            // No GEMM runs on the transfer stream.
+            Which::Prefill | Which::Transfer => &self.blas_prefill,
         }
     }
 
@@ -309,21 +381,7 @@ impl Gpu {
         smem: u32,
         args: &[A],
     ) -> Result<(), BackendError> {
-        let vals: Vec<u64> = args.iter().map(|a| a.bits()).collect();
-        let s = self.stream(w);
-        let mut b = s.launch_builder(f);
-        for v in &vals {
-            b.arg(v);
-        }
-        let cfg = LaunchConfig {
-            grid_dim: grid,
-            block_dim: (block, 1, 1),
-            shared_mem_bytes: smem,
-        };
-        // SAFETY: argument lists match the kernels' signatures in kernels/*.cu, and every
-        // pointer comes from a live DevBuf sized by the caller for the launch.
-        unsafe { b.launch(cfg) }.map_err(drv("kernel launch"))?;
-        Ok(())
+        launch_on(self.stream(w), f, grid, block, smem, args)
     }
 
     /// y[rows, out] = x[rows, inp] @ W[out, inp]^T (+ y when `accumulate`), bf16 in, f32
@@ -426,6 +484,7 @@ impl Gpu {
 pub(crate) enum Which {
     Decode,
     Prefill,
+    Transfer,
 }
 
 #[cfg(test)]
@@ -434,9 +493,13 @@ mod tests {
 
     #[test]
     fn every_loaded_kernel_is_defined_in_the_source() {
-        let src = kernel_source();
-        for name in kernel_names() {
+        let shapes = all_attn_shapes();
+        assert_eq!(shapes.len(), 32);
+        let src = kernel_source(&shapes);
+        for name in kernel_names(&shapes) {
+            // `void name(` or, after `__launch_bounds__(...)`, `name(` on its own line.
             let plain = format!("void {name}(");
+            let bounded = format!("\n    {name}(");
             // Attention kernels come from ATTN_INSTANCE(D, G) expansions.
             let inst = name
                 .strip_prefix("paged_attn_tc_d")
@@ -446,9 +509,26 @@ mod tests {
                         .map(|r| ("ATTN_INSTANCE", r))
                 })
                 .and_then(|(mac, r)| r.split_once("_g").map(|(d, g)| format!("{mac}({d}, {g})")));
-            let found = src.contains(&plain) || inst.is_some_and(|i| src.contains(&i));
+            let found = src.contains(&plain)
+                || src.contains(&bounded)
+                || inst.is_some_and(|i| src.contains(&i));
             assert!(found, "kernel {name} is loaded but not defined");
         }
+        // A backend's module holds its model's shape only.
+        let one = kernel_source(&[(64, 3)]);
+        assert!(
+            one.contains("ATTN_TC_INSTANCE(64, 3)") && !one.contains("ATTN_TC_INSTANCE(64, 4)")
+        );
+    }
+
+    #[test]
+    fn the_device_sample_row_matches_the_kernel_struct() {
+        // float, float, int, int, u64: the kernel's `struct SampleRow`.
+        assert!(SAMPLE.contains(
+            "struct SampleRow {\n    float temperature;  // <= 0: greedy\n    float top_p;        // >= 1: off\n    int top_k;"
+        ));
+        assert_eq!(std::mem::size_of::<crate::sampling::SampleRow>(), 24);
+        assert_eq!(std::mem::align_of::<crate::sampling::SampleRow>(), 8);
     }
 
     #[test]

@@ -16,6 +16,7 @@ pub(crate) struct KvCache {
     pub num_pages: usize,
     pub page_size: usize,
     page_elems: usize,
+    layers: usize,
 }
 
 impl KvCache {
@@ -32,7 +33,19 @@ impl KvCache {
             num_pages,
             page_size,
             page_elems,
+            layers: s.layers,
         })
+    }
+
+    /// (base pointer, elements per region, elements per page, regions): region 2l is layer
+    /// l's K, 2l + 1 its V.
+    pub fn geometry(&self) -> (u64, u64, usize, usize) {
+        (
+            self.buf.ptr,
+            (self.num_pages * self.page_elems) as u64,
+            self.page_elems,
+            2 * self.layers,
+        )
     }
 
     fn region(&self, i: usize) -> u64 {
@@ -79,6 +92,8 @@ pub(crate) struct Scratch {
     pub logits: DevBuf,
     part_o: DevBuf,
     part_ml: DevBuf,
+    /// One `SampleRow` per logit row.
+    pub samp: DevBuf,
     pub out_tok: DevBuf,
 }
 
@@ -112,6 +127,7 @@ impl Scratch {
             logits: a(logit_rows * s.vocab * 4)?,
             part_o: a(part_rows_splits * hd * 4)?,
             part_ml: a(part_rows_splits * s.heads * 2 * 4)?,
+            samp: a(logit_rows.max(1) * std::mem::size_of::<crate::sampling::SampleRow>())?,
             out_tok: a(logit_rows.max(1) * 4)?,
         })
     }
@@ -125,7 +141,8 @@ pub(crate) struct Pass {
     pub splits: usize,
     /// Page-table row stride in entries; 0 when all rows share row 0 (prefill).
     pub table_stride: usize,
-    /// Rows [logits_row0, logits_row0 + logits_rows) get logits and a greedy token.
+    /// Rows [logits_row0, logits_row0 + logits_rows) get logits and a sampled token (by the
+    /// scratch's `samp` rows).
     pub logits_row0: usize,
     pub logits_rows: usize,
 }
@@ -139,8 +156,8 @@ pub(crate) fn splits_for(rows: usize, kv_heads: usize, sm_count: u32) -> usize {
         .clamp(1, 128)
 }
 
-/// Enqueues the pass on `w`'s stream. Inputs (tokens, pos, lens, table) must already be in
-/// the scratch; outputs are `logits` and `out_tok` of the logit rows.
+/// Enqueues the pass on `w`'s stream. Inputs (tokens, pos, lens, table, samp) must already
+/// be in the scratch; outputs are `logits` and `out_tok` of the logit rows.
 pub(crate) fn enqueue(
     gpu: &Gpu,
     w: Which,
@@ -173,7 +190,7 @@ pub(crate) fn enqueue(
             A::I(s.vocab as i32),
         ],
     )?;
-    let attn_fn = &k.attn[(s.head_dim == 128) as usize][s.group().trailing_zeros() as usize];
+    let attn_fn = &k.attn;
     let scale = 1.0 / (s.head_dim as f32).sqrt();
     for (l, lw) in wt.layers.iter().enumerate() {
         gpu.launch(
@@ -217,7 +234,7 @@ pub(crate) fn enqueue(
                 A::I(s.kv_heads as i32),
                 A::I(s.head_dim as i32),
                 A::I(kv.page_size as i32),
-                A::F(s.rope_theta),
+                A::P(wt.inv_freq),
             ],
         )?;
         gpu.launch_smem(
@@ -333,12 +350,13 @@ pub(crate) fn enqueue(
         )?;
         gpu.launch(
             w,
-            &k.argmax,
+            &k.sample,
             (p.logits_rows as u32, 1, 1),
             1024,
             &[
                 A::P(sc.logits.ptr),
                 A::I(s.vocab as i32),
+                A::P(sc.samp.ptr),
                 A::P(sc.out_tok.ptr),
             ],
         )?;

@@ -106,6 +106,9 @@ pub struct ParityReport {
     pub worst: (usize, usize, f64),
     /// Against the float32 run, when the reference has one.
     pub vs_f32: Option<F32Compare>,
+    /// SPEC §6's criterion: our max relative error against float32 is no larger than the
+    /// reference's own bf16 run's (`None` without a float32 run).
+    pub criterion_met: Option<bool>,
 }
 
 /// Errors of our logits and of the reference's bf16 logits, both against float32.
@@ -223,6 +226,7 @@ pub fn run(
             reference_bf16_max_rel_err: ref32.max_rel,
             reference_bf16_mean_rel_l2: ref32.mean_l2(),
         }),
+        criterion_met: r.logits32.as_ref().map(|_| ours32.max_rel <= ref32.max_rel),
     })
 }
 

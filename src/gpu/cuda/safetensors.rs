@@ -90,6 +90,11 @@ impl Checkpoint {
         self.tensors.get(name)
     }
 
+    /// Every tensor's name, sorted.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.tensors.keys().map(String::as_str)
+    }
+
     fn raw(&self, name: &str) -> Result<(&TensorInfo, &[u8]), SafetensorsError> {
         let info = self
             .tensors

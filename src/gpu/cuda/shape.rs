@@ -17,9 +17,35 @@ pub struct ModelShape {
     pub head_dim: usize,
     pub ffn: usize,
     pub rope_theta: f32,
+    /// How the rotary frequencies derived from `rope_theta` are rescaled for long contexts.
+    pub rope_scaling: RopeScaling,
     pub rms_eps: f32,
     /// The LM head shares the embedding matrix.
     pub tied_embeddings: bool,
+}
+
+/// Most query heads per kv head the attention kernels take (the MMA's 16 rows).
+pub const MAX_GROUP: usize = 16;
+
+/// Rescaling of the rotary frequencies `theta^(-2i/D)` (HF `rope_scaling` /
+/// `rope_parameters`, GGUF `rope.scaling.*` and `rope_freqs.weight`).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum RopeScaling {
+    #[default]
+    None,
+    /// Every frequency divided by `factor` (positions interpolated; HF `linear`).
+    Linear { factor: f32 },
+    /// Llama 3.1's frequency-dependent scaling (HF `llama3`): long wavelengths divided by
+    /// `factor`, short ones kept, a smooth blend between.
+    Llama3 {
+        factor: f32,
+        low_freq_factor: f32,
+        high_freq_factor: f32,
+        original_max_position: f32,
+    },
+    /// One divisor per frequency (llama.cpp's `rope_freqs.weight`, which its converter
+    /// writes for Llama 3.1).
+    Factors(Vec<f32>),
 }
 
 /// A shape the CUDA kernels cannot run, or a `config.json` that does not describe one.
@@ -34,9 +60,8 @@ pub enum ShapeError {
 }
 
 impl ModelShape {
-    /// A named shape. `llama-1b` has Llama-3.2-1B's dimensions and `llama-8b` Llama-3.1-8B's
-    /// (plain RoPE: the llama3 frequency scaling only matters past 8k positions and is not
-    /// modelled).
+    /// A named shape. `llama-1b` has Llama-3.2-1B's dimensions and `llama-8b` Llama-3.1-8B's,
+    /// each with its llama3 RoPE scaling.
     pub fn named(name: &str) -> Result<Self, ShapeError> {
         let s = match name {
             "tiny" => ModelShape {
@@ -49,6 +74,7 @@ impl ModelShape {
                 head_dim: 64,
                 ffn: 512,
                 rope_theta: 10000.0,
+                rope_scaling: RopeScaling::None,
                 rms_eps: 1e-5,
                 tied_embeddings: false,
             },
@@ -62,6 +88,7 @@ impl ModelShape {
                 head_dim: 64,
                 ffn: 8192,
                 rope_theta: 500_000.0,
+                rope_scaling: RopeScaling::llama3(32.0),
                 rms_eps: 1e-5,
                 tied_embeddings: true,
             },
@@ -75,6 +102,7 @@ impl ModelShape {
                 head_dim: 128,
                 ffn: 14_336,
                 rope_theta: 500_000.0,
+                rope_scaling: RopeScaling::llama3(8.0),
                 rms_eps: 1e-5,
                 tied_embeddings: false,
             },
@@ -120,17 +148,45 @@ impl ModelShape {
                     .and_then(Value::as_f64)
             })
             .unwrap_or(10000.0);
-        let rope_type = v
+        // transformers 5 keeps the scaling in rope_parameters, 4 in rope_scaling.
+        let scaling = v
             .get("rope_parameters")
-            .or_else(|| v.get("rope_scaling"))
-            .and_then(|r| r.get("rope_type").or_else(|| r.get("type")))
-            .and_then(Value::as_str)
-            .unwrap_or("default");
-        if rope_type != "default" {
-            return Err(err(format!(
-                "rope type {rope_type:?} is not supported (only default)"
-            )));
-        }
+            .filter(|r| r.is_object())
+            .or_else(|| v.get("rope_scaling").filter(|r| r.is_object()));
+        let rope_scaling = match scaling {
+            None => RopeScaling::None,
+            Some(r) => {
+                let kind = r
+                    .get("rope_type")
+                    .or_else(|| r.get("type"))
+                    .and_then(Value::as_str)
+                    .unwrap_or("default");
+                let num = |k: &str| -> Result<f32, ShapeError> {
+                    r.get(k)
+                        .and_then(Value::as_f64)
+                        .map(|x| x as f32)
+                        .ok_or_else(|| err(format!("rope type {kind:?} needs a number {k:?}")))
+                };
+                match kind {
+                    "default" => RopeScaling::None,
+                    "linear" => RopeScaling::Linear {
+                        factor: num("factor")?,
+                    },
+                    "llama3" => RopeScaling::Llama3 {
+                        factor: num("factor")?,
+                        low_freq_factor: num("low_freq_factor")?,
+                        high_freq_factor: num("high_freq_factor")?,
+                        original_max_position: num("original_max_position_embeddings")?,
+                    },
+                    other => {
+                        return Err(err(format!(
+                            "rope type {other:?} is not supported (supported: default, \
+                             linear, llama3)"
+                        )))
+                    }
+                }
+            }
+        };
         let shape = ModelShape {
             name: path
                 .parent()
@@ -145,6 +201,7 @@ impl ModelShape {
             head_dim,
             ffn: int("intermediate_size")?,
             rope_theta: theta as f32,
+            rope_scaling,
             rms_eps: v
                 .get("rms_norm_eps")
                 .and_then(Value::as_f64)
@@ -158,8 +215,8 @@ impl ModelShape {
         Ok(shape)
     }
 
-    /// Checks the limits of the kernels: head_dim 64 or 128, 1..=8 query heads per kv head,
-    /// rows that split into 16-byte vectors.
+    /// Checks the limits of the kernels: head_dim 64 or 128, 1..=16 query heads per kv head,
+    /// rows that split into 16-byte vectors, a usable RoPE.
     pub fn validate(&self) -> Result<(), ShapeError> {
         let bad = |msg: String| ShapeError::Unsupported {
             name: self.name.clone(),
@@ -178,9 +235,9 @@ impl ModelShape {
             )));
         }
         let g = self.heads / self.kv_heads;
-        if !matches!(g, 1 | 2 | 4 | 8) {
+        if !(1..=MAX_GROUP).contains(&g) {
             return Err(bad(format!(
-                "{g} query heads per kv head (supported: 1, 2, 4, 8)"
+                "{g} query heads per kv head (supported: 1 to {MAX_GROUP})"
             )));
         }
         if !self.hidden.is_multiple_of(8)
@@ -192,7 +249,37 @@ impl ModelShape {
                 "hidden and ffn must be multiples of 8; layers, vocab > 0".into(),
             ));
         }
+        if !(self.rope_theta > 0.0 && self.rope_theta.is_finite()) {
+            return Err(bad(format!("RoPE base {} must be > 0", self.rope_theta)));
+        }
+        let ok = match &self.rope_scaling {
+            RopeScaling::None => true,
+            RopeScaling::Linear { factor } => *factor > 0.0,
+            RopeScaling::Llama3 {
+                factor,
+                low_freq_factor,
+                high_freq_factor,
+                original_max_position,
+            } => {
+                *factor > 0.0
+                    && *low_freq_factor > 0.0
+                    && high_freq_factor > low_freq_factor
+                    && *original_max_position > 0.0
+            }
+            RopeScaling::Factors(f) => {
+                f.len() == self.head_dim / 2 && f.iter().all(|&x| x > 0.0 && x.is_finite())
+            }
+        };
+        if !ok {
+            return Err(bad(format!("RoPE scaling {:?}", self.rope_scaling)));
+        }
         Ok(())
+    }
+
+    /// The rotary frequency of each pair (i, i + D/2): `theta^(-2i/D)`, rescaled. Computed
+    /// in f64 and rounded once; the kernels and the CPU reference both read this table.
+    pub fn inv_freq(&self) -> Vec<f32> {
+        inv_freq_table(self.head_dim, self.rope_theta, &self.rope_scaling)
     }
 
     /// Query heads per kv head.
@@ -217,6 +304,62 @@ impl ModelShape {
     /// bf16 KV bytes one token occupies across all layers.
     pub fn kv_bytes_per_token(&self) -> u64 {
         (2 * self.layers * self.kv_heads * self.head_dim * 2) as u64
+    }
+}
+
+/// The rotary frequencies of a head of width `head_dim` (see [`ModelShape::inv_freq`]).
+pub fn inv_freq_table(head_dim: usize, theta: f32, scaling: &RopeScaling) -> Vec<f32> {
+    let d = head_dim as f64;
+    let theta = f64::from(theta);
+    (0..head_dim / 2)
+        .map(|i| {
+            let f = 1.0 / theta.powf((2 * i) as f64 / d);
+            scaling.apply(i, f) as f32
+        })
+        .collect()
+}
+
+impl RopeScaling {
+    /// Llama 3's published settings with `factor` (8 for 3.1 8B, 32 for 3.2 1B/3B).
+    pub fn llama3(factor: f32) -> Self {
+        RopeScaling::Llama3 {
+            factor,
+            low_freq_factor: 1.0,
+            high_freq_factor: 4.0,
+            original_max_position: 8192.0,
+        }
+    }
+
+    /// Frequency `f` of pair `i`, rescaled (transformers' `_compute_llama3_parameters` for
+    /// llama3).
+    fn apply(&self, i: usize, f: f64) -> f64 {
+        match self {
+            RopeScaling::None => f,
+            RopeScaling::Linear { factor } => f / f64::from(*factor),
+            RopeScaling::Factors(div) => f / f64::from(div.get(i).copied().unwrap_or(1.0)),
+            RopeScaling::Llama3 {
+                factor,
+                low_freq_factor,
+                high_freq_factor,
+                original_max_position,
+            } => {
+                let (factor, lo, hi, old) = (
+                    f64::from(*factor),
+                    f64::from(*low_freq_factor),
+                    f64::from(*high_freq_factor),
+                    f64::from(*original_max_position),
+                );
+                let wavelen = 2.0 * std::f64::consts::PI / f;
+                if wavelen < old / hi {
+                    f
+                } else if wavelen > old / lo {
+                    f / factor
+                } else {
+                    let smooth = (old / wavelen - lo) / (hi - lo);
+                    (1.0 - smooth) * f / factor + smooth * f
+                }
+            }
+        }
     }
 }
 
@@ -269,6 +412,106 @@ mod tests {
             e.contains("num_attention_heads") && e.contains("config.json"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn every_group_size_up_to_16_passes_including_real_models_shapes() {
+        let mut s = ModelShape::named("llama-8b").unwrap();
+        for g in 1..=MAX_GROUP {
+            s.kv_heads = 1;
+            s.heads = g;
+            s.validate().unwrap_or_else(|e| panic!("group {g}: {e}"));
+        }
+        s.heads = 17;
+        let e = s.validate().unwrap_err().to_string();
+        assert!(e.contains("17 query heads per kv head"), "{e}");
+        // SmolLM2-135M (9 over 3, head_dim 64), Qwen2-7B (28 over 4, head_dim 128).
+        for (heads, kv, hd, hidden) in [(9, 3, 64, 576), (28, 4, 128, 3584), (32, 8, 128, 4096)] {
+            let s = ModelShape {
+                heads,
+                kv_heads: kv,
+                head_dim: hd,
+                hidden,
+                ..ModelShape::named("tiny").unwrap()
+            };
+            s.validate().unwrap();
+        }
+    }
+
+    #[test]
+    fn llama3_scaling_keeps_short_wavelengths_divides_long_ones_and_blends_between() {
+        let s = ModelShape::named("llama-8b").unwrap();
+        let plain = ModelShape {
+            rope_scaling: RopeScaling::None,
+            ..s.clone()
+        }
+        .inv_freq();
+        let scaled = s.inv_freq();
+        assert_eq!(scaled.len(), 64);
+        assert_eq!(plain[0], 1.0);
+        let mut blended = 0;
+        for (i, (&p, &q)) in plain.iter().zip(&scaled).enumerate() {
+            let wavelen = 2.0 * std::f64::consts::PI / f64::from(p);
+            if wavelen < 8192.0 / 4.0 {
+                assert_eq!(q, p, "pair {i} is high-frequency");
+            } else if wavelen > 8192.0 {
+                assert!((q * 8.0 / p - 1.0).abs() < 1e-6, "pair {i} is divided by 8");
+            } else {
+                assert!(q < p && q > p / 8.0, "pair {i} blends");
+                blended += 1;
+            }
+        }
+        assert!(blended > 0);
+        assert!(scaled.windows(2).all(|w| w[1] < w[0]), "still decreasing");
+        let lin = ModelShape {
+            rope_scaling: RopeScaling::Linear { factor: 4.0 },
+            ..s.clone()
+        };
+        assert_eq!(lin.inv_freq()[5], (f64::from(plain[5]) / 4.0) as f32);
+        let mut f = ModelShape {
+            rope_scaling: RopeScaling::Factors(vec![2.0; 64]),
+            ..s
+        };
+        assert_eq!(f.inv_freq()[0], 0.5);
+        f.rope_scaling = RopeScaling::Factors(vec![2.0; 3]);
+        assert!(f
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("RoPE scaling"));
+    }
+
+    #[test]
+    fn hf_config_reads_llama3_scaling_in_both_layouts_and_refuses_yarn() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("config.json");
+        let base = r#""hidden_size":256,"intermediate_size":512,"num_hidden_layers":2,
+               "num_attention_heads":8,"num_key_value_heads":2,"vocab_size":1024,"head_dim":64"#;
+        let llama3 = r#"{"rope_type":"llama3","factor":8.0,"low_freq_factor":1.0,
+            "high_freq_factor":4.0,"original_max_position_embeddings":8192"#;
+        for cfg in [
+            format!(r#"{{{base},"rope_theta":500000.0,"rope_scaling":{llama3}}}}}"#),
+            format!(r#"{{{base},"rope_parameters":{llama3},"rope_theta":500000.0}}}}"#),
+        ] {
+            std::fs::write(&p, cfg).unwrap();
+            let s = ModelShape::from_hf_config(&p).unwrap();
+            assert_eq!(s.rope_scaling, RopeScaling::llama3(8.0));
+            assert_eq!(s.rope_theta, 500000.0);
+        }
+        std::fs::write(
+            &p,
+            format!(r#"{{{base},"rope_scaling":{{"rope_type":"yarn","factor":4.0}}}}"#),
+        )
+        .unwrap();
+        let e = ModelShape::from_hf_config(&p).unwrap_err().to_string();
+        assert!(e.contains("yarn") && e.contains("not supported"), "{e}");
+        std::fs::write(
+            &p,
+            format!(r#"{{{base},"rope_scaling":{{"rope_type":"llama3","factor":8.0}}}}"#),
+        )
+        .unwrap();
+        let e = ModelShape::from_hf_config(&p).unwrap_err().to_string();
+        assert!(e.contains("low_freq_factor"), "{e}");
     }
 
     #[test]

@@ -1,12 +1,10 @@
 //! Model weights in one device slab, bf16, HF layout with q|k|v and gate|up fused so each
-//! layer needs two input GEMMs. Filled by the seeded init kernel or from a safetensors
-//! checkpoint.
-
-use std::path::Path;
+//! layer needs two input GEMMs, and the RoPE frequency table. Filled by the seeded init
+//! kernel or from a checkpoint (safetensors or GGUF, `ModelFiles`).
 
 use super::device::{Gpu, Which};
 use super::init::Tensor;
-use super::safetensors::Checkpoint;
+use super::model_files::ModelFiles;
 use super::shape::ModelShape;
 use crate::gpu::BackendError;
 
@@ -23,6 +21,9 @@ pub(crate) struct LayerPtrs {
 
 pub(crate) struct Weights {
     _slab: super::device::DevBuf,
+    _rope: super::device::DevBuf,
+    /// f32 [head_dim / 2]: `ModelShape::inv_freq`.
+    pub inv_freq: u64,
     pub embed: u64,
     pub layers: Vec<LayerPtrs>,
     pub final_norm: u64,
@@ -37,12 +38,13 @@ pub(crate) struct Weights {
 pub enum ModelSource {
     /// A named shape (`tiny`, `llama-1b`, `llama-8b`) with seeded random weights.
     Seeded { shape: String, seed: u32 },
-    /// A directory with `config.json` and `*.safetensors` in the HF Llama layout.
+    /// A checkpoint: a directory with `config.json` and `*.safetensors` in the HF Llama
+    /// layout, or a Llama GGUF file (`ModelFiles::open`).
     Checkpoint(std::path::PathBuf),
 }
 
 impl Weights {
-    /// Lays out (and zero-allocates) the slab for `s`.
+    /// Lays out (and zero-allocates) the slab for `s` and uploads its RoPE table.
     pub fn alloc(gpu: &Gpu, s: &ModelShape) -> Result<Self, BackendError> {
         let mut off = 0usize;
         let mut placement: Vec<(Tensor, usize)> = Vec::new();
@@ -77,8 +79,14 @@ impl Weights {
             place(Tensor::LmHead, &mut placement)
         };
         let slab = gpu.alloc(off, Which::Decode)?;
+        let inv_freq = s.inv_freq();
+        let rope = gpu.alloc(inv_freq.len() * 4, Which::Decode)?;
+        gpu.htod(Which::Decode, rope.ptr, &inv_freq)?;
+        gpu.sync(Which::Decode)?;
         let p = |o: usize| slab.at(o);
         Ok(Weights {
+            inv_freq: rope.ptr,
+            _rope: rope,
             embed: p(embed),
             layers: layers
                 .iter()
@@ -117,30 +125,11 @@ impl Weights {
         gpu.sync(Which::Decode)
     }
 
-    /// Copies every tensor from a HF checkpoint, checking shapes.
-    pub fn fill_from(
-        &self,
-        gpu: &Gpu,
-        s: &ModelShape,
-        ck: &Checkpoint,
-        dir: &Path,
-    ) -> Result<(), BackendError> {
+    /// Copies every tensor from a checkpoint (checked when it was opened), as bf16.
+    pub fn fill_from(&self, gpu: &Gpu, files: &ModelFiles) -> Result<(), BackendError> {
         for &(t, ptr) in &self.placement {
-            let name = t.hf_name();
-            let (r, c) = t.dims(s);
-            let info = ck.info(&name).ok_or_else(|| {
-                BackendError::Failed(format!("{}: tensor {name} missing", dir.display()))
-            })?;
-            let want = if r == 1 { vec![c] } else { vec![r, c] };
-            if info.shape != want {
-                return Err(BackendError::Failed(format!(
-                    "{}: tensor {name} has shape {:?}, the config implies {want:?}",
-                    dir.display(),
-                    info.shape
-                )));
-            }
-            let bits = ck
-                .bf16_bits(&name)
+            let bits = files
+                .tensor_bf16(t)
                 .map_err(|e| BackendError::Failed(e.to_string()))?;
             gpu.htod(Which::Decode, ptr, &bits)?;
             // Each copy's host buffer is dropped at the end of this iteration.

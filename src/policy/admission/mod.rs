@@ -11,6 +11,7 @@ mod order;
 mod tiers;
 
 pub use order::{next, AdmissionPolicy, Offers};
+pub use tiers::TierCounts;
 
 use std::collections::BTreeMap;
 
@@ -75,6 +76,9 @@ pub struct Popped {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Tier {
+    /// Late by at least the guard window W₀ (slack ≤ −W₀).
+    Overdue,
+    /// Late (slack < 0) but not overdue.
     Late,
     Guard,
     OnTime,
@@ -99,14 +103,6 @@ pub struct QueueFacts {
     pub target_formed: bool,
     /// The head's slack (`None` when the queue is empty or X is not formed).
     pub head_slack: Option<f64>,
-}
-
-impl QueueFacts {
-    /// Whether the head's slack is below `w`. Never true without a target. An on-time
-    /// head blocks: a later waiter at risk does not count while the head is not.
-    pub fn head_at_risk(&self, w: f64) -> bool {
-        matches!(self.head_slack, Some(s) if s < w)
-    }
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -262,6 +258,7 @@ impl AdmissionQueue {
         self.common.map(|c| tiers::Thresholds {
             late_below: -c,
             on_time_from: self.guard_window - c,
+            overdue_upto: -self.guard_window - c,
         })
     }
 
@@ -303,6 +300,7 @@ impl AdmissionQueue {
     fn tier_of_slack(&self, slack: Option<f64>) -> Tier {
         match slack {
             None => Tier::NoTarget,
+            Some(s) if s < 0.0 && s <= -self.guard_window => Tier::Overdue,
             Some(s) if s < 0.0 => Tier::Late,
             Some(s) if s < self.guard_window => Tier::Guard,
             Some(_) => Tier::OnTime,
@@ -338,11 +336,6 @@ impl AdmissionQueue {
         }
     }
 
-    /// See [`QueueFacts::head_at_risk`].
-    pub fn head_at_risk(&self, w: f64) -> bool {
-        self.facts().head_at_risk(w)
-    }
-
     /// How many waiters have slack below `w` (0 without a target). O(answer · log n).
     pub fn at_risk_count(&self, w: f64) -> usize {
         match self.common {
@@ -351,9 +344,9 @@ impl AdmissionQueue {
         }
     }
 
-    /// Waiters per tier at the last refresh: (late, guard, on_time).
-    pub fn tier_counts(&self) -> (usize, usize, usize) {
-        self.index.tier_counts(self.common.is_some())
+    /// Waiters per tier at the last refresh (all zero without a target).
+    pub fn tier_counts(&self) -> TierCounts {
+        self.index.tier_counts()
     }
 
     /// Pop the head.

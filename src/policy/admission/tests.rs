@@ -53,7 +53,11 @@ fn no_target_means_fifo_and_nothing_at_risk() {
     q.push(w(2, 0.0)).unwrap();
     q.refresh(1000.0, Some(10.0));
     assert!(!q.target_formed());
-    assert!(!q.head_at_risk(f64::INFINITY));
+    assert_eq!(
+        q.facts().head_slack,
+        None,
+        "no slack, so no head is ever at risk"
+    );
     assert_eq!(q.at_risk_count(f64::INFINITY), 0);
     assert_eq!(q.head().map(|h| h.tier), Some(Tier::NoTarget));
     // FIFO is arrival order.
@@ -100,57 +104,98 @@ fn slack_is_x_minus_age_plus_s2f() {
 }
 
 #[test]
-fn late_and_guard_heads_are_at_risk_with_the_slack_bound() {
+fn head_tier_follows_its_slack_guard_then_late_then_overdue() {
     let mut q = formed(10.0);
     q.push(w(1, 0.0)).unwrap();
     // D = 20 s → W₀ = 3 s. At now = 8 the slack is 2: guard.
     q.refresh(8.0, Some(20.0));
-    let h = q.head().unwrap();
-    assert_eq!(h.tier, Tier::Guard);
-    assert!(q.head_at_risk(3.0));
-    assert!(!q.head_at_risk(2.0)); // slack bound: 2 is not < 2
+    assert_eq!(q.head().unwrap().tier, Tier::Guard);
+    assert_eq!(q.facts().head_slack, Some(2.0));
+    // now = 11: slack −1, late but short of overdue.
     q.refresh(11.0, Some(20.0));
     assert_eq!(q.head().unwrap().tier, Tier::Late);
-    assert!(q.head_at_risk(0.0));
+    // now = 13: slack −3 = −W₀, overdue.
+    q.refresh(13.0, Some(20.0));
+    assert_eq!(q.head().unwrap().tier, Tier::Overdue);
+    assert_eq!(q.facts().head_slack, Some(-3.0));
 }
 
 #[test]
-fn on_time_head_blocks_even_when_a_later_waiter_is_at_risk() {
+fn on_time_head_is_reported_even_when_a_later_waiter_is_closer_to_x() {
     let mut q = AdmissionQueue::new(AdmissionParams {
         policy: AdmissionPolicy::Fcfs,
         ..params(1)
     });
     q.push(w(1, 0.0)).unwrap();
     q.refresh(1.0, Some(0.0));
-    assert!(!q.head_at_risk(100.0)); // fcfs: no target, nothing at risk
-                                     // With the auto queue: head on time (slack 9 ≥ W₀ = 3) blocks pausing for W = 3.
+    assert_eq!(q.facts().head_slack, None, "fcfs: no target");
+    // The auto queue: the head on time (slack 9 ≥ W₀ = 3) is what the controller sees.
     let mut q = formed(10.0);
     q.push(w(1, 0.0)).unwrap();
     q.push(w(2, 0.5)).unwrap();
     q.refresh(1.0, Some(20.0));
     assert_eq!(q.head().unwrap().tier, Tier::OnTime);
-    assert!(!q.head_at_risk(3.0));
-    // A wider window (g > 1) reaches an on-time head whose slack is under it.
-    assert!(q.head_at_risk(9.5));
-    // The count still sees every waiter under the window.
+    assert_eq!(q.facts().head_slack, Some(9.0));
+    // The count still sees every waiter under a window.
     assert_eq!(q.at_risk_count(9.5), 1);
     assert_eq!(q.at_risk_count(9.6), 2);
 }
 
-#[test]
-fn auto_pops_guard_by_least_slack_then_late_oldest_then_on_time_oldest() {
+/// Six waiters at now = 20 with X = 10 and D = 40 (W₀ = 6); slack = 10 − (20 − arrival).
+fn six_tiers(policy: AdmissionPolicy) -> AdmissionQueue {
     let mut q = formed(10.0);
-    // now = 20, D = 40 → W₀ = 6. slack = 10 − (20 − arrival).
-    q.push(w(1, 5.0)).unwrap(); // slack −5: late
-    q.push(w(2, 8.0)).unwrap(); // slack −2: late
-    q.push(w(3, 14.0)).unwrap(); // slack 4: guard
-    q.push(w(4, 12.0)).unwrap(); // slack 2: guard, least slack
-    q.push(w(5, 19.0)).unwrap(); // slack 9: on time
-    q.push(w(6, 18.0)).unwrap(); // slack 8: on time, older
+    q.params.policy = policy;
+    q.push(w(1, 1.0)).unwrap(); // slack −9: overdue
+    q.push(w(2, 3.0)).unwrap(); // slack −7: overdue, less late
+    q.push(w(3, 5.0)).unwrap(); // slack −5: late
+    q.push(w(4, 8.0)).unwrap(); // slack −2: late
+    q.push(w(5, 14.0)).unwrap(); // slack 4: guard
+    q.push(w(6, 12.0)).unwrap(); // slack 2: guard, least slack
+    q.push(w(7, 19.0)).unwrap(); // slack 9: on time
+    q.push(w(8, 18.0)).unwrap(); // slack 8: on time, older
     q.refresh(20.0, Some(40.0));
-    assert_eq!(q.tier_counts(), (2, 2, 2));
-    let order: Vec<_> = std::iter::from_fn(|| q.pop().map(|p| p.waiter.id)).collect();
-    assert_eq!(order, vec![4, 3, 1, 2, 6, 5]);
+    q
+}
+
+fn pop_all(q: &mut AdmissionQueue) -> Vec<u64> {
+    std::iter::from_fn(|| q.pop().map(|p| p.waiter.id)).collect()
+}
+
+#[test]
+fn auto_pops_overdue_by_least_slack_then_guard_then_late_oldest_then_on_time_oldest() {
+    let mut q = six_tiers(AdmissionPolicy::Auto);
+    let counts = q.tier_counts();
+    assert_eq!(
+        (counts.overdue, counts.late, counts.guard, counts.on_time),
+        (2, 2, 2, 2)
+    );
+    assert_eq!(pop_all(&mut q), vec![1, 2, 6, 5, 3, 4, 8, 7]);
+}
+
+#[test]
+fn an_overdue_waiter_is_popped_ahead_of_a_guard_waiter() {
+    let mut q = formed(10.0);
+    q.push(w(1, 12.0)).unwrap(); // slack 2: guard
+    q.push(w(2, 3.5)).unwrap(); // slack −6.5 ≤ −W₀: overdue
+    q.refresh(20.0, Some(40.0));
+    assert_eq!(q.head().unwrap().id, 2);
+    assert_eq!(q.head().unwrap().tier, Tier::Overdue);
+}
+
+#[test]
+fn a_late_waiter_short_of_overdue_waits_behind_a_guard_waiter() {
+    let mut q = formed(10.0);
+    q.push(w(1, 5.0)).unwrap(); // slack −5 > −W₀: late, not overdue
+    q.push(w(2, 12.0)).unwrap(); // slack 2: guard
+    q.refresh(20.0, Some(40.0));
+    assert_eq!(q.head().unwrap().id, 2);
+    assert_eq!(pop_all(&mut q), vec![2, 1]);
+}
+
+#[test]
+fn guard_first_is_the_v1_order_without_the_overdue_tier() {
+    let mut q = six_tiers(AdmissionPolicy::GuardFirst);
+    assert_eq!(pop_all(&mut q), vec![6, 5, 1, 2, 3, 4, 8, 7]);
 }
 
 #[test]
@@ -204,8 +249,16 @@ fn op() -> impl Strategy<Value = Op> {
 proptest! {
     /// The indexed queue pops exactly what a brute-force scan of slack would pop.
     #[test]
-    fn indexed_pop_order_matches_brute_force(ops in prop::collection::vec(op(), 1..300)) {
-        let mut q = AdmissionQueue::new(AdmissionParams { min_samples: 5, target_window: 20, ..AdmissionParams::default() });
+    fn indexed_pop_order_matches_brute_force(
+        ops in prop::collection::vec(op(), 1..300),
+        policy in prop_oneof![
+            Just(AdmissionPolicy::Auto),
+            Just(AdmissionPolicy::GuardFirst),
+            Just(AdmissionPolicy::Edf),
+            Just(AdmissionPolicy::Fcfs),
+        ],
+    ) {
+        let mut q = AdmissionQueue::new(AdmissionParams { policy, min_samples: 5, target_window: 20, ..AdmissionParams::default() });
         let mut now = 0.0f64;
         let mut next_id = 0u64;
         let mut ids: Vec<u64> = Vec::new();
@@ -223,7 +276,11 @@ proptest! {
                         prop_assert!(q.cancel(id));
                     }
                 }
-                Op::Refresh { dt, d } => { now += dt; q.refresh(now, Some(d)); }
+                Op::Refresh { dt, d } => {
+                    now += dt;
+                    q.refresh(now, Some(d));
+                    prop_assert_eq!(q.tier_counts(), brute_tier_counts(&q));
+                }
                 Op::Ttft(t) => q.observe_ttft(t),
                 Op::Transfer(c, s) => q.observe_transfer(c, s),
                 Op::Pop => {
@@ -272,7 +329,38 @@ fn brute_head(q: &AdmissionQueue) -> Option<u64> {
         .filter(|e| e.1.key < late_below)
         .min_by(by_arrival);
     let on = es.iter().filter(|e| e.1.key >= on_from).min_by(by_arrival);
-    guard.or(late).or(on).map(|e| e.1.waiter.id)
+    let overdue = es
+        .iter()
+        .filter(|e| e.1.key < late_below && e.1.key <= -q.guard_window - c)
+        .min_by(by_slack);
+    let pick = match q.params.policy {
+        AdmissionPolicy::Auto => overdue.or(guard).or(late).or(on),
+        AdmissionPolicy::GuardFirst => guard.or(late).or(on),
+        AdmissionPolicy::Edf => es.iter().min_by(by_slack),
+        AdmissionPolicy::Fcfs => oldest,
+    };
+    pick.map(|e| e.1.waiter.id)
+}
+
+/// Tier counts by scanning every waiter, on keys as the index defines the tiers.
+fn brute_tier_counts(q: &AdmissionQueue) -> TierCounts {
+    let mut n = TierCounts::default();
+    let Some(c) = q.common else {
+        return n;
+    };
+    for e in q.entries.values() {
+        let k = e.key;
+        if k < -c && k <= -q.guard_window - c {
+            n.overdue += 1;
+        } else if k < -c {
+            n.late += 1;
+        } else if k < q.guard_window - c {
+            n.guard += 1;
+        } else {
+            n.on_time += 1;
+        }
+    }
+    n
 }
 
 fn budget(slots: u32, pages: u64) -> AdmitBudget {
@@ -343,6 +431,4 @@ fn facts_carry_the_head_slack_only_once_x_is_formed() {
     assert!(f.target_formed);
     // X = 1 s, waited 5 s, no transfer or step time: slack −4 s.
     assert_eq!(f.head_slack, Some(-4.0));
-    assert!(f.head_at_risk(-3.9) && !f.head_at_risk(-4.0));
-    assert_eq!(q.head_at_risk(-3.9), f.head_at_risk(-3.9));
 }

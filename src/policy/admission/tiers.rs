@@ -5,15 +5,33 @@
 use std::collections::BTreeSet;
 use std::ops::Bound;
 
+use serde::Serialize;
+
 use super::super::stats::OrdF64;
 use super::Offers;
 
 /// Key thresholds of the tiers: late is `key < late_below`, on-time is `key ≥ on_time_from`,
-/// guard is in between.
+/// guard is in between; a late waiter is overdue when `key ≤ overdue_upto`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Thresholds {
     pub late_below: f64,
     pub on_time_from: f64,
+    pub overdue_upto: f64,
+}
+
+impl Thresholds {
+    fn overdue(&self, key: f64) -> bool {
+        key < self.late_below && key <= self.overdue_upto
+    }
+}
+
+/// Waiters per tier; the four partition the queue (`late` excludes the overdue).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct TierCounts {
+    pub overdue: usize,
+    pub late: usize,
+    pub guard: usize,
+    pub on_time: usize,
 }
 
 type Set = BTreeSet<(OrdF64, u64)>;
@@ -85,6 +103,7 @@ impl TierIndex {
         let old = old.unwrap_or(Thresholds {
             late_below: f64::NEG_INFINITY,
             on_time_from: f64::INFINITY,
+            overdue_upto: f64::NEG_INFINITY,
         });
 
         // Late tier: key < late_below.
@@ -159,13 +178,24 @@ impl TierIndex {
         self.by_key.range(below(x)).count()
     }
 
-    pub fn tier_counts(&self, formed: bool) -> (usize, usize, usize) {
-        if !formed {
-            return (0, 0, 0);
-        }
+    /// O(overdue waiters): for the stat line and the debug view, not the pass.
+    pub fn tier_counts(&self) -> TierCounts {
+        let Some(th) = self.applied else {
+            return TierCounts::default();
+        };
         let late = self.late_by_key.len();
-        let on = self.on_by_key.len();
-        (late, self.by_key.len() - late - on, on)
+        let on_time = self.on_by_key.len();
+        let overdue = self
+            .late_by_key
+            .iter()
+            .take_while(|(k, _)| th.overdue(k.0))
+            .count();
+        TierCounts {
+            overdue,
+            late: late - overdue,
+            guard: self.by_key.len() - late - on_time,
+            on_time,
+        }
     }
 }
 
@@ -185,6 +215,11 @@ impl Offers for TierOffers<'_> {
     }
     fn least_slack(&self) -> Option<u64> {
         first(&self.index.by_key)
+    }
+    fn overdue(&self) -> Option<u64> {
+        let th = self.th?;
+        let &(key, seq) = self.index.by_key.first()?;
+        th.overdue(key.0).then_some(seq)
     }
     fn guard(&self) -> Option<u64> {
         let th = self.th?;

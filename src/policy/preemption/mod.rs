@@ -8,6 +8,7 @@ pub mod controller;
 pub mod idmap;
 mod lane;
 pub mod objective;
+pub mod risk;
 mod tiers;
 pub mod victim;
 
@@ -628,7 +629,7 @@ impl GenPreemption {
         if formed
             && active == self.params.max_active
             && (self.paused.len() as u32) < self.cap
-            && v.queue.head_at_risk(w)
+            && risk::head_at_risk(self.params.mode, v.queue.head_slack, w)
         {
             if let Some((id, kind)) = self.choose_victim(v) {
                 self.pause(id, kind, v.now);

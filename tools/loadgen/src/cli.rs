@@ -123,6 +123,14 @@ pub struct RunArgs {
     /// Do not send the warm-up turn before each lane's start point.
     #[arg(long)]
     pub no_warmup: bool,
+    /// Multiply every prompt length of a trace or of the synthetic sessions by F in (0, 1],
+    /// thinning prefix blocks so prefix reuse keeps its shape (`genslot sim --context-scale`
+    /// applies the same function).
+    #[arg(long, value_name = "F")]
+    pub context_scale: Option<f64>,
+    /// Cut every prompt to its first N tokens (after --context-scale).
+    #[arg(long, value_name = "N")]
+    pub max_context: Option<u32>,
     /// Number of synthetic sessions to generate (--synthetic).
     #[arg(long, default_value_t = 512)]
     pub synthetic_sessions: usize,

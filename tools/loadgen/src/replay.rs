@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use genslot::workload::{
-    load_trace, AgentxReplay, Issue, OpenLoopReplay, OpenLoopRules, Replay, ReplayRules,
-    SynthParams, SyntheticAgentic, Trace, TraceFormat,
+    load_trace, AgentxReplay, ContextTransform, Issue, OpenLoopReplay, OpenLoopRules, Replay,
+    ReplayRules, Session, SynthParams, SyntheticAgentic, Trace, TraceFormat,
 };
 
 use crate::cli::RunArgs;
@@ -93,6 +93,39 @@ fn describe_rules(r: &ReplayRules) -> String {
     )
 }
 
+/// The context transform of `--context-scale` / `--max-context` (the identity without them).
+pub fn context_transform(args: &RunArgs) -> anyhow::Result<ContextTransform> {
+    let t = ContextTransform::new(args.context_scale, args.max_context)
+        .map_err(|e| anyhow::anyhow!("--context-scale / --max-context: {e}"))?;
+    if !t.is_identity() && args.source.fixed.is_some() {
+        anyhow::bail!(
+            "--context-scale and --max-context transform traces and synthetic sessions; \
+             give --fixed the lengths you want"
+        );
+    }
+    Ok(t)
+}
+
+/// Synthetic sessions of `args`, context transform applied.
+fn synthetic_sessions(args: &RunArgs) -> anyhow::Result<Vec<Session>> {
+    let mut trace = Trace::Sessions(
+        SyntheticAgentic::new(SynthParams::default()).generate(args.synthetic_sessions, args.seed),
+    );
+    context_transform(args)?.apply(&mut trace);
+    Ok(match trace {
+        Trace::Sessions(s) => s,
+        Trace::Requests { .. } => Vec::new(),
+    })
+}
+
+/// `, contexts x0.03125, at most 16384 tokens` for a description, or nothing.
+fn describe_transform(args: &RunArgs) -> String {
+    match context_transform(args) {
+        Ok(t) if !t.is_identity() => format!(", {}", t.describe()),
+        _ => String::new(),
+    }
+}
+
 /// Open-loop Poisson arrivals at `rate` carrying fixed-length or synthetic requests.
 fn poisson(args: &RunArgs, rate: f64) -> anyhow::Result<(Box<dyn Source>, String)> {
     let s = &args.source;
@@ -103,8 +136,7 @@ fn poisson(args: &RunArgs, rate: f64) -> anyhow::Result<(Box<dyn Source>, String
         };
         (shapes, format!("fixed {isl} prompt / {osl} output tokens"))
     } else if s.synthetic {
-        let sessions = SyntheticAgentic::new(SynthParams::default())
-            .generate(args.synthetic_sessions, args.seed);
+        let sessions = synthetic_sessions(args)?;
         let pool: Vec<Shape> = sessions
             .iter()
             .enumerate()
@@ -119,9 +151,10 @@ fn poisson(args: &RunArgs, rate: f64) -> anyhow::Result<(Box<dyn Source>, String
             })
             .collect();
         let what = format!(
-            "the {} requests of {} synthetic agentic sessions in order",
+            "the {} requests of {} synthetic agentic sessions in order{}",
             pool.len(),
-            args.synthetic_sessions
+            args.synthetic_sessions,
+            describe_transform(args)
         );
         (Shapes::Pool(pool), what)
     } else {
@@ -144,6 +177,7 @@ fn poisson(args: &RunArgs, rate: f64) -> anyhow::Result<(Box<dyn Source>, String
 pub fn build(args: &RunArgs) -> anyhow::Result<(Box<dyn Source>, String)> {
     let s = &args.source;
     let salt = args.seed;
+    context_transform(args)?; // refuses a transform of --fixed before any source is built
     if let Some(rate) = args.request_rate {
         return poisson(args, rate);
     }
@@ -156,13 +190,13 @@ pub fn build(args: &RunArgs) -> anyhow::Result<(Box<dyn Source>, String)> {
         ));
     }
     if s.synthetic {
-        let sessions = SyntheticAgentic::new(SynthParams::default())
-            .generate(args.synthetic_sessions, args.seed);
+        let sessions = synthetic_sessions(args)?;
         let engine = AgentxReplay::new(Arc::from(sessions), rules(args), args.seed)
             .context("synthetic AgentX replay")?;
         let desc = format!(
-            "{} synthetic agentic sessions, {}",
+            "{} synthetic agentic sessions{}, {}",
             args.synthetic_sessions,
+            describe_transform(args),
             describe_rules(&rules(args))
         );
         return Ok((Box::new(ReplaySource::new(engine, false, salt)), desc));
@@ -173,8 +207,13 @@ pub fn build(args: &RunArgs) -> anyhow::Result<(Box<dyn Source>, String)> {
         (_, _, Some(p)) => (p, TraceFormat::Azure),
         _ => anyhow::bail!("no request source given (--weka, --mooncake, --azure or --synthetic)"),
     };
-    let trace = load_trace(path, Some(format))?;
-    let desc = format!("{format:?} trace {}", path.display());
+    let mut trace = load_trace(path, Some(format))?;
+    context_transform(args)?.apply(&mut trace);
+    let desc = format!(
+        "{format:?} trace {}{}",
+        path.display(),
+        describe_transform(args)
+    );
     match trace {
         Trace::Sessions(sessions) => {
             let engine = AgentxReplay::new(Arc::from(sessions), rules(args), args.seed)

@@ -3,6 +3,7 @@
 // softmax for the G query heads that share the kv head, and writes a normalised partial
 // output plus (max, sum). `attn_combine` merges the splits. A prefill reuses it with one row
 // per prompt token (lens = position + 1) and a shared page table (table_stride 0).
+// Instances `ATTN_INSTANCE(D, G)` are appended for the model's head_dim and group size.
 #define ATTN_TILE 64
 #define ATTN_THREADS 128
 #define ATTN_MIN_CHUNK 256
@@ -39,9 +40,12 @@ __device__ __forceinline__ void attn_partial(const bf16_t* __restrict__ q, int q
                                              int KV, int P, int S, float scale,
                                              float* __restrict__ part_o,
                                              float* __restrict__ part_ml) {
+    // K tile in rows [0, ATTN_TILE), V tile after it; one array so the final reduction
+    // (NSPLIT x G x D floats) can reuse both.
+    __shared__ __align__(16) bf16_t kv_s[2 * ATTN_TILE][D + 8];
     __shared__ __align__(16) float qs[G][D];
-    __shared__ __align__(16) bf16_t ks[ATTN_TILE][D + 8];
-    __shared__ __align__(16) bf16_t vs[ATTN_TILE][D + 8];
+    bf16_t (*ks)[D + 8] = kv_s;
+    bf16_t (*vs)[D + 8] = kv_s + ATTN_TILE;
     __shared__ __align__(16) float ps[G][ATTN_TILE];
     __shared__ float m_s[G], l_s[G], a_s[G];
     constexpr int CH = D / 8;
@@ -50,6 +54,8 @@ __device__ __forceinline__ void attn_partial(const bf16_t* __restrict__ q, int q
     constexpr int NSPLIT = ATTN_THREADS / DP;
     constexpr int TPG = ATTN_TILE / NSPLIT;
     constexpr int GH = (G + 1) / 2;
+    static_assert(G >= 1 && G <= 16, "1 to 16 query heads per kv head");
+    static_assert(NSPLIT * G * D * 4 <= 2 * ATTN_TILE * (D + 8) * 2, "reduction fits");
 
     const int kvh = blockIdx.x, r = blockIdx.y, s = blockIdx.z;
     const int H = KV * G;
@@ -182,8 +188,8 @@ __device__ __forceinline__ void attn_partial(const bf16_t* __restrict__ q, int q
         }
         __syncthreads();
     }
-    // Sum the token groups through shared memory (the K tile is free now).
-    float* red = (float*)&ks[0][0];  // [NSPLIT][G][D]
+    // Sum the token groups through shared memory (the K and V tiles are free now).
+    float* red = (float*)&kv_s[0][0];  // [NSPLIT][G][D]
 #pragma unroll
     for (int g = 0; g < G; ++g) {
         red[(tg * G + g) * D + 2 * dp] = acc[g][0];
@@ -212,15 +218,6 @@ __device__ __forceinline__ void attn_partial(const bf16_t* __restrict__ q, int q
         attn_partial<D, G>(q, q_stride, kc, vc, lens, page_table, table_stride, KV, P, S,     \
                            scale, part_o, part_ml);                                           \
     }
-
-ATTN_INSTANCE(64, 1)
-ATTN_INSTANCE(64, 2)
-ATTN_INSTANCE(64, 4)
-ATTN_INSTANCE(64, 8)
-ATTN_INSTANCE(128, 1)
-ATTN_INSTANCE(128, 2)
-ATTN_INSTANCE(128, 4)
-ATTN_INSTANCE(128, 8)
 
 // Merges the S partial outputs of each (row, head); block = D threads, grid = (H, rows).
 extern "C" __global__ void attn_combine(const float* part_o, const float* part_ml,

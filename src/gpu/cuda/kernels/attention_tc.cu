@@ -1,4 +1,5 @@
 // Paged decode attention on the tensor cores (mma.sync m16n8k16, bf16 in, f32 accumulate).
+// Instances `ATTN_TC_INSTANCE(D, G)` are appended for the model's head_dim and group size.
 // Same grid, inputs and partial outputs as `paged_attn_*`, so `attn_combine` merges either.
 // Each warp of a block walks its own tiles of TC_TILE tokens (tile i goes to warp i % W)
 // through a TC_STAGES-deep cp.async ring in shared memory, with no block-wide barrier until
@@ -54,6 +55,29 @@ __device__ __forceinline__ void mma_top(float& d0, float& d1, unsigned a0, unsig
           "f"(0.0f));
 }
 
+// D += A(16x16) * B(16x8), all 16 rows.
+__device__ __forceinline__ void mma_full(float& d0, float& d1, float& d2, float& d3, unsigned a0,
+                                         unsigned a1, unsigned a2, unsigned a3, unsigned b0,
+                                         unsigned b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// d[2R] += A * B, where a[R][2] holds the A fragments of R row halves (rows qh and qh + 8) for
+// columns qc and qc + 8: one half uses the MMA's top rows only.
+template <int R>
+__device__ __forceinline__ void mma_rows(float (&d)[2 * R], const unsigned (&a)[R][2],
+                                         unsigned b0, unsigned b1) {
+    if constexpr (R == 1) {
+        mma_top(d[0], d[1], a[0][0], a[0][1], b0, b1);
+    } else {
+        mma_full(d[0], d[1], d[2], d[3], a[0][0], a[1][0], a[0][1], a[1][1], b0, b1);
+    }
+}
+
 __device__ __forceinline__ unsigned pack_bf2(float lo, float hi) {
     return (unsigned)f2bf(lo) | ((unsigned)f2bf(hi) << 16);
 }
@@ -66,6 +90,8 @@ struct TcSmem {
     static constexpr int BYTES = TC_WARPS * TC_STAGES * STAGE * 2;
 };
 
+// G query heads (1..16) per kv head. Lane l holds head qh = l / 4 in the MMA's top rows and,
+// when G > 8, head qh + 8 in its bottom rows (R = 2 row halves); rows >= G are zero.
 template <int D, int G>
 __device__ __forceinline__ void attn_tc(const bf16_t* __restrict__ q, int q_stride,
                                         const bf16_t* __restrict__ kc,
@@ -74,11 +100,14 @@ __device__ __forceinline__ void attn_tc(const bf16_t* __restrict__ q, int q_stri
                                         const int* __restrict__ page_table, int table_stride,
                                         int KV, int P, int S, float scale,
                                         float* __restrict__ part_o, float* __restrict__ part_ml) {
+    static_assert(G >= 1 && G <= 16, "1 to 16 query heads per kv head");
     extern __shared__ __align__(16) unsigned char tc_smem[];
+    constexpr int R = G > 8 ? 2 : 1;
     constexpr int ROW = TcSmem<D>::ROW;
     constexpr int CH = D / 8;   // 16-byte chunks per row
     constexpr int KS = D / 16;  // k-steps of Q·Kᵀ
     constexpr int NT = D / 8;   // n-tiles of P·V
+    static_assert(TC_WARPS * G * (D + 2) * 4 <= TcSmem<D>::BYTES, "merge fits in the ring");
 
     const int kvh = blockIdx.x, r = blockIdx.y, s = blockIdx.z;
     const int H = KV * G;
@@ -94,19 +123,22 @@ __device__ __forceinline__ void attn_tc(const bf16_t* __restrict__ q, int q_stri
     const int* table = page_table + (u64)r * table_stride;
     bf16_t* ring = (bf16_t*)tc_smem + warp * TC_STAGES * TcSmem<D>::STAGE;
 
-    // This lane's query row (head kvh*G + lane/4) as A fragments; rows >= G are zero.
+    // This lane's query rows (heads kvh*G + qh + 8h) as A fragments; rows >= G are zero.
     const int qh = lane >> 2, qc = (lane & 3) * 2;
-    unsigned qa[KS][2];
+    unsigned qa[KS][R][2];
 #pragma unroll
-    for (int k = 0; k < KS; ++k) {
-        qa[k][0] = 0u;
-        qa[k][1] = 0u;
-        if (qh < G) {
-            const bf16_t* qr = q + (u64)r * q_stride + (u64)(kvh * G + qh) * D + k * 16 + qc;
-            qa[k][0] = *(const unsigned*)qr;
-            qa[k][1] = *(const unsigned*)(qr + 8);
+    for (int k = 0; k < KS; ++k)
+#pragma unroll
+        for (int h = 0; h < R; ++h) {
+            qa[k][h][0] = 0u;
+            qa[k][h][1] = 0u;
+            if (qh + 8 * h < G) {
+                const bf16_t* qr =
+                    q + (u64)r * q_stride + (u64)(kvh * G + qh + 8 * h) * D + k * 16 + qc;
+                qa[k][h][0] = *(const unsigned*)qr;
+                qa[k][h][1] = *(const unsigned*)(qr + 8);
+            }
         }
-    }
 
     const int tiles = (end - start + TC_TILE - 1) / TC_TILE;
     const int mine = tiles > warp ? (tiles - warp + TC_WARPS - 1) / TC_WARPS : 0;
@@ -131,10 +163,18 @@ __device__ __forceinline__ void attn_tc(const bf16_t* __restrict__ q, int q_stri
         cp_async_commit();
     };
 
-    float o[NT][2];
+    // o[n][2h + e]: head qh + 8h, dims n*8 + qc + e.
+    float o[NT][2 * R];
 #pragma unroll
-    for (int n = 0; n < NT; ++n) { o[n][0] = 0.0f; o[n][1] = 0.0f; }
-    float m_run = NEG_INF, l_run = 0.0f;  // log2 units, for head qh
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+        for (int e = 0; e < 2 * R; ++e) o[n][e] = 0.0f;
+    float m_run[R], l_run[R];  // log2 units, per head of this lane
+#pragma unroll
+    for (int h = 0; h < R; ++h) {
+        m_run[h] = NEG_INF;
+        l_run[h] = 0.0f;
+    }
     const float sl2 = scale * TC_LOG2E;
 
 #pragma unroll
@@ -147,8 +187,13 @@ __device__ __forceinline__ void attn_tc(const bf16_t* __restrict__ q, int q_stri
         const bf16_t* vs = ks + TC_TILE * ROW;
         const int t0 = start + (warp + k * TC_WARPS) * TC_TILE;
 
-        // Scores of 16 tokens: n-tile 0 = tokens 0..7, n-tile 1 = tokens 8..15.
-        float sc[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
+        // Scores of 16 tokens: n-tile 0 = tokens 0..7, n-tile 1 = tokens 8..15;
+        // sc[nt][2h + e] is head qh + 8h, token nt*8 + qc + e.
+        float sc[2][2 * R];
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+            for (int e = 0; e < 2 * R; ++e) sc[nt][e] = 0.0f;
         {
             const int mi = lane >> 3, rr = lane & 7;
             const unsigned a = smem_addr(ks + ((mi >> 1) * 8 + rr) * ROW + (mi & 1) * 8);
@@ -156,43 +201,52 @@ __device__ __forceinline__ void attn_tc(const bf16_t* __restrict__ q, int q_stri
             for (int k2 = 0; k2 < KS; ++k2) {
                 unsigned b0, b1, b2, b3;
                 ldsm_x4(a + k2 * 32, b0, b1, b2, b3);
-                mma_top(sc[0][0], sc[0][1], qa[k2][0], qa[k2][1], b0, b1);
-                mma_top(sc[1][0], sc[1][1], qa[k2][0], qa[k2][1], b2, b3);
+                mma_rows<R>(sc[0], qa[k2], b0, b1);
+                mma_rows<R>(sc[1], qa[k2], b2, b3);
             }
         }
-        // Online softmax for head qh over this tile; the 4 lanes of a quad share a head.
-        float v[2][2];
-        float mx = NEG_INF;
+        // Online softmax for each head over this tile; the 4 lanes of a quad share a head.
+        unsigned pa[R][2];
 #pragma unroll
-        for (int nt = 0; nt < 2; ++nt)
+        for (int h = 0; h < R; ++h) {
+            float v[2][2];
+            float mx = NEG_INF;
 #pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                const int t = t0 + nt * 8 + qc + e;
-                v[nt][e] = t < end ? sc[nt][e] * sl2 : NEG_INF;
-                mx = fmaxf(mx, v[nt][e]);
+            for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int t = t0 + nt * 8 + qc + e;
+                    v[nt][e] = t < end ? sc[nt][2 * h + e] * sl2 : NEG_INF;
+                    mx = fmaxf(mx, v[nt][e]);
+                }
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float m_new = fmaxf(m_run[h], mx);
+            const float alpha = (m_run[h] == NEG_INF) ? 0.0f : exp2f(m_run[h] - m_new);
+            float p[2][2], sum = 0.0f;
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    p[nt][e] = exp2f(v[nt][e] - m_new);
+                    sum += p[nt][e];
+                }
+            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+            l_run[h] = l_run[h] * alpha + sum;
+            m_run[h] = m_new;
+#pragma unroll
+            for (int n = 0; n < NT; ++n) {
+                o[n][2 * h] *= alpha;
+                o[n][2 * h + 1] *= alpha;
             }
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float m_new = fmaxf(m_run, mx);
-        const float alpha = (m_run == NEG_INF) ? 0.0f : exp2f(m_run - m_new);
-        float p[2][2], sum = 0.0f;
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                p[nt][e] = exp2f(v[nt][e] - m_new);
-                sum += p[nt][e];
-            }
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-        l_run = l_run * alpha + sum;
-        m_run = m_new;
-#pragma unroll
-        for (int n = 0; n < NT; ++n) { o[n][0] *= alpha; o[n][1] *= alpha; }
+            // P's A fragments come straight from the score accumulators: tokens qc, qc+1
+            // (k 0..7) and 8 + qc, 8 + qc + 1 (k 8..15) of this head's row.
+            pa[h][0] = pack_bf2(p[0][0], p[0][1]);
+            pa[h][1] = pack_bf2(p[1][0], p[1][1]);
+        }
 
-        // O += P·V: P's A fragment comes straight from the score accumulators.
-        const unsigned pa0 = pack_bf2(p[0][0], p[0][1]);
-        const unsigned pa2 = pack_bf2(p[1][0], p[1][1]);
+        // O += P·V.
         {
             const int mi = lane >> 3, rr = lane & 7;
             const unsigned a = smem_addr(vs + ((mi & 1) * 8 + rr) * ROW + (mi >> 1) * 8);
@@ -200,8 +254,8 @@ __device__ __forceinline__ void attn_tc(const bf16_t* __restrict__ q, int q_stri
             for (int nb = 0; nb < D / 16; ++nb) {
                 unsigned b0, b1, b2, b3;
                 ldsm_x4_t(a + nb * 32, b0, b1, b2, b3);
-                mma_top(o[2 * nb][0], o[2 * nb][1], pa0, pa2, b0, b1);
-                mma_top(o[2 * nb + 1][0], o[2 * nb + 1][1], pa0, pa2, b2, b3);
+                mma_rows<R>(o[2 * nb], pa, b0, b1);
+                mma_rows<R>(o[2 * nb + 1], pa, b2, b3);
             }
         }
     }
@@ -212,15 +266,19 @@ __device__ __forceinline__ void attn_tc(const bf16_t* __restrict__ q, int q_stri
     float* mw = (float*)tc_smem;           // [W][G]
     float* lw = mw + TC_WARPS * G;         // [W][G]
     float* ow = lw + TC_WARPS * G;         // [W][G][D]
-    if (qh < G) {
 #pragma unroll
-        for (int n = 0; n < NT; ++n) {
-            ow[(warp * G + qh) * D + n * 8 + qc] = o[n][0];
-            ow[(warp * G + qh) * D + n * 8 + qc + 1] = o[n][1];
-        }
-        if ((lane & 3) == 0) {
-            mw[warp * G + qh] = m_run;
-            lw[warp * G + qh] = l_run;
+    for (int h = 0; h < R; ++h) {
+        const int g = qh + 8 * h;
+        if (g < G) {
+#pragma unroll
+            for (int n = 0; n < NT; ++n) {
+                ow[(warp * G + g) * D + n * 8 + qc] = o[n][2 * h];
+                ow[(warp * G + g) * D + n * 8 + qc + 1] = o[n][2 * h + 1];
+            }
+            if ((lane & 3) == 0) {
+                mw[warp * G + g] = m_run[h];
+                lw[warp * G + g] = l_run[h];
+            }
         }
     }
     __syncthreads();
@@ -256,12 +314,3 @@ __device__ __forceinline__ void attn_tc(const bf16_t* __restrict__ q, int q_stri
         attn_tc<D, G>(q, q_stride, kc, vc, lens, page_table, table_stride, KV, P, S, scale,   \
                       part_o, part_ml);                                                       \
     }
-
-ATTN_TC_INSTANCE(64, 1)
-ATTN_TC_INSTANCE(64, 2)
-ATTN_TC_INSTANCE(64, 4)
-ATTN_TC_INSTANCE(64, 8)
-ATTN_TC_INSTANCE(128, 1)
-ATTN_TC_INSTANCE(128, 2)
-ATTN_TC_INSTANCE(128, 4)
-ATTN_TC_INSTANCE(128, 8)

@@ -1,5 +1,6 @@
 // Row-wise layers of the Llama decoder: embedding gather (into the float32 residual),
-// RMSNorm, RoPE + paged KV write, SwiGLU, greedy argmax. One block per row unless noted.
+// RMSNorm, RoPE + paged KV write, SwiGLU; the KV transfer stand-in. One block per row unless
+// noted. Sampling is in sample.cu.
 
 extern "C" __global__ void embed_rows(const bf16_t* table, const int* tokens, float* out,
                                       int hidden, int vocab) {
@@ -33,10 +34,12 @@ extern "C" __global__ void rmsnorm(const float* x, const bf16_t* w, bf16_t* out,
 // Rotates q and k of one token in place (HF rotate-half layout) and writes its k and v into
 // the paged cache. qkv row: [H*D q | KV*D k | KV*D v]. Cache layout per layer:
 // [page][kv_head][slot][D]. Rows with lens[r] <= 0 are padding and are skipped.
-// table_stride 0 lets all rows of one prefill share one page table.
+// table_stride 0 lets all rows of one prefill share one page table. inv_freq[D/2] holds the
+// rotary frequencies (base and scaling applied on the host, `ModelShape::inv_freq`).
 extern "C" __global__ void rope_kv_write(bf16_t* qkv, const int* pos, const int* lens,
                                          const int* page_table, int table_stride, bf16_t* kc,
-                                         bf16_t* vc, int H, int KV, int D, int P, float theta) {
+                                         bf16_t* vc, int H, int KV, int D, int P,
+                                         const float* inv_freq) {
     int r = blockIdx.x;
     if (lens[r] <= 0) return;
     int p = pos[r];
@@ -47,9 +50,8 @@ extern "C" __global__ void rope_kv_write(bf16_t* qkv, const int* pos, const int*
     int half = D / 2;
     for (int idx = threadIdx.x; idx < (H + KV) * half; idx += blockDim.x) {
         int head = idx / half, i = idx % half;
-        float inv_freq = 1.0f / powf(theta, (float)(2 * i) / (float)D);
         float s, c;
-        sincosf((float)p * inv_freq, &s, &c);
+        sincosf((float)p * inv_freq[i], &s, &c);
         bf16_t* h = row + head * D;
         float x0 = bf2f(h[i]), x1 = bf2f(h[i + half]);
         bf16_t y0 = f2bf(x0 * c - x1 * s), y1 = f2bf(x1 * c + x0 * s);
@@ -79,29 +81,17 @@ extern "C" __global__ void silu_mul(const bf16_t* gu, bf16_t* out, int ffn) {
     }
 }
 
-// Greedy sampling: first index of the maximum (torch.argmax's tie rule); NaN never wins.
-extern "C" __global__ void argmax_rows(const float* logits, int vocab, int* out) {
-    __shared__ float bv[32];
-    __shared__ int bi[32];
-    const float* l = logits + (u64)blockIdx.x * vocab;
-    float best = NEG_INF;
-    int idx = 0x7fffffff;
-    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
-        float v = l[i];
-        if (v > best) { best = v; idx = i; }
-    }
-    for (int o = 16; o > 0; o >>= 1) {
-        float ov = __shfl_xor_sync(0xffffffffu, best, o);
-        int oi = __shfl_xor_sync(0xffffffffu, idx, o);
-        if (ov > best || (ov == best && oi < idx)) { best = ov; idx = oi; }
-    }
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    if (lane == 0) { bv[warp] = best; bi[warp] = idx; }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        for (int w = 1; w < (int)(blockDim.x >> 5); ++w) {
-            if (bv[w] > best || (bv[w] == best && bi[w] < idx)) { best = bv[w]; idx = bi[w]; }
-        }
-        out[blockIdx.x] = (idx == 0x7fffffff) ? 0 : idx;
+// KV transfer stand-in (`context: transfer`): fills whole pages of the cache with seeded
+// values, as a context server's KV would land in them. Block (i, region) writes page
+// pages[i] of region `region` (layer l's K is region 2l, its V 2l + 1); each region holds
+// region_elems elements, each page page_elems.
+extern "C" __global__ void fill_kv_pages(bf16_t* kv, const int* pages, u64 region_elems,
+                                         int page_elems, unsigned seed) {
+    const u64 page = (u64)pages[blockIdx.x];
+    const u64 base = (u64)blockIdx.y * region_elems + page * page_elems;
+    for (int i = threadIdx.x; i < page_elems; i += blockDim.x) {
+        u64 z = splitmix64(((u64)seed << 48) ^ (base + i));
+        float u = (float)(unsigned)(z >> 40) * 5.9604644775390625e-8f;
+        kv[base + i] = f2bf(2.0f * u - 1.0f);
     }
 }

@@ -42,8 +42,27 @@ fn full_house() -> Vec<Resident> {
         .collect()
 }
 
+/// The controller after completions with a mean decode time of `d` seconds (before X formed,
+/// so g and the credit have not moved).
+fn with_d(mut p: GenPreemption, d: f64) -> GenPreemption {
+    p.stats.decode.push(d);
+    p.stats.completions += 1;
+    p
+}
+
+/// D used by the `tpot_budget` tests: W₀ = 0.15 D = 3 s, so W = 3 s at g = 1; minimum decode
+/// 0.07 D = 1.4 s; maximum pause 0.35 D = 7 s.
+const D: f64 = 20.0;
+
+fn tpot_with(max_active: u32) -> GenPreemption {
+    with_d(
+        GenPreemption::new(PreemptParams::new(Mode::TpotBudget(0.1), max_active)),
+        D,
+    )
+}
+
 fn tpot() -> GenPreemption {
-    GenPreemption::new(PreemptParams::new(Mode::TpotBudget(0.1), MAX))
+    tpot_with(MAX)
 }
 
 fn step(
@@ -63,8 +82,13 @@ fn step(
 }
 
 fn late_queue(now: f64) -> AdmissionQueue {
-    // X = 1 s; the waiter arrived 10 s ago: late.
+    // X = 1 s; the waiter arrived 10 s ago: late by 9 s.
     queue_with_waiter(1.0, Some(now - 10.0), now, None)
+}
+
+/// A head at risk in both modes: X = 1 s, arrived 2 s ago, late by 1 s, inside W = 3 s.
+fn risk_queue(now: f64) -> AdmissionQueue {
+    queue_with_waiter(1.0, Some(now - 2.0), now, None)
 }
 
 #[test]
@@ -73,7 +97,7 @@ fn pauses_only_when_full_and_the_head_is_at_risk() {
     let mut p = tpot();
     let rs = full_house();
     // Not full: a free slot admits the waiter instead.
-    let d = step(&mut p, now, &rs[..3], &[], &late_queue(now));
+    let d = step(&mut p, now, &rs[..3], &[], &risk_queue(now));
     assert!(d.pauses.is_empty());
     assert_eq!(d.admission_count, 3);
     // Full but nobody waiting.
@@ -94,10 +118,39 @@ fn pauses_only_when_full_and_the_head_is_at_risk() {
         &queue_with_waiter(100.0, Some(now), now, None),
     );
     assert!(d.pauses.is_empty());
-    // Full and the head is late: one pause, one slot for the waiter.
-    let d = step(&mut p, now, &rs, &[], &late_queue(now));
+    // Full and the head is late by less than W: one pause, one slot for the waiter.
+    let d = step(&mut p, now, &rs, &[], &risk_queue(now));
     assert_eq!(d.pauses.len(), 1);
     assert_eq!(d.admission_count, MAX - 1);
+}
+
+#[test]
+fn tpot_budget_head_late_by_more_than_w_triggers_no_pause_one_late_by_less_does() {
+    let now = 100.0;
+    let w = tpot().window();
+    assert!((w - 3.0).abs() < 1e-12);
+    // X = 1 s, the head arrived 1 + w + 0.5 s ago: late by w + 0.5.
+    let overdue = queue_with_waiter(1.0, Some(now - 1.0 - w - 0.5), now, None);
+    let d = step(&mut tpot(), now, &full_house(), &[], &overdue);
+    assert!(
+        d.pauses.is_empty(),
+        "late by more than W: the overdue tier serves it"
+    );
+    let late = queue_with_waiter(1.0, Some(now - 1.0 - w + 0.5), now, None);
+    let d = step(&mut tpot(), now, &full_house(), &[], &late);
+    assert_eq!(d.pauses.len(), 1, "late by less than W: a pause admits it");
+}
+
+#[test]
+fn target_output_tps_pauses_for_a_head_late_by_far_more_than_w() {
+    let now = 100.0;
+    let mut p = with_d(
+        GenPreemption::new(PreemptParams::new(Mode::TargetOutputTps(5.0), MAX)),
+        D,
+    );
+    // Late by 9 s against W = 3 s: still at risk in target mode.
+    let d = step(&mut p, now, &full_house(), &[], &late_queue(now));
+    assert_eq!(d.pauses.len(), 1);
 }
 
 #[test]
@@ -129,7 +182,7 @@ fn tpot_budget_victim_is_the_longest_resident_ties_newest_arrival() {
     rs[1].arrival = 0.5;
     rs[0].arrival = -1.0;
     let mut p = tpot();
-    let d = step(&mut p, now, &rs, &[], &late_queue(now));
+    let d = step(&mut p, now, &rs, &[], &risk_queue(now));
     assert_eq!(d.pauses, vec![1]);
 }
 
@@ -164,14 +217,14 @@ fn admission_order_walk_picks_the_full_scans_victim() {
     rs[3].first_token_time = None;
     cases.push(rs);
     for (i, rs) in cases.iter().enumerate() {
-        let scan = step(&mut tpot(), now, rs, &[], &late_queue(now));
+        let scan = step(&mut tpot(), now, rs, &[], &risk_queue(now));
         let order = places_by_admission(rs);
         let walk = tpot().step(&StepView {
             now,
             residents: rs,
             by_admission: Some(&order),
             departed: &[],
-            queue: late_queue(now).facts(),
+            queue: risk_queue(now).facts(),
         });
         assert_eq!(walk, scan, "case {i}");
     }
@@ -181,7 +234,7 @@ fn admission_order_walk_picks_the_full_scans_victim() {
         residents: &cases[1],
         by_admission: Some(&order),
         departed: &[],
-        queue: late_queue(now).facts(),
+        queue: risk_queue(now).facts(),
     });
     assert_eq!(
         d.pauses,
@@ -196,9 +249,9 @@ fn victims_need_first_token_minimum_decode_and_not_near_finished() {
     let mut p = tpot();
     let mut rs = full_house();
     rs[0].first_token_time = None; // no first token yet
-    rs[1].first_token_time = Some(now - 1.0); // decoding 1 s < 2 s warm-up minimum
+    rs[1].first_token_time = Some(now - 1.0); // decoding 1 s < 0.07 D = 1.4 s minimum
     rs[2].output_tokens = rs[2].max_tokens - 1; // near finished
-    let d = step(&mut p, now, &rs, &[], &late_queue(now));
+    let d = step(&mut p, now, &rs, &[], &risk_queue(now));
     assert_eq!(d.pauses, vec![3]);
 }
 
@@ -218,7 +271,7 @@ fn near_finished_uses_remaining_tokens_times_own_tpot_against_min_decode() {
 #[test]
 fn at_most_one_pause_per_pass_and_never_over_the_cap() {
     let now = 100.0;
-    let mut p = GenPreemption::new(PreemptParams::new(Mode::TpotBudget(0.1), 8));
+    let mut p = tpot_with(8);
     assert_eq!(p.paused_cap(), 3);
     let rs: Vec<_> = (0..8)
         .map(|i| res(i, i as f64, i as f64 + 0.5, 1000, 1000, 100_000))
@@ -234,7 +287,7 @@ fn at_most_one_pause_per_pass_and_never_over_the_cap() {
         }
         all.extend(rs.iter().copied().filter(|r| p.is_paused(r.id)));
         all.sort_by_key(|r| r.id);
-        let d = step(&mut p, now, &all, &[], &late_queue(now));
+        let d = step(&mut p, now, &all, &[], &risk_queue(now));
         assert!(d.pauses.len() <= 1);
         paused += d.pauses.len();
     }
@@ -248,7 +301,7 @@ fn resume_needs_64_iterations_before_the_next_pause_and_at_most_two_pauses() {
     let mut rs = full_house();
     let mut now = 100.0;
     // Pause request 0.
-    let d = step(&mut p, now, &rs, &[], &late_queue(now));
+    let d = step(&mut p, now, &rs, &[], &risk_queue(now));
     assert_eq!(d.pauses, vec![0]);
     // A slot frees (request 3 leaves): 0 resumes ahead of the waiter.
     now += 1.0;
@@ -260,7 +313,7 @@ fn resume_needs_64_iterations_before_the_next_pause_and_at_most_two_pauses() {
         output_tokens: 1000,
     };
     let rs3: Vec<_> = rs[..3].to_vec();
-    let d = step(&mut p, now, &rs3, &[dep], &late_queue(now));
+    let d = step(&mut p, now, &rs3, &[dep], &risk_queue(now));
     assert_eq!(d.resumes, vec![0]);
     assert_eq!(d.admission_count, 3);
     // Full again right after: request 0 ran only 10 iterations since its resume.
@@ -271,7 +324,7 @@ fn resume_needs_64_iterations_before_the_next_pause_and_at_most_two_pauses() {
         r.decode_iters += 10;
     }
     now += 100.0;
-    let d = step(&mut p, now, &rs, &[], &late_queue(now));
+    let d = step(&mut p, now, &rs, &[], &risk_queue(now));
     assert_eq!(d.pauses, vec![1], "0 is in its post-resume hysteresis");
     assert_eq!(p.pauses_of(0), 1);
 }
@@ -342,14 +395,14 @@ fn budget_mode_caps_pauses_per_request_at_two() {
     let mut w = World::new(full_house());
     let mut now = 100.0;
     for round in 0..3 {
-        let d = w.step(&mut p, now, &late_queue(now), &[]);
+        let d = w.step(&mut p, now, &risk_queue(now), &[]);
         if round == 2 {
             assert_eq!(d.pauses, vec![1], "request 0 used its two pauses");
             break;
         }
         assert_eq!(d.pauses, vec![0], "round {round}");
-        // Past the maximum pause (10 s before any completion): forced back.
-        now += 11.0;
+        // Past the maximum pause (0.35 D = 7 s): forced back.
+        now += 7.5;
         let d = w.step(&mut p, now, &quiet(now, None), &[]);
         assert_eq!(d.forced_resumes, vec![0]);
         let dep = w.cancel(w.last_admitted(), now);
@@ -362,12 +415,12 @@ fn budget_mode_caps_pauses_per_request_at_two() {
 fn forced_resume_after_the_maximum_pause_even_with_no_free_slot() {
     let mut p = tpot();
     let mut w = World::new(full_house());
-    let d = w.step(&mut p, 100.0, &late_queue(100.0), &[]);
+    let d = w.step(&mut p, 100.0, &risk_queue(100.0), &[]);
     assert_eq!(d.pauses, vec![0]);
-    // Before the first completion the maximum pause is 10 s.
-    let d = w.step(&mut p, 109.0, &quiet(109.0, None), &[]);
+    // The maximum pause is 0.35 D = 7 s.
+    let d = w.step(&mut p, 106.9, &quiet(106.9, None), &[]);
     assert!(d.forced_resumes.is_empty() && d.resumes.is_empty());
-    let d = w.step(&mut p, 110.0, &quiet(110.0, None), &[]);
+    let d = w.step(&mut p, 107.0, &quiet(107.0, None), &[]);
     assert_eq!(d.forced_resumes, vec![0]);
     // Occupancy above max_active, which blocks admissions.
     assert_eq!(d.admission_count, MAX + 1);
@@ -379,14 +432,14 @@ fn paused_requests_resume_oldest_pause_first_ahead_of_admissions() {
         .map(|i| res(i, i as f64, i as f64 + 0.5, 1000, 1000, 100_000))
         .collect();
     let run = |departing: &[u64]| {
-        let mut p = GenPreemption::new(PreemptParams::new(Mode::TpotBudget(0.1), 8));
+        let mut p = tpot_with(8);
         let mut w = World::new(eight.clone());
         assert_eq!(
-            w.step(&mut p, 100.0, &late_queue(100.0), &[]).pauses,
+            w.step(&mut p, 100.0, &risk_queue(100.0), &[]).pauses,
             vec![0]
         );
         assert_eq!(
-            w.step(&mut p, 100.5, &late_queue(100.5), &[]).pauses,
+            w.step(&mut p, 100.5, &risk_queue(100.5), &[]).pauses,
             vec![1]
         );
         let deps: Vec<_> = departing
@@ -408,7 +461,7 @@ fn paused_requests_resume_oldest_pause_first_ahead_of_admissions() {
 fn a_request_leaving_while_paused_leaves_the_paused_set() {
     let mut p = tpot();
     let rs = full_house();
-    step(&mut p, 100.0, &rs, &[], &late_queue(100.0));
+    step(&mut p, 100.0, &rs, &[], &risk_queue(100.0));
     assert!(p.is_paused(0));
     let dep = Departure {
         id: 0,
@@ -431,10 +484,13 @@ fn a_request_leaving_while_paused_leaves_the_paused_set() {
 
 #[test]
 fn running_means_exclude_pauses_and_start_from_the_first_completion() {
+    assert_eq!(
+        GenPreemption::new(PreemptParams::new(Mode::TpotBudget(0.1), MAX)).d(),
+        None
+    );
     let mut p = tpot();
-    assert_eq!(p.d(), None);
     let rs = full_house();
-    step(&mut p, 100.0, &rs, &[], &late_queue(100.0)); // pause 0 at t=100
+    step(&mut p, 100.0, &rs, &[], &risk_queue(100.0)); // pause 0 at t=100
                                                        // Request 0 completes at 104 while paused since 100: 4 s of pause excluded.
     let dep = Departure {
         id: 0,
@@ -450,10 +506,14 @@ fn running_means_exclude_pauses_and_start_from_the_first_completion() {
         &[dep],
         &queue_with_waiter(1.0, None, 104.0, None),
     );
+    let decode = 104.0 - 0.5 - 4.0;
     let d = p.d().unwrap();
-    assert!((d - (104.0 - 0.5 - 4.0)).abs() < 1e-9, "D = {d}");
+    assert!((d - (D + decode) / 2.0).abs() < 1e-9, "D = {d}");
     let r0 = p.stats().r0().unwrap();
-    assert!((r0 - 999.0 / d).abs() < 1e-9);
+    assert!(
+        (r0 - 999.0 / decode).abs() < 1e-9,
+        "R0 from the one TPOT sample"
+    );
 }
 
 #[test]
@@ -510,13 +570,13 @@ fn window_is_g_times_015_d_in_budget_mode_and_015_d_in_target_mode() {
 #[test]
 fn off_mode_never_pauses_and_resumes_everything_when_disabled() {
     let mut off = GenPreemption::new(PreemptParams::new(Mode::Off, MAX));
-    let d = step(&mut off, 100.0, &full_house(), &[], &late_queue(100.0));
+    let d = step(&mut off, 100.0, &full_house(), &[], &risk_queue(100.0));
     assert!(d.pauses.is_empty());
     let mut p = tpot();
-    step(&mut p, 100.0, &full_house(), &[], &late_queue(100.0));
+    step(&mut p, 100.0, &full_house(), &[], &risk_queue(100.0));
     assert_eq!(p.paused_count(), 1);
     p.disable();
-    let d = step(&mut p, 100.1, &full_house(), &[], &late_queue(100.1));
+    let d = step(&mut p, 100.1, &full_house(), &[], &risk_queue(100.1));
     assert_eq!(d.forced_resumes, vec![0]);
     assert_eq!(p.paused_count(), 0);
 }

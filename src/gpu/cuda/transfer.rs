@@ -1,0 +1,244 @@
+//! `context: transfer` (SPEC §6): a request's context arrives as a KV transfer stand-in
+//! instead of a prefill, as on a disaggregated GEN worker that receives KV from a context
+//! server. The request's pages get seeded values (a kernel on the transfer stream, so the
+//! writes cost HBM bandwidth beside the decode steps like a real transfer's) and the arrival
+//! takes at least bytes ÷ bandwidth, where bytes is the KV of every prompt token but the
+//! last: the first decode step computes the last prompt token itself and samples the first
+//! output token from it. Arrivals run on their own threads (`ContextLane`), so they overlap
+//! the decode steps; the step thread picks the arrived requests up at its next step.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use cudarc::driver::{CudaContext, CudaFunction, CudaStream};
+
+use super::device::{drv, launch_on, DevBuf, Gpu, Which, A};
+use super::forward::KvCache;
+use super::residents::ReqState;
+use super::shape::ModelShape;
+use crate::gpu::{BackendError, ContextArrival, ContextLane};
+use crate::policy::RequestId;
+
+/// How a request's context (its prompt's KV) arrives on this worker.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ContextMode {
+    /// A real prefill on the prefill stream: needed for correct text from real weights.
+    Prefill,
+    /// Seeded KV written at `gbps` GB/s (10⁹ bytes per second), for load experiments.
+    Transfer { gbps: f64 },
+}
+
+/// Bytes a transfer of a `prompt_tokens`-token context moves: the KV of every token but the
+/// last (the first decode step computes that one).
+pub fn transfer_bytes(prompt_tokens: usize, kv_bytes_per_token: u64) -> u64 {
+    prompt_tokens.saturating_sub(1) as u64 * kv_bytes_per_token
+}
+
+/// The least time a transfer of `bytes` takes at `gbps`.
+pub fn transfer_time(bytes: u64, gbps: f64) -> Duration {
+    Duration::from_secs_f64(bytes as f64 / (gbps * 1e9))
+}
+
+/// The arrival side of `context: transfer`, shared by the backend and the arrival threads.
+pub(crate) struct TransferLane {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    fill: CudaFunction,
+    /// (base pointer, elements per region, elements per page, regions) of the KV cache.
+    geometry: (u64, u64, usize, usize),
+    num_pages: usize,
+    page_size: usize,
+    vocab: usize,
+    max_context: usize,
+    kv_bytes_per_token: u64,
+    gbps: f64,
+    /// Device page list of the transfer in flight (one at a time on the stream).
+    pages: Mutex<DevBuf>,
+    /// Arrived, not yet taken by the step thread.
+    arrived: Mutex<HashMap<RequestId, ReqState>>,
+}
+
+// SAFETY: the device buffer is only touched under its mutex, with the context bound to the
+// calling thread; the CUDA driver API is thread-safe.
+unsafe impl Send for TransferLane {}
+unsafe impl Sync for TransferLane {}
+
+impl std::fmt::Debug for TransferLane {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TransferLane")
+            .field("gbps", &self.gbps)
+            .field("kv_bytes_per_token", &self.kv_bytes_per_token)
+            .finish()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl TransferLane {
+    pub fn new(
+        gpu: &Gpu,
+        kv: &KvCache,
+        shape: &ModelShape,
+        gbps: f64,
+        max_context: usize,
+    ) -> Result<Self, BackendError> {
+        let max_pages = max_context.div_ceil(kv.page_size).max(1);
+        Ok(TransferLane {
+            ctx: gpu.ctx.clone(),
+            stream: gpu.transfer.clone(),
+            fill: gpu.k.fill_pages.clone(),
+            geometry: kv.geometry(),
+            num_pages: kv.num_pages,
+            page_size: kv.page_size,
+            vocab: shape.vocab,
+            max_context,
+            kv_bytes_per_token: shape.kv_bytes_per_token(),
+            gbps,
+            pages: Mutex::new(gpu.alloc(max_pages * 4, Which::Transfer)?),
+            arrived: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Requests that arrived since the last call.
+    pub fn take_arrived(&self) -> Vec<(RequestId, ReqState)> {
+        let mut a = lock(&self.arrived);
+        if a.is_empty() {
+            return Vec::new();
+        }
+        let mut v: Vec<(RequestId, ReqState)> = a.drain().collect();
+        v.sort_by_key(|(id, _)| *id);
+        v
+    }
+
+    /// Arrived requests not yet taken.
+    pub fn pending(&self) -> usize {
+        lock(&self.arrived).len()
+    }
+
+    /// Drops an arrived request that left before any step took it.
+    pub fn forget(&self, id: RequestId) {
+        lock(&self.arrived).remove(&id);
+    }
+
+    fn check(&self, req: &ContextArrival) -> Result<(), BackendError> {
+        let id = req.id;
+        let n = req.prompt.len();
+        let last = *req
+            .prompt
+            .last()
+            .ok_or_else(|| BackendError::Failed(format!("request {id}: empty prompt")))?;
+        if last as usize >= self.vocab {
+            return Err(BackendError::Failed(format!(
+                "request {id}: token {last} outside the vocabulary ({})",
+                self.vocab
+            )));
+        }
+        if n > self.max_context {
+            return Err(BackendError::Failed(format!(
+                "request {id}: {n} tokens exceed max_context {}",
+                self.max_context
+            )));
+        }
+        let need = n.div_ceil(self.page_size);
+        if req.pages.len() < need {
+            return Err(BackendError::Failed(format!(
+                "request {id}: {} pages cannot hold {n} tokens ({need} needed)",
+                req.pages.len()
+            )));
+        }
+        if let Some(p) = req.pages[..need]
+            .iter()
+            .find(|&&p| p as usize >= self.num_pages)
+        {
+            return Err(BackendError::Failed(format!(
+                "request {id}: page {p} is outside the KV cache ({} pages)",
+                self.num_pages
+            )));
+        }
+        Ok(())
+    }
+
+    /// Writes the pages holding the transferred tokens, on the transfer stream.
+    fn write_pages(&self, req: &ContextArrival) -> Result<(), BackendError> {
+        let tokens = req.prompt.len().saturating_sub(1);
+        let n = tokens.div_ceil(self.page_size);
+        if n == 0 {
+            return Ok(());
+        }
+        let ids: Vec<i32> = req.pages[..n].iter().map(|&p| p as i32).collect();
+        let (base, region_elems, page_elems, regions) = self.geometry;
+        let buf = lock(&self.pages);
+        self.ctx
+            .bind_to_thread()
+            .map_err(drv("bind context (transfer)"))?;
+        // SAFETY: the buffer holds max_context / page_size ids and n is at most that; the
+        // copy is staged from pageable memory before the call returns.
+        unsafe {
+            cudarc::driver::result::memcpy_htod_async(buf.ptr, &ids, self.stream.cu_stream())
+        }
+        .map_err(drv("page list copy"))?;
+        launch_on(
+            &self.stream,
+            &self.fill,
+            (n as u32, regions as u32, 1),
+            256,
+            0,
+            &[
+                A::P(base),
+                A::P(buf.ptr),
+                A::L(region_elems),
+                A::I(page_elems as i32),
+                A::U(req.id as u32 ^ 0x7a11),
+            ],
+        )?;
+        self.stream
+            .synchronize()
+            .map_err(drv("transfer stream synchronize"))
+    }
+}
+
+impl ContextLane for TransferLane {
+    fn context_arrival(&self, req: &ContextArrival) -> Result<f64, BackendError> {
+        let t0 = Instant::now();
+        self.check(req)?;
+        self.write_pages(req)?;
+        let want = transfer_time(
+            transfer_bytes(req.prompt.len(), self.kv_bytes_per_token),
+            self.gbps,
+        );
+        if let Some(rest) = want.checked_sub(t0.elapsed()) {
+            std::thread::sleep(rest);
+        }
+        let mut st = ReqState::new(req);
+        st.first_input = req.prompt.last().copied();
+        lock(&self.arrived).insert(req.id, st);
+        Ok(t0.elapsed().as_secs_f64())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_transfer_moves_the_kv_of_every_prompt_token_but_the_last() {
+        let s = ModelShape::named("llama-8b").unwrap();
+        // 32 layers x 8 kv heads x 128 dims x (K, V) x 2 bytes = 128 KiB per token.
+        assert_eq!(s.kv_bytes_per_token(), 131_072);
+        assert_eq!(transfer_bytes(4097, s.kv_bytes_per_token()), 4096 * 131_072);
+        assert_eq!(transfer_bytes(1, 131_072), 0);
+        assert_eq!(transfer_bytes(0, 131_072), 0);
+    }
+
+    #[test]
+    fn transfer_time_is_bytes_over_bandwidth() {
+        // 4096 tokens of llama-8b KV (512 MiB) at 50 GB/s: 10.7 ms.
+        let t = transfer_time(4096 * 131_072, 50.0);
+        assert!((t.as_secs_f64() - 0.010_737_418_24).abs() < 1e-9, "{t:?}");
+        assert_eq!(transfer_time(0, 25.0), Duration::ZERO);
+        assert!(transfer_time(1 << 30, 1.0) > transfer_time(1 << 30, 2.0));
+    }
+}

@@ -1,0 +1,194 @@
+//! What a served run measured, read from its recording (`serve --record`), summarised the way
+//! the simulator summarises an arm so `sim --replay` can print the two side by side.
+
+use serde::Serialize;
+
+use super::report::{percentile, ArmSummary};
+use crate::workload::recording::{Outcome, Recording};
+
+/// The served run over the replay's measurement window: requests that arrived in
+/// `[first arrival + warmup, first arrival + duration)`.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ServedSummary {
+    pub file: String,
+    pub run_start_unix: f64,
+    /// Every recorded request, and how those in the window ended.
+    pub recorded: usize,
+    pub completed: usize,
+    pub cancelled: usize,
+    pub failed: usize,
+    pub ttft_p50_s: f64,
+    pub ttft_p90_s: f64,
+    pub ttft_p99_s: f64,
+    pub ttft_mean_s: f64,
+    pub mean_tpot_ms: f64,
+    pub e2e_p90_s: f64,
+    /// Context plus output tokens of the completed requests, per second of window.
+    pub total_tps: f64,
+    pub output_tps: f64,
+    /// Pauses of the requests in the window.
+    pub pauses: u64,
+}
+
+fn mean(v: &[f64]) -> f64 {
+    if v.is_empty() {
+        f64::NAN
+    } else {
+        v.iter().sum::<f64>() / v.len() as f64
+    }
+}
+
+/// Summarises `rec` over the window `[warmup_s, duration_s)` after its first arrival.
+pub fn summarise(rec: &Recording, warmup_s: f64, duration_s: f64) -> ServedSummary {
+    let t0 = rec.first_arrival_s();
+    let in_window: Vec<_> = rec
+        .records
+        .iter()
+        .filter(|r| {
+            let t = r.arrival_s - t0;
+            t >= warmup_s && t < duration_s
+        })
+        .collect();
+    let done: Vec<_> = in_window
+        .iter()
+        .filter(|r| r.outcome == Outcome::Completed)
+        .collect();
+    let count = |o: Outcome| in_window.iter().filter(|r| r.outcome == o).count();
+    let mut ttft: Vec<f64> = done.iter().filter_map(|r| r.ttft_s()).collect();
+    ttft.sort_by(f64::total_cmp);
+    let mut e2e: Vec<f64> = done.iter().map(|r| r.finish_s - r.arrival_s).collect();
+    e2e.sort_by(f64::total_cmp);
+    let tpot: Vec<f64> = done.iter().filter_map(|r| r.tpot_s()).collect();
+    let window = (duration_s - warmup_s).max(1e-9);
+    let out_tokens: u64 = done.iter().map(|r| u64::from(r.output_tokens)).sum();
+    let in_tokens: u64 = done.iter().map(|r| u64::from(r.context_tokens)).sum();
+    ServedSummary {
+        file: rec.path.display().to_string(),
+        run_start_unix: rec.run_start_unix,
+        recorded: rec.records.len(),
+        completed: done.len(),
+        cancelled: count(Outcome::Cancelled),
+        failed: count(Outcome::Failed),
+        ttft_p50_s: percentile(&ttft, 50.0),
+        ttft_p90_s: percentile(&ttft, 90.0),
+        ttft_p99_s: percentile(&ttft, 99.0),
+        ttft_mean_s: mean(&ttft),
+        mean_tpot_ms: 1e3 * mean(&tpot),
+        e2e_p90_s: percentile(&e2e, 90.0),
+        total_tps: (in_tokens + out_tokens) as f64 / window,
+        output_tps: out_tokens as f64 / window,
+        pauses: in_window.iter().map(|r| u64::from(r.pauses)).sum(),
+    }
+}
+
+/// The served run beside the simulated arm replayed under the serving setting, with the
+/// simulator's error on each.
+pub fn table(served: &ServedSummary, sim: &ArmSummary) -> String {
+    let mut s = format!(
+        "{:<34} {:>7} {:>7} {:>7} {:>7} {:>8} {:>8} {:>9} {:>7} {:>9}\n",
+        "replay check",
+        "ttft50",
+        "ttft90",
+        "ttft99",
+        "mean",
+        "tpot_ms",
+        "e2e90",
+        "total_tps",
+        "pauses",
+        "requests"
+    );
+    let row = |name: &str, v: [f64; 7], pauses: u64, n: usize| {
+        format!(
+            "{name:<34} {:>7.2} {:>7.2} {:>7.2} {:>7.2} {:>8.2} {:>8.2} {:>9.0} {pauses:>7} {n:>9}\n",
+            v[0], v[1], v[2], v[3], v[4], v[5], v[6]
+        )
+    };
+    let a = [
+        served.ttft_p50_s,
+        served.ttft_p90_s,
+        served.ttft_p99_s,
+        served.ttft_mean_s,
+        served.mean_tpot_ms,
+        served.e2e_p90_s,
+        served.total_tps,
+    ];
+    let b = [
+        sim.ttft_p50_s,
+        sim.ttft_p90_s,
+        sim.ttft_p99_s,
+        sim.ttft_mean_s,
+        sim.mean_tpot_ms,
+        sim.e2e_p90_s,
+        sim.total_tps,
+    ];
+    s += &row("served (recorded)", a, served.pauses, served.completed);
+    s += &row(
+        &format!("simulated {}", sim.name),
+        b,
+        sim.pauses,
+        sim.requests,
+    );
+    let err: Vec<String> = a
+        .iter()
+        .zip(&b)
+        .map(|(x, y)| {
+            if *x > 0.0 && x.is_finite() && y.is_finite() {
+                format!("{:+.0}%", 100.0 * (y / x - 1.0))
+            } else {
+                "-".into()
+            }
+        })
+        .collect();
+    s += &format!(
+        "{:<34} {:>7} {:>7} {:>7} {:>7} {:>8} {:>8} {:>9}\n",
+        "simulated vs served", err[0], err[1], err[2], err[3], err[4], err[5], err[6]
+    );
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload::recording::ServedRecord;
+    use std::path::PathBuf;
+
+    fn rec(id: u64, arrival: f64, ttft: f64, out: u32, outcome: Outcome) -> ServedRecord {
+        ServedRecord {
+            id,
+            run_start_unix: 0.0,
+            arrival_s: arrival,
+            context_tokens: 1000,
+            max_tokens: out,
+            output_tokens: out,
+            first_token_s: Some(arrival + ttft),
+            finish_s: arrival + ttft + 0.01 * f64::from(out - 1),
+            pauses: 1,
+            outcome,
+            error: None,
+        }
+    }
+
+    #[test]
+    fn the_window_starts_after_the_warmup_and_only_completions_count_for_latency() {
+        let r = Recording {
+            path: PathBuf::from("r.jsonl"),
+            run_start_unix: 0.0,
+            records: vec![
+                rec(0, 5.0, 100.0, 11, Outcome::Completed), // before the window
+                rec(1, 15.0, 1.0, 11, Outcome::Completed),
+                rec(2, 16.0, 3.0, 21, Outcome::Completed),
+                rec(3, 17.0, 9.0, 11, Outcome::Cancelled),
+                rec(4, 40.0, 7.0, 11, Outcome::Completed), // after it
+            ],
+        };
+        let s = summarise(&r, 10.0, 30.0);
+        assert_eq!(
+            (s.recorded, s.completed, s.cancelled, s.failed),
+            (5, 2, 1, 0)
+        );
+        assert_eq!((s.ttft_p50_s, s.ttft_p90_s, s.ttft_mean_s), (1.0, 3.0, 2.0));
+        assert!((s.mean_tpot_ms - 10.0).abs() < 1e-9);
+        assert_eq!(s.pauses, 3);
+        assert_eq!(s.output_tps, 32.0 / 20.0);
+    }
+}

@@ -1,0 +1,303 @@
+//! Recorded served traffic (SPEC §8.4): the line `genslot serve --record FILE` writes for
+//! every request that entered the scheduler, and the reader `genslot sim --replay FILE` uses.
+//!
+//! # The clock
+//! Every time is in seconds on the serving worker's clock, counted from its start
+//! (`run_start_unix`, unix seconds, on every line), so the relative times are exact and
+//! `run_start_unix + arrival_s` is the unix time. `arrival_s` is the request's arrival as the
+//! scheduler used it (the trusted upstream `arrival_time` when given, else receipt), so it may
+//! be negative for a request that arrived upstream before this server started.
+//!
+//! # The line
+//! ```json
+//! {"id":7,"run_start_unix":1764500000.25,"arrival_s":12.5,"context_tokens":2224,
+//!  "max_tokens":169,"output_tokens":169,"first_token_s":12.71,"finish_s":15.9,
+//!  "pauses":1,"outcome":"completed"}
+//! ```
+//! `output_tokens` are the tokens the client received; `first_token_s` is when the first of
+//! them was streamed (absent when none was); `finish_s` is when the request left the worker;
+//! `pauses` counts the times the scheduler paused it in place. `outcome`: `completed`
+//! (`max_tokens` reached, or a stop: EOS or a stop string), `cancelled` (the client went away,
+//! or the engine ended it) or `failed` (refused by a full queue, a backend error, or the
+//! server shutting down; `error` says which). Requests refused before the scheduler saw them (HTTP 400, 429, 503) are not
+//! recorded. Unknown fields are ignored, so the line can grow.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::error::WorkloadError;
+use super::source::read_text;
+use super::types::{HashIds, TimedRequest};
+
+/// How a recorded request ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    Completed,
+    Cancelled,
+    Failed,
+}
+
+/// One recorded request (the module docs give the clock and the fields).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ServedRecord {
+    pub id: u64,
+    pub run_start_unix: f64,
+    pub arrival_s: f64,
+    pub context_tokens: u32,
+    pub max_tokens: u32,
+    pub output_tokens: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_token_s: Option<f64>,
+    pub finish_s: f64,
+    pub pauses: u32,
+    pub outcome: Outcome,
+    /// Why a failed request failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl ServedRecord {
+    /// Time to first token, for a request that got one.
+    pub fn ttft_s(&self) -> Option<f64> {
+        self.first_token_s.map(|f| f - self.arrival_s)
+    }
+
+    /// `(finish − first token) / (output tokens − 1)`, for a completed request with ≥ 2 tokens.
+    pub fn tpot_s(&self) -> Option<f64> {
+        match (self.outcome, self.first_token_s) {
+            (Outcome::Completed, Some(f)) if self.output_tokens > 1 => {
+                Some((self.finish_s - f) / f64::from(self.output_tokens - 1))
+            }
+            _ => None,
+        }
+    }
+
+    /// The tokens a replay decodes: what a completed request decoded (fewer than
+    /// `max_tokens` when it stopped early), otherwise `max_tokens` as asked, since the
+    /// replayed setting may complete what the served one cancelled or failed.
+    pub fn replay_tokens(&self) -> u32 {
+        match self.outcome {
+            Outcome::Completed => self.output_tokens.max(1),
+            _ => self.max_tokens.max(1),
+        }
+    }
+
+    /// What is wrong with a parsed line, if anything.
+    fn check(&self) -> Result<(), String> {
+        let finite = [self.run_start_unix, self.arrival_s, self.finish_s]
+            .into_iter()
+            .chain(self.first_token_s)
+            .all(f64::is_finite);
+        if !finite {
+            return Err("a time is not a finite number".into());
+        }
+        if self.max_tokens == 0 {
+            return Err("max_tokens must be at least 1".into());
+        }
+        if self.output_tokens > self.max_tokens {
+            return Err(format!(
+                "output_tokens {} exceed max_tokens {}",
+                self.output_tokens, self.max_tokens
+            ));
+        }
+        if self.finish_s < self.arrival_s {
+            return Err(format!(
+                "finish_s {} is before arrival_s {}",
+                self.finish_s, self.arrival_s
+            ));
+        }
+        if let Some(f) = self.first_token_s {
+            if f < self.arrival_s || f > self.finish_s {
+                return Err(format!(
+                    "first_token_s {f} lies outside [arrival_s {}, finish_s {}]",
+                    self.arrival_s, self.finish_s
+                ));
+            }
+        }
+        if self.output_tokens > 0 && self.first_token_s.is_none() {
+            return Err("a request with output_tokens needs first_token_s".into());
+        }
+        Ok(())
+    }
+}
+
+/// A recording read back: its records sorted by arrival (then id).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Recording {
+    pub path: PathBuf,
+    pub run_start_unix: f64,
+    pub records: Vec<ServedRecord>,
+}
+
+/// Reads a recording (plain or gzip). Blank lines are skipped; any other line that is not a
+/// valid record is an error naming the file, the line number and what is wrong. Every line
+/// must come from one run (one `run_start_unix`).
+pub fn load_recording(path: &Path) -> Result<Recording, WorkloadError> {
+    parse_recording_str(&read_text(path)?, path)
+}
+
+/// [`load_recording`] over text already in memory.
+pub fn parse_recording_str(text: &str, path: &Path) -> Result<Recording, WorkloadError> {
+    let mut records: Vec<ServedRecord> = Vec::new();
+    let mut first_line = 0usize;
+    for (i, line) in text.lines().enumerate() {
+        let line_no = i + 1;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let r: ServedRecord = serde_json::from_str(line).map_err(|e| {
+            // serde_json says "at line 1 column N" of the one line; keep only the column.
+            let text = e.to_string();
+            let what = text
+                .rsplit_once(" at line ")
+                .map_or(text.as_str(), |(m, _)| m);
+            WorkloadError::Parse {
+                path: path.to_path_buf(),
+                line: line_no,
+                msg: format!(
+                    "not a served-request record: {what} (column {})",
+                    e.column()
+                ),
+            }
+        })?;
+        let invalid = |msg: String| WorkloadError::Invalid {
+            path: path.to_path_buf(),
+            line: line_no,
+            msg,
+        };
+        r.check().map_err(invalid)?;
+        match records.first() {
+            None => first_line = line_no,
+            Some(f) if f.run_start_unix != r.run_start_unix => {
+                return Err(invalid(format!(
+                    "run_start_unix {} differs from line {first_line}'s {}: the file mixes \
+                     runs; replay one run at a time",
+                    r.run_start_unix, f.run_start_unix
+                )));
+            }
+            Some(_) => {}
+        }
+        records.push(r);
+    }
+    let Some(first) = records.first() else {
+        return Err(WorkloadError::Empty {
+            path: path.to_path_buf(),
+        });
+    };
+    let run_start_unix = first.run_start_unix;
+    records.sort_by(|a, b| a.arrival_s.total_cmp(&b.arrival_s).then(a.id.cmp(&b.id)));
+    Ok(Recording {
+        path: path.to_path_buf(),
+        run_start_unix,
+        records,
+    })
+}
+
+impl Recording {
+    /// The first arrival (the replay's time zero), seconds on the recording's clock.
+    pub fn first_arrival_s(&self) -> f64 {
+        self.records.first().map_or(0.0, |r| r.arrival_s)
+    }
+
+    /// Seconds from the first arrival to the last.
+    pub fn span_s(&self) -> f64 {
+        self.records
+            .last()
+            .map_or(0.0, |r| r.arrival_s - self.first_arrival_s())
+    }
+
+    /// The arrivals as an open-loop trace, in arrival order: recorded arrival, context tokens
+    /// and [`ServedRecord::replay_tokens`]; no prefix information (the server saw token ids,
+    /// not their blocks).
+    pub fn timed_requests(&self) -> Vec<TimedRequest> {
+        self.records
+            .iter()
+            .map(|r| TimedRequest {
+                t: r.arrival_s,
+                input_tokens: r.context_tokens,
+                output_tokens: r.replay_tokens(),
+                hash_ids: HashIds::default(),
+                block_size: 0,
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LINE: &str = r#"{"id":7,"run_start_unix":100.5,"arrival_s":12.5,"context_tokens":2224,"max_tokens":169,"output_tokens":169,"first_token_s":12.75,"finish_s":16.95,"pauses":1,"outcome":"completed"}"#;
+
+    fn parse(text: &str) -> Result<Recording, WorkloadError> {
+        parse_recording_str(text, Path::new("rec.jsonl"))
+    }
+
+    #[test]
+    fn a_line_round_trips_and_gives_ttft_and_tpot() {
+        let r = parse(LINE).unwrap();
+        let x = &r.records[0];
+        assert_eq!(x.ttft_s(), Some(0.25));
+        assert!((x.tpot_s().unwrap() - 4.2 / 168.0).abs() < 1e-12);
+        assert_eq!(serde_json::to_string(x).unwrap(), LINE);
+        assert_eq!(r.run_start_unix, 100.5);
+    }
+
+    #[test]
+    fn bad_lines_name_their_line_number_and_the_problem() {
+        let text = format!("{LINE}\n\n{{\"id\": 8}}\n");
+        let e = parse(&text).unwrap_err().to_string();
+        assert!(e.starts_with("rec.jsonl:3: "), "{e}");
+        assert!(e.contains("missing field"), "{e}");
+
+        let late = LINE.replace("\"first_token_s\":12.75", "\"first_token_s\":17.0");
+        let e = parse(&format!("{LINE}\n{late}")).unwrap_err().to_string();
+        assert!(e.starts_with("rec.jsonl:2: first_token_s 17"), "{e}");
+
+        let e = parse("not json").unwrap_err().to_string();
+        assert!(
+            e.starts_with("rec.jsonl:1: not a served-request record"),
+            "{e}"
+        );
+
+        let other_run = LINE.replace("100.5", "200.5");
+        let e = parse(&format!("{LINE}\n{other_run}"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(":2: run_start_unix 200.5 differs from line 1"),
+            "{e}"
+        );
+
+        assert!(matches!(parse("\n\n"), Err(WorkloadError::Empty { .. })));
+    }
+
+    #[test]
+    fn replay_decodes_what_completed_and_what_was_asked_otherwise() {
+        let mut r: ServedRecord = serde_json::from_str(LINE).unwrap();
+        r.output_tokens = 40; // stopped at EOS
+        assert_eq!(r.replay_tokens(), 40);
+        r.outcome = Outcome::Cancelled;
+        assert_eq!(r.replay_tokens(), 169);
+        assert_eq!(r.tpot_s(), None, "only completed requests have a TPOT");
+    }
+
+    #[test]
+    fn records_come_back_in_arrival_order() {
+        let later = LINE
+            .replace("\"id\":7", "\"id\":3")
+            .replace("12.5", "13.5")
+            .replace("12.75", "13.75");
+        let r = parse(&format!("{later}\n{LINE}\n")).unwrap();
+        let ids: Vec<u64> = r.records.iter().map(|x| x.id).collect();
+        assert_eq!(ids, vec![7, 3]);
+        assert_eq!(r.span_s(), 1.0);
+        let t = r.timed_requests();
+        assert_eq!(
+            (t[0].t, t[0].input_tokens, t[0].output_tokens),
+            (12.5, 2224, 169)
+        );
+    }
+}

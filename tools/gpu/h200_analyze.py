@@ -1,0 +1,191 @@
+#!/usr/bin/env python3
+"""The served H200 experiment's analysis, on the CPU machine, over what the commands of
+tools/gpu/h200_experiment.sh returned: fits the step and transfer models (`genslot fit-step`),
+summarises every served run over its measured window from its recording (`genslot sim
+--replay`, which also gives the simulator's replay of that run under the control and the
+preemption configs), runs the closed-loop simulator on the same load, and prints the tables
+for docs/results.md and BENCHMARKS.md as markdown (and `--json`).
+
+    python3 tools/gpu/h200_analyze.py RESULTS_DIR [--grid GRID.json] [--genslot BIN]
+
+RESULTS_DIR holds grid-llama-8b.json, probe.jsonl and run-REP-ARM.tar.gz files (any subset).
+"""
+
+import argparse
+import json
+import re
+import statistics
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+CONTROL_YAML = ROOT / "tools/gpu/h200-llama-8b-control.yaml"
+TRACE = ROOT / "../shared/traces/weka_cc_agentic/weka_traces_runs.jsonl.gz"
+PREEMPT_ARM = "tpot_budget=0.10"
+ARM_OF = {"control": "control", "tpot": PREEMPT_ARM, "target": "target_output_tps"}
+
+
+def sh(cmd, **kw):
+    print("$ " + " ".join(str(c) for c in cmd), file=sys.stderr)
+    r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kw)
+    if r.returncode != 0:
+        sys.exit(f"failed ({r.returncode}): {' '.join(map(str, cmd))}\n{r.stdout}\n{r.stderr}")
+    return r.stdout
+
+
+def metric(text, name, labels=""):
+    """Sum of a Prometheus counter's samples whose labels contain `labels`."""
+    total = 0.0
+    for line in text.splitlines():
+        m = re.match(rf"^{re.escape(name)}(\{{[^}}]*\}})?\s+([0-9.eE+-]+)$", line)
+        if m and labels in (m.group(1) or ""):
+            total += float(m.group(2))
+    return total
+
+
+def fitted_config(genslot, grid, probe, work):
+    """The control config with the timing section fitted to the grid (and the probe)."""
+    cmd = [genslot, "fit-step", grid, "--json", work / "fit.json", "--timing", work / "timing.yaml"]
+    if probe and probe.exists():
+        cmd += ["--transfer-record", probe]
+    fit_text = sh(cmd)
+    head = CONTROL_YAML.read_text().split("\ntiming:")[0]
+    cfg = work / "fitted.yaml"
+    cfg.write_text(head + "\n" + (work / "timing.yaml").read_text())
+    return cfg, fit_text, json.loads((work / "fit.json").read_text())
+
+
+def served_run(genslot, tarball, cfg, work):
+    d = work / tarball.name.replace(".tar.gz", "")
+    d.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(tarball) as t:
+        t.extractall(d, filter="data")
+    run = json.loads((d / "run.json").read_text())
+    w, m = run["warmup_s"], run["measure_s"]
+    out = d / "replay.json"
+    sh([genslot, "sim", "--quiet", "--replay", d / "served.jsonl", "--config", cfg,
+        "--warmup", w, "--duration", w + m, "--arms", f"control,{PREEMPT_ARM}", "--json", out])
+    rep = json.loads(out.read_text())
+    warm = (d / "metrics-warm.txt").read_text() if (d / "metrics-warm.txt").exists() else ""
+    end = (d / "metrics-end.txt").read_text() if (d / "metrics-end.txt").exists() else ""
+    counts = {
+        "pauses": metric(end, "genslot_pauses_total") - metric(warm, "genslot_pauses_total"),
+        "resumes": metric(end, "genslot_resumes_total", 'forced="false"')
+        - metric(warm, "genslot_resumes_total", 'forced="false"'),
+        "forced": metric(end, "genslot_resumes_total", 'forced="true"')
+        - metric(warm, "genslot_resumes_total", 'forced="true"'),
+    }
+    return {"run": run, "served": rep["served"], "counters": counts,
+            "replay": {a["name"]: a for a in rep["arms"]}, "name": d.name}
+
+
+def spread(v):
+    return (statistics.fmean(v), min(v), max(v)) if v else (float("nan"),) * 3
+
+
+def fmt_spread(v, unit):
+    m, lo, hi = spread(v)
+    return f"{m:+.2f}{unit} [{lo:+.2f}, {hi:+.2f}]"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("results", type=Path)
+    ap.add_argument("--grid", type=Path, help="step grid (default RESULTS/grid-llama-8b.json)")
+    ap.add_argument("--genslot", type=Path, default=ROOT / "target/release/genslot")
+    ap.add_argument("--trace", type=Path, default=TRACE)
+    ap.add_argument("--seeds", type=int, default=16, help="closed-loop simulator seeds")
+    ap.add_argument("--json", type=Path)
+    a = ap.parse_args()
+    work = a.results / "analysis"
+    work.mkdir(parents=True, exist_ok=True)
+    grid = a.grid or a.results / "grid-llama-8b.json"
+    cfg, fit_text, fit = fitted_config(a.genslot, grid, a.results / "probe.jsonl", work)
+    print("## Step-time fit\n\n```\n" + fit_text.strip() + "\n```\n")
+
+    runs = [served_run(a.genslot, t, cfg, work) for t in sorted(a.results.glob("run-*.tar.gz"))]
+    if not runs:
+        print("no run-*.tar.gz in", a.results)
+        return
+    print("## Served runs (measured window)\n")
+    print("| run | arm | requests | TTFT p50 | p90 | p99 | mean | mean TPOT ms | E2E p90 | "
+          "total tok/s | pauses | resumes | forced |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in runs:
+        s, c = r["served"], r["counters"]
+        print(f"| {r['name']} | {r['run']['arm']} | {s['completed']} | {s['ttft_p50_s']:.2f} | "
+              f"{s['ttft_p90_s']:.2f} | {s['ttft_p99_s']:.2f} | {s['ttft_mean_s']:.2f} | "
+              f"{s['mean_tpot_ms']:.2f} | {s['e2e_p90_s']:.2f} | {s['total_tps']:.0f} | "
+              f"{c['pauses']:.0f} | {c['resumes']:.0f} | {c['forced']:.0f} |")
+
+    by = {(r["run"]["repeat"], r["run"]["arm"]): r for r in runs}
+    pairs = [(by[(k, "control")], by[(k, "tpot")])
+             for k in sorted({k for k, _ in by}) if (k, "control") in by and (k, "tpot") in by]
+    d90, d50, dtpot, dtps = [], [], [], []
+    for c, b in pairs:
+        sc, sb = c["served"], b["served"]
+        d90.append(sb["ttft_p90_s"] - sc["ttft_p90_s"])
+        d50.append(sb["ttft_p50_s"] - sc["ttft_p50_s"])
+        dtpot.append(100 * (sb["mean_tpot_ms"] / sc["mean_tpot_ms"] - 1))
+        dtps.append(100 * (sb["total_tps"] / sc["total_tps"] - 1))
+    if pairs:
+        print(f"\nPaired deltas, {PREEMPT_ARM} − control, mean [min, max] over {len(pairs)} "
+              f"repeat(s): TTFT p90 {fmt_spread(d90, ' s')}, TTFT p50 {fmt_spread(d50, ' s')}, "
+              f"mean TPOT {fmt_spread(dtpot, '%')}, total tok/s {fmt_spread(dtps, '%')}")
+
+    # The simulator, two ways.
+    print("\n## Simulator prediction\n")
+    controls = [r for r in runs if r["run"]["arm"] == "control"]
+    rows = []
+    for r in controls:
+        p = r["replay"]
+        sim_c, sim_b = p["control"], p[PREEMPT_ARM]
+        rows.append(("replay of " + r["name"], sim_c, sim_b, r["served"]))
+    if controls:
+        r0 = controls[0]["run"]
+        w, m = r0["warmup_s"], r0["measure_s"]
+        out = work / "closed.json"
+        sh([a.genslot, "sim", "--quiet", "--config", cfg, "--trace", a.trace,
+            "--context-scale", r0["context_scale"], "--max-context", r0["max_context"],
+            "--concurrency", r0["concurrency"], "--duration", w + m, "--warmup", w,
+            "--seeds", a.seeds, "--arms", f"control,{PREEMPT_ARM}", "--json", out])
+        closed = json.loads(out.read_text())
+        arms = {x["name"]: x for x in closed["arms"]}
+        rows.insert(0, (f"closed loop c{r0['concurrency']}, {a.seeds} seeds", arms["control"],
+                        arms[PREEMPT_ARM], None))
+    served_c = [r["served"] for r in controls]
+    mean_served = {k: statistics.fmean(s[k] for s in served_c)
+                   for k in ("ttft_p50_s", "ttft_p90_s", "mean_tpot_ms")} if served_c else {}
+    print("| prediction | control TTFT p50 | p90 | mean TPOT ms | Δ TTFT p90 (s) | Δ TPOT | "
+          "vs served: p50 / p90 / TPOT |")
+    print("|---|---|---|---|---|---|---|")
+    for name, c, b, served in rows:
+        ref = served or mean_served
+        err = " / ".join(f"{100 * (c[k] / ref[k] - 1):+.0f}%"
+                         for k in ("ttft_p50_s", "ttft_p90_s", "mean_tpot_ms")) if ref else "-"
+        print(f"| {name} | {c['ttft_p50_s']:.2f} | {c['ttft_p90_s']:.2f} | "
+              f"{c['mean_tpot_ms']:.2f} | {b['ttft_p90_s'] - c['ttft_p90_s']:+.2f} | "
+              f"{100 * (b['mean_tpot_ms'] / c['mean_tpot_ms'] - 1):+.1f}% | {err} |")
+    if controls:
+        # target_output_tps=auto: the control's mean per-request output rate / 1.10.
+        rates = []
+        for r in controls:
+            for line in (work / r["name"] / "served.jsonl").read_text().splitlines():
+                x = json.loads(line)
+                if x["outcome"] == "completed" and x["output_tokens"] > 1 \
+                        and x["finish_s"] > x["first_token_s"]:
+                    rates.append((x["output_tokens"] - 1) / (x["finish_s"] - x["first_token_s"]))
+        if rates:
+            print(f"\ntarget_output_tps=auto from the served control runs: "
+                  f"{statistics.fmean(rates) / 1.10:.1f} tok/s (TARGET_OUTPUT_TPS for staging)")
+    if a.json:
+        a.json.write_text(json.dumps({"fit": fit, "runs": runs, "paired": {
+            "ttft_p90_s": d90, "ttft_p50_s": d50, "mean_tpot_pct": dtpot, "total_tps_pct": dtps},
+            "predictions": [{"name": n, "control": c, "preempt": b} for n, c, b, _ in rows]},
+            indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

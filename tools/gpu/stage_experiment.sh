@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# On the CPU machine: stage the served H200 experiment into DEST (default .gpu/, carried to
+# the H200 machine): the GPU binaries and tests (tools/gpu/stage.sh), loadgen, the Weka
+# trace, tools/gpu/h200_experiment.sh, and one config per arm (exp-control.yaml,
+# exp-tpot.yaml, exp-target.yaml), each checked here with `genslot check-config` so a config
+# error costs no time on the H200 machine.
+#
+# CONTEXT_YAML: the line(s) appended to every arm's config to select `context: transfer`
+# (default "context: transfer"; set it to what the config schema calls it, or to "" to serve
+# with prefill). SKIP_GPU_STAGE=1 builds only genslot and loadgen (a CPU check of the
+# pipeline with BACKEND=model needs no more). TRACE: the Weka trace to copy.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+DEST=${1:-.gpu}
+CONTEXT_YAML=${CONTEXT_YAML-context: transfer}
+TRACE=${TRACE:-../shared/traces/weka_cc_agentic/weka_traces_runs.jsonl.gz}
+mkdir -p "$DEST"
+if [ "${SKIP_GPU_STAGE:-0}" = 1 ]; then
+  cargo build --release --bin genslot
+  cp target/release/genslot "$DEST/"
+else
+  tools/gpu/stage.sh "$DEST"
+fi
+cargo build --release -p loadgen
+cp target/release/loadgen "$DEST/"
+strip "$DEST/loadgen" "$DEST/genslot" 2>/dev/null || true
+install -m 0644 "$TRACE" "$DEST/weka.jsonl.gz"
+cp tools/gpu/h200_experiment.sh "$DEST/"
+stage_arm() { # NAME SOURCE [EXTRA_YAML]
+  { cat "tools/gpu/$2"; [ -n "$CONTEXT_YAML" ] && printf '%s\n' "$CONTEXT_YAML"; printf '%s' "${3:-}"; } \
+    > "$DEST/exp-$1.yaml"
+  "$DEST/genslot" check-config "$DEST/exp-$1.yaml" > /dev/null \
+    || { echo "error: $DEST/exp-$1.yaml does not pass check-config (CONTEXT_YAML?)" >&2; exit 1; }
+}
+stage_arm control h200-llama-8b-control.yaml
+stage_arm tpot h200-llama-8b-tpot.yaml
+# target_output_tps: the simulator's T (control rate / 1.10) at c288 is 37.4 tok/s; set
+# TARGET_OUTPUT_TPS from the first control run's served rate (h200_analyze.py prints it).
+stage_arm target h200-llama-8b-control.yaml \
+  "scheduler_config:"$'\n'"  gen_preemption: { target_output_tps: ${TARGET_OUTPUT_TPS:-37.4} }"$'\n'
+du -sh "$DEST"
