@@ -226,6 +226,7 @@ async fn token_ids_above_the_vocabulary_are_refused() {
 async fn wrong_methods_and_routes_get_json_errors() {
     let s = Server::start(fast()).await;
     let get = s.get("/v1/completions").await;
+    assert_eq!(get.headers()["allow"], "POST");
     let e = error_of(get, 405).await;
     assert_eq!(e["code"], "method_not_allowed");
     let put = s
