@@ -48,6 +48,7 @@ fn busy_engine(
                 ignore_eos: true,
                 arrival_unix_s: None,
                 sampling: Default::default(),
+                stop: Vec::new(),
             })
             .expect("submit");
         if drain {
@@ -202,7 +203,7 @@ impl Engine for Burst {
     fn max_context_tokens(&self) -> usize {
         1 << 20
     }
-    fn shutdown(&self) -> BoxFuture<'static, ()> {
+    fn shutdown(&self, _: Duration) -> BoxFuture<'static, ()> {
         async {}.boxed()
     }
 }

@@ -34,16 +34,21 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::CheckConfig { file } => match genslot::config::check_config(&file) {
-            Ok(yaml) => {
-                print!("{yaml}");
-                ExitCode::SUCCESS
+        Command::CheckConfig { file } => {
+            match genslot::config::check_config(&file, &genslot::config::Host::current()) {
+                Ok(checked) => {
+                    for w in &checked.warnings {
+                        eprintln!("{w}");
+                    }
+                    print!("{}", checked.yaml);
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("{e}");
+                    ExitCode::FAILURE
+                }
             }
-            Err(e) => {
-                eprintln!("{e}");
-                ExitCode::FAILURE
-            }
-        },
+        }
         Command::Sim(args) => report(genslot::sim::cli::run(*args)),
         Command::FitStep(args) => report(genslot::sim::fit_cli::run(args)),
         Command::Serve(args) => report(serve(args)),
@@ -79,18 +84,22 @@ enum BackendArg {
 
 fn serve(args: ServeArgs) -> anyhow::Result<()> {
     use anyhow::Context as _;
-    use genslot::config::{Backend, Config};
+    use genslot::config::{Backend, Config, Host, DEFAULT_YAML, EMBEDDED_ORIGIN};
+    use std::io::IsTerminal as _;
 
+    // Colour only on a terminal: redirected logs stay plain text.
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
+        .with_ansi(std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none())
         .init();
-    let mut cfg = match &args.config {
-        Some(path) => Config::from_file(path)?,
-        None => Config::embedded_default()?,
+    let (text, origin) = match &args.config {
+        Some(path) => (genslot::config::read(path)?, path.display().to_string()),
+        None => (DEFAULT_YAML.to_owned(), EMBEDDED_ORIGIN.to_owned()),
     };
+    let mut cfg = Config::from_yaml_str(&text, &origin)?;
     if let Some(h) = args.host {
         cfg.server.host = h;
     }
@@ -101,6 +110,9 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         Some(BackendArg::Model) => cfg.backend = Backend::Model,
         Some(BackendArg::Cuda) => cfg.backend = Backend::Cuda,
         None => {}
+    }
+    for w in cfg.check_for_serving(&text, &origin, &Host::current())? {
+        tracing::warn!("{}", genslot::config::fmt_warning(&origin, &w));
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -37,8 +37,9 @@ pub const POOL_CAPACITY: &str = "genslot_pool_capacity";
 pub const REQUEST_SUCCESS_TOTAL: &str = "genslot_request_success_total";
 /// Counter, label [`LABEL_REASON`] = the error code (e.g. "queue_full", "invalid_json"). HTTP layer.
 pub const REQUESTS_REJECTED_TOTAL: &str = "genslot_requests_rejected_total";
-/// Counter, label [`LABEL_REASON`] = "engine_failed" | "cancelled": accepted requests that
-/// ended without a finish reason (engine failure, or the client went away). HTTP layer.
+/// Counter, label [`LABEL_REASON`] = "engine_failed" | "timeout" | "cancelled": accepted
+/// requests that ended without a finish reason (engine failure or shutdown, past
+/// `server.request_timeout_s`, or the client went away). HTTP layer.
 pub const REQUESTS_FAILED_TOTAL: &str = "genslot_requests_failed_total";
 /// Counter: prompt tokens of accepted requests. HTTP layer.
 pub const PROMPT_TOKENS_TOTAL: &str = "genslot_prompt_tokens_total";

@@ -323,8 +323,26 @@ fn pipeline_parallelism_with_preemption_is_rejected() {
         })
     );
     assert!(err.to_string().contains("target_output_tps"), "{err}");
-    // Without preemption the same parallel layout is fine.
-    accepted("parallel: { tensor_parallel_size: 2, pipeline_parallel_size: 2 }\n");
+    // Without preemption the same parallel layout is accepted (with a warning at serve).
+    accepted("parallel: { tensor_parallel_size: 1, pipeline_parallel_size: 2 }\n");
+}
+
+#[test]
+fn tensor_parallelism_on_cuda_is_refused_at_its_line() {
+    let err = Config::from_yaml_str(
+        "backend: cuda\nparallel: { tensor_parallel_size: 8 }\n",
+        "tp.yaml",
+    )
+    .expect_err("cuda steps one GPU");
+    let issue = &err.issues()[0];
+    assert_eq!(issue.field, "parallel.tensor_parallel_size");
+    assert_eq!(
+        issue.at,
+        Some(Position {
+            line: 2,
+            column: 13
+        })
+    );
 }
 
 #[test]
@@ -422,7 +440,10 @@ fn the_shipped_config_files_validate() {
 
 #[test]
 fn check_config_prints_the_resolved_config_or_the_error() {
-    let yaml = check_config(repo("config/preempt-tpot.yaml")).expect("valid");
+    let host = genslot::config::Host::current();
+    let checked = check_config(repo("config/preempt-tpot.yaml"), &host).expect("valid");
+    assert!(checked.warnings.is_empty(), "{:?}", checked.warnings);
+    let yaml = checked.yaml;
     let back = Config::from_yaml_str(&yaml, "printed").expect("printed config loads");
     assert_eq!(
         back.preemption().expect("valid"),
@@ -430,10 +451,11 @@ fn check_config_prints_the_resolved_config_or_the_error() {
     );
     assert!(yaml.contains("max_num_active_requests: 128"), "{yaml}");
 
-    let err = check_config(repo("tests/fixtures/config/invalid-both.yaml")).expect_err("invalid");
+    let err =
+        check_config(repo("tests/fixtures/config/invalid-both.yaml"), &host).expect_err("invalid");
     assert!(err.to_string().contains("mutually exclusive"), "{err}");
 
-    let missing = check_config(repo("config/no-such-file.yaml")).expect_err("missing");
+    let missing = check_config(repo("config/no-such-file.yaml"), &host).expect_err("missing");
     assert!(matches!(missing, ConfigError::Io { .. }));
     assert!(
         missing.to_string().contains("no-such-file.yaml"),

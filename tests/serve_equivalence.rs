@@ -61,6 +61,7 @@ async fn the_actor_system_decides_exactly_as_the_worker_core_on_the_same_inputs(
                             ignore_eos: true,
                             arrival_unix_s: None,
                             sampling: Default::default(),
+                            stop: Vec::new(),
                         })
                         .unwrap();
                     let mut tokens = 0;

@@ -61,6 +61,7 @@ fn request() -> GenRequest {
         ignore_eos: true,
         arrival_unix_s: None,
         sampling: Default::default(),
+        stop: Vec::new(),
     }
 }
 

@@ -138,7 +138,7 @@ async fn a_request_that_cannot_fit_the_kv_cache_is_refused_not_queued_forever() 
 
 #[tokio::test]
 async fn shutdown_fails_in_flight_requests_with_a_clear_reason() {
-    let s = Server::start(&config("")).await;
+    let s = Server::start(&config("server: { drain_timeout_s: 0.2 }\n")).await;
     let r = s
         .post(
             "/v1/completions",

@@ -11,16 +11,9 @@ async fn the_stat_line_is_logged_every_interval_with_the_controller_state() {
     let logs = Captured::default();
     // The actors log from their own thread, so the subscriber must be global.
     tracing::subscriber::set_global_default(capturing(&logs)).unwrap();
-    let cfg = genslot::config::Config::from_yaml_str(
-        &FAST_TIMING.replace("stat_interval_s: 3600", "stat_interval_s: 0.05"),
-        "test",
-    )
-    .unwrap();
-    let cfg = {
-        let mut c = cfg;
-        c.scheduler_config.gen_preemption.tpot_budget = Some(0.1);
-        c
-    };
+    let cfg = config(
+        "server: { stat_interval_s: 0.05 }\nscheduler_config: { gen_preemption: { tpot_budget: 0.1 } }\n",
+    );
     let _engine = engine(&cfg);
     let deadline = tokio::time::Instant::now() + WAIT;
     let lines = loop {

@@ -29,6 +29,7 @@ fn request(prompt: usize, max_tokens: u32) -> GenRequest {
         ignore_eos: true,
         arrival_unix_s: None,
         sampling: Default::default(),
+        stop: Vec::new(),
     }
 }
 
@@ -221,14 +222,7 @@ async fn debug_actors_and_the_stat_line_show_the_ranks_and_passes_checked() {
     // The actors log from their own thread, so the subscriber must be global (the only
     // one this file sets).
     tracing::subscriber::set_global_default(capturing(&logs)).unwrap();
-    let cfg = Config::from_yaml_str(
-        &format!(
-            "{}parallel: {{ tensor_parallel_size: 2 }}\n",
-            FAST_TIMING.replace("stat_interval_s: 3600", "stat_interval_s: 0.05")
-        ),
-        "test",
-    )
-    .unwrap();
+    let cfg = config("parallel: { tensor_parallel_size: 2 }\nserver: { stat_interval_s: 0.05 }\n");
     let server = Server::start(&cfg).await;
     let body = serde_json::json!({"prompt": "hello", "max_tokens": 8});
     let resp = server

@@ -14,7 +14,7 @@ async fn streaming_completion_sends_tokens_then_usage_then_done() {
     let r = s
         .post(
             "/v1/completions",
-            &json!({"model": "m", "prompt": prompt_of(12), "max_tokens": 6, "stream": true,
+            &json!({"model": "genslot-test", "prompt": prompt_of(12), "max_tokens": 6, "stream": true,
                     "ignore_eos": true, "stream_options": {"include_usage": true}}),
         )
         .await;
@@ -47,7 +47,7 @@ async fn streaming_completion_sends_tokens_then_usage_then_done() {
     assert!(reasons[..reasons.len() - 1].iter().all(|r| r.is_null()));
     for c in &chunks {
         assert_eq!(c["object"], "text_completion");
-        assert_eq!(c["model"], "m");
+        assert_eq!(c["model"], "genslot-test");
         assert_eq!(c["id"], chunks[0]["id"]);
     }
     s.shutdown().await.unwrap();
@@ -250,7 +250,7 @@ async fn bad_requests_get_400_with_openai_error_json() {
         (
             "/v1/completions",
             json!({"prompt": "a", "max_tokens": "three"}),
-            "invalid_json",
+            "invalid_type",
         ),
     ];
     for (path, body, code) in cases {

@@ -117,7 +117,13 @@ async fn a_client_that_disconnects_while_no_tokens_flow_cancels_its_request() {
 
 #[tokio::test]
 async fn health_metrics_and_debug_endpoints_answer() {
-    let s = Server::start(fast()).await;
+    // A trusted router's arrival stamps count (`server.trust_arrival_time`).
+    let s = Server::start_with(fast(), |app| {
+        let mut limits = app.limits().clone();
+        limits.arrival.trust = true;
+        app.with_limits(limits)
+    })
+    .await;
     let r = s.get("/health").await;
     assert_eq!(r.status(), 200);
     assert_eq!(r.json::<Value>().await.unwrap(), json!({"status": "ok"}));
@@ -182,7 +188,7 @@ async fn health_metrics_and_debug_endpoints_answer() {
 }
 
 #[tokio::test]
-async fn graceful_shutdown_drains_in_flight_requests_and_refuses_new_ones() {
+async fn graceful_shutdown_lets_in_flight_requests_finish_within_the_drain_window() {
     let s = Server::start(MockConfig {
         shutdown: MockShutdown::Drain,
         ..fast()
@@ -198,31 +204,15 @@ async fn graceful_shutdown_drains_in_flight_requests_and_refuses_new_ones() {
         .await;
     assert_eq!(r.status(), 200);
     let Server { mut http, engine } = s;
-    http.begin_shutdown();
     let (base, client) = (http.base.clone(), http.client.clone());
-
-    // The listener stays open while the engine drains: health says so, new work is refused.
+    http.begin_shutdown();
+    // The listener closes: new connections are refused.
     let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let h = client.get(format!("{base}/health")).send().await.unwrap();
-        if h.status() == 503 {
-            assert_eq!(h.json::<Value>().await.unwrap()["status"], "shutting_down");
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "health never turned 503"
-        );
+    while client.get(format!("{base}/health")).send().await.is_ok() {
+        assert!(tokio::time::Instant::now() < deadline, "still accepting");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    let refused = client
-        .post(format!("{base}/v1/completions"))
-        .json(&json!({"prompt": "a", "max_tokens": 1}))
-        .send()
-        .await
-        .unwrap();
-    assert_openai_error(refused, 503, "shutting_down").await;
-
+    // The in-flight stream, released well inside the 30 s default window, ends whole.
     engine.hold(false);
     let chunks = chunks(&r.text().await.unwrap());
     assert_eq!(chunks.last().unwrap()["usage"]["completion_tokens"], 30);

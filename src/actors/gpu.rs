@@ -97,6 +97,12 @@ fn run(
     let mut paused: BTreeSet<RequestId> = BTreeSet::new();
     let mut retained: BTreeSet<RequestId> = BTreeSet::new();
     while let Ok(msg) = rx.recv() {
+        // Pause, resume, retain and release change what `/debug/actors` shows at once, not
+        // at the next step (which may never come once the worker is idle).
+        let shown_changes = matches!(
+            msg,
+            GpuMsg::Pause(_) | GpuMsg::Resume(_) | GpuMsg::Retain(_) | GpuMsg::Release(_)
+        );
         match msg {
             GpuMsg::Admit(a) => {
                 lock(state).context_arrivals += 1;
@@ -154,6 +160,11 @@ fn run(
                 let _ = reply.send(backend.capacity());
             }
             GpuMsg::Stop => break,
+        }
+        if shown_changes {
+            let mut st = lock(state);
+            st.paused = paused.len();
+            st.retained = retained.len();
         }
     }
 }

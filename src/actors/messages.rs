@@ -59,6 +59,11 @@ pub struct DisablePreemption;
 #[rtype(result = "serde_json::Value")]
 pub struct DebugState;
 
+/// Resolves once no request is in flight (at once if none is).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct WaitIdle;
+
 /// Fail every in-flight request with `reason` and stop stepping.
 #[derive(Message)]
 #[rtype(result = "()")]

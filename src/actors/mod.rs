@@ -36,7 +36,9 @@ use crate::worker::{PassInputs, PassOutput};
 
 use components::Components;
 use executor::{AttachGpu, Executor, ExecutorInit, Shared};
-use messages::{Cancel, DebugState, Disable, GetSupervisorState, Shutdown, Submit, TakeRecord};
+use messages::{
+    Cancel, DebugState, Disable, GetSupervisorState, Shutdown, Submit, TakeRecord, WaitIdle,
+};
 use supervisor::{Attach, Supervisor, SupervisorState};
 
 /// The message each in-flight request fails with at shutdown.
@@ -282,11 +284,20 @@ impl Engine for ActorEngine {
         self.max_context_tokens
     }
 
-    fn shutdown(&self) -> BoxFuture<'static, ()> {
+    fn shutdown(&self, drain: Duration) -> BoxFuture<'static, ()> {
         self.shared.shutting_down.store(true, Ordering::SeqCst);
         let ex = self.executor.clone();
         let system = self.system.clone();
         async move {
+            // In-flight requests (queued ones too) run on until none is left or the window
+            // closes; whatever is left then fails with the shutdown message.
+            let idle = ex.send(WaitIdle);
+            if tokio::time::timeout(drain, idle).await.is_err() {
+                tracing::warn!(
+                    "drain window of {} s over; failing the requests still in flight",
+                    drain.as_secs_f64()
+                );
+            }
             let _ = ex
                 .send(Shutdown {
                     reason: SHUTDOWN_MESSAGE.into(),

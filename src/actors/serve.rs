@@ -10,7 +10,7 @@ use anyhow::Context as _;
 use super::{ActorEngine, StartOptions};
 use crate::config::Config;
 use crate::gpu::model::{Clock, ModelBackend, RealClock};
-use crate::server::{serve, App};
+use crate::server::{serve, App, Limits};
 
 /// The actor engine over the timing-model backend on the real clock.
 pub fn model_engine(cfg: &Config) -> Result<ActorEngine, super::StartError> {
@@ -134,11 +134,9 @@ pub async fn serve_recorded(
         listener.local_addr().map_or(addr, |a| a.to_string()),
         cfg.backend
     );
-    let name = match cfg.model_source() {
-        crate::config::ModelSource::Shape { name, .. } => name,
-        crate::config::ModelSource::Path(p) => p.display().to_string(),
-    };
-    let mut app = App::new(Arc::new(engine), metrics, name);
+    let mut app = App::new(Arc::new(engine), metrics, cfg.served_model_name())
+        .with_model_aliases(cfg.server.model_aliases.clone())
+        .with_limits(Limits::from_config(&cfg.server));
     if let Some(t) = &text {
         app = app.with_tokenizer(t.server_tokenizer());
     }

@@ -73,11 +73,12 @@ impl fmt::Display for Issue {
 /// Why a configuration could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("{}: cannot read config: {source}", path.display())]
+    // The cause is in the message and not a source (thiserror makes a field named `source`
+    // one), so a printed error chain names it once.
+    #[error("{}: cannot read config: {cause}", path.display())]
     Io {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// The YAML is malformed or does not fit the schema (unknown field, wrong type, bad
     /// enum value). Positions come from the YAML parser.
@@ -118,6 +119,14 @@ fn fmt_parse(origin: &str, field: Option<&str>, at: Option<Position>, message: &
     match field {
         Some(field) => format!("{place}: {field}: {message}"),
         None => format!("{place}: {message}"),
+    }
+}
+
+/// `origin:line:col: warning: field: message`.
+pub fn fmt_warning(origin: &str, issue: &Issue) -> String {
+    match issue.primary_position() {
+        Some(p) => format!("{origin}:{}:{}: warning: {issue}", p.line, p.column),
+        None => format!("{origin}: warning: {issue}"),
     }
 }
 

@@ -5,14 +5,21 @@
 //! (pure, [`Config::validate`]) → position the broken rules by locating their keys in the
 //! text ([`locate`]) → resolve derived defaults.
 
+mod effect;
 mod error;
+pub mod host;
 pub mod locate;
 mod schema;
 mod validate;
 
-pub use error::{ConfigError, Issue};
+pub use error::{fmt_warning, ConfigError, Issue};
+pub use host::Host;
 pub use locate::{KeyLocations, Position};
 pub use schema::*;
+pub use validate::{
+    MAX_BODY_BYTES, MAX_CONNECTIONS, MAX_CONTEXT_TOKENS, MAX_ENTRIES, MAX_KV_PAGES,
+    MAX_PASS_TOKENS, MAX_ROWS, MAX_SECONDS,
+};
 
 use serde_saphyr::MessageFormatter;
 use std::path::Path;
@@ -20,7 +27,7 @@ use std::path::Path;
 /// The embedded default configuration (`config/default.yaml`).
 pub const DEFAULT_YAML: &str = include_str!("../../config/default.yaml");
 
-const EMBEDDED_ORIGIN: &str = "<embedded config/default.yaml>";
+pub const EMBEDDED_ORIGIN: &str = "<embedded config/default.yaml>";
 
 impl Config {
     /// Parses, resolves and validates a YAML text. `origin` names the text in errors
@@ -44,16 +51,51 @@ impl Config {
     /// Reads, parses, resolves and validates a YAML file.
     pub fn from_file(path: impl AsRef<Path>) -> Result<Config, ConfigError> {
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
-            path: path.to_owned(),
-            source,
-        })?;
+        let text = read(path)?;
         Config::from_yaml_str(&text, &path.display().to_string())
     }
 
     /// The embedded default (`config/default.yaml`), resolved.
     pub fn embedded_default() -> Result<Config, ConfigError> {
         Config::from_yaml_str(DEFAULT_YAML, EMBEDDED_ORIGIN)
+    }
+
+    /// The checks for serving this config on this machine, after command-line overrides:
+    /// every rule again (an override may break one), the host's memory against what the
+    /// config sizes, and the model path where the backend reads it. `text` is the YAML the
+    /// config came from (for positions). Returns the warnings: fields set that change nothing
+    /// on the chosen backend, positioned.
+    pub fn check_for_serving(
+        &self,
+        text: &str,
+        origin: &str,
+        host: &Host,
+    ) -> Result<Vec<Issue>, ConfigError> {
+        let keys = KeyLocations::scan(text);
+        let mut issues = validate::issues(self);
+        issues.extend(host::issues(self, host));
+        if !issues.is_empty() {
+            issues.iter_mut().for_each(|i| i.locate(&keys));
+            return Err(ConfigError::Invalid {
+                origin: Some(origin.to_owned()),
+                issues,
+            });
+        }
+        let mut warnings = effect::warnings(self);
+        warnings.iter_mut().for_each(|i| i.locate(&keys));
+        Ok(warnings)
+    }
+
+    /// The model id clients see: `server.served_model_name`, else the shape's name or the
+    /// checkpoint path as written.
+    pub fn served_model_name(&self) -> String {
+        if let Some(name) = &self.server.served_model_name {
+            return name.clone();
+        }
+        match self.model_source() {
+            ModelSource::Shape { name, .. } => name,
+            ModelSource::Path(p) => p.display().to_string(),
+        }
     }
 
     /// Every rule this config breaks, without positions (there is no text to point into).
@@ -119,10 +161,38 @@ impl Config {
     }
 }
 
-/// `genslot check-config FILE`: loads and validates `path` and returns the resolved config
-/// as YAML.
-pub fn check_config(path: impl AsRef<Path>) -> Result<String, ConfigError> {
-    Config::from_file(path)?.to_yaml()
+/// What `genslot check-config` found in a valid file.
+#[derive(Debug)]
+pub struct Checked {
+    /// The resolved config as YAML.
+    pub yaml: String,
+    /// One line per field that changes nothing on the chosen backend, with its position.
+    pub warnings: Vec<String>,
+}
+
+/// `genslot check-config FILE`: loads and validates `path`, checks it against `host`, and
+/// returns the resolved config as YAML with the warnings.
+pub fn check_config(path: impl AsRef<Path>, host: &Host) -> Result<Checked, ConfigError> {
+    let path = path.as_ref();
+    let text = read(path)?;
+    let origin = path.display().to_string();
+    let cfg = Config::from_yaml_str(&text, &origin)?;
+    let warnings = cfg.check_for_serving(&text, &origin, host)?;
+    Ok(Checked {
+        yaml: cfg.to_yaml()?,
+        warnings: warnings
+            .iter()
+            .map(|w| error::fmt_warning(&origin, w))
+            .collect(),
+    })
+}
+
+/// The text of a config file.
+pub fn read(path: &Path) -> Result<String, ConfigError> {
+    std::fs::read_to_string(path).map_err(|cause| ConfigError::Io {
+        path: path.to_owned(),
+        cause,
+    })
 }
 
 fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {

@@ -295,8 +295,36 @@ pub struct ServerConfig {
     pub port: u16,
     /// Seconds between stat lines.
     pub stat_interval_s: f64,
-    /// A request still unfinished after this many seconds fails with a timeout.
+    /// A request still unfinished this many seconds after it was received fails with a
+    /// timeout error, and everything it holds is released.
     pub request_timeout_s: f64,
+    /// Output-token bound of a request that sets no `max_tokens` (also capped by the
+    /// context's rest).
+    pub default_max_tokens: u32,
+    /// On SIGTERM / Ctrl-C: in-flight requests get this long to finish; then the rest fail
+    /// with a clear error and every connection is closed.
+    pub drain_timeout_s: f64,
+    /// A connection must send a request's whole header within this many seconds; a kept-alive
+    /// connection that sends nothing for this long is closed.
+    pub header_read_timeout_s: f64,
+    /// A request's body must arrive whole within this many seconds of its header.
+    pub body_read_timeout_s: f64,
+    /// Open connections at most; past it the server stops accepting until one closes.
+    pub max_connections: u32,
+    /// Largest request body accepted (bytes).
+    pub max_body_bytes: u64,
+    /// Honour a request's `arrival_time` / `x-arrival-time` (set by a trusted router).
+    /// Off: the arrival is the time this server received the request.
+    pub trust_arrival_time: bool,
+    /// With `trust_arrival_time`: a stamp further than this in the past or the future is
+    /// refused (400); one in the future within it counts as "now".
+    pub arrival_horizon_s: f64,
+    /// The model id in responses and `GET /v1/models`; `None` = the model's shape name or
+    /// checkpoint path.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub served_model_name: Option<String>,
+    /// Other names a request's `model` may use for the served model.
+    pub model_aliases: Vec<String>,
 }
 
 impl Default for ServerConfig {
@@ -306,6 +334,16 @@ impl Default for ServerConfig {
             port: 8000,
             stat_interval_s: 30.0,
             request_timeout_s: 600.0,
+            default_max_tokens: 4096,
+            drain_timeout_s: 30.0,
+            header_read_timeout_s: 30.0,
+            body_read_timeout_s: 60.0,
+            max_connections: 4096,
+            max_body_bytes: 64 << 20,
+            trust_arrival_time: false,
+            arrival_horizon_s: 600.0,
+            served_model_name: None,
+            model_aliases: Vec::new(),
         }
     }
 }

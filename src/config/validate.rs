@@ -1,8 +1,39 @@
 //! The rules a parsed configuration must keep (SPEC §4.3, §4.4, §10). Pure: collects every
 //! broken rule, in field order, without positions; the loader adds positions from the text.
+//!
+//! Sizes are bounded so that nothing derived from them overflows or outgrows the process:
+//! the ceilings below keep every count inside the integer types that index it, and
+//! `super::host` adds up what the bounded sizes cost against the machine's memory.
 
 use super::error::Issue;
 use super::schema::{Backend, Config, Preemption, MODEL_SHAPES};
+
+/// Most batch rows and admission slots. Every slot is an entry of an index pool and a row of
+/// the step's buffers; peers run at most a few thousand (TensorRT-LLM's default is 2048).
+pub const MAX_ROWS: u64 = 1 << 16;
+/// Most entries of the other per-request structures: recurrent and drafter slots, the
+/// waiting queue, X's sample window.
+pub const MAX_ENTRIES: u64 = 1 << 20;
+/// Most tokens in one forward pass and in one drafter window.
+pub const MAX_PASS_TOKENS: u64 = 1 << 24;
+/// Longest context: a request's prompt + output counts in 32 bits.
+pub const MAX_CONTEXT_TOKENS: u64 = u32::MAX as u64;
+/// Largest KV page; pages are kept in chunks and copied whole.
+pub const MAX_TOKENS_PER_BLOCK: u64 = 1 << 16;
+/// Most KV pages: page ids are 32-bit.
+pub const MAX_KV_PAGES: u64 = u32::MAX as u64;
+/// Longest duration setting, in seconds (about 11.6 days); far beyond any sensible value, and
+/// far inside what a timer can hold.
+pub const MAX_SECONDS: f64 = 1e6;
+/// Largest per-unit time of the timing model (ms, µs or ns per unit): 1000 s of step time
+/// per unit already stalls a server.
+pub const MAX_TIMING_UNIT: f64 = 1e6;
+/// Most tokens a decode step emits per request (speculative decoding).
+pub const MAX_TOKENS_PER_STEP: f64 = 1024.0;
+/// Largest request body: the body is held in memory whole.
+pub const MAX_BODY_BYTES: u64 = 1 << 30;
+/// Most open connections (each holds a task and its buffers).
+pub const MAX_CONNECTIONS: u64 = 1 << 20;
 
 const TPOT_BUDGET: &str = "scheduler_config.gen_preemption.tpot_budget";
 const TARGET_TPS: &str = "scheduler_config.gen_preemption.target_output_tps";
@@ -11,18 +42,42 @@ const TARGET_TPS: &str = "scheduler_config.gen_preemption.target_output_tps";
 pub(crate) fn issues(cfg: &Config) -> Vec<Issue> {
     let mut out = Vec::new();
     model(cfg, &mut out);
-    at_least_one(&mut out, "max_batch_size", u64::from(cfg.max_batch_size));
+    in_range(
+        &mut out,
+        "max_batch_size",
+        u64::from(cfg.max_batch_size),
+        MAX_ROWS,
+    );
     if let Some(n) = cfg.max_num_active_requests {
-        at_least_one(&mut out, "max_num_active_requests", u64::from(n));
+        in_range(&mut out, "max_num_active_requests", u64::from(n), MAX_ROWS);
     }
-    at_least_one(&mut out, "max_num_tokens", u64::from(cfg.max_num_tokens));
-    at_least_one(&mut out, "max_context_tokens", cfg.max_context_tokens);
+    in_range(
+        &mut out,
+        "max_num_tokens",
+        u64::from(cfg.max_num_tokens),
+        MAX_PASS_TOKENS,
+    );
+    in_range(
+        &mut out,
+        "max_context_tokens",
+        cfg.max_context_tokens,
+        MAX_CONTEXT_TOKENS,
+    );
     kv_cache(cfg, &mut out);
     if let Some(n) = cfg.recurrent_state.slots {
-        at_least_one(&mut out, "recurrent_state.slots", u64::from(n));
+        in_range(&mut out, "recurrent_state.slots", u64::from(n), MAX_ENTRIES);
     }
     if let Some(n) = cfg.drafter.slots {
-        at_least_one(&mut out, "drafter.slots", u64::from(n));
+        in_range(&mut out, "drafter.slots", u64::from(n), MAX_ENTRIES);
+    }
+    if u64::from(cfg.drafter.window_tokens) > MAX_PASS_TOKENS {
+        out.push(Issue::new(
+            "drafter.window_tokens",
+            format!(
+                "must be at most {MAX_PASS_TOKENS}, got {}",
+                cfg.drafter.window_tokens
+            ),
+        ));
     }
     let p = &cfg.parallel;
     at_least_one(
@@ -67,26 +122,44 @@ pub(crate) fn preemption_mode(cfg: &Config) -> Result<Preemption, Issue> {
     }
 }
 
+pub(crate) fn backend_name(b: Backend) -> &'static str {
+    match b {
+        Backend::Model => "model",
+        Backend::Cuda => "cuda",
+    }
+}
+
 fn at_least_one(out: &mut Vec<Issue>, field: &str, v: u64) {
     if v < 1 {
         out.push(Issue::new(field, format!("must be at least 1, got {v}")));
     }
 }
 
-fn finite_at_least(out: &mut Vec<Issue>, field: &str, v: f64, min: f64) {
-    if !(v.is_finite() && v >= min) {
+/// 1 ≤ v ≤ max.
+fn in_range(out: &mut Vec<Issue>, field: &str, v: u64, max: u64) {
+    if v < 1 {
+        out.push(Issue::new(field, format!("must be at least 1, got {v}")));
+    } else if v > max {
+        out.push(Issue::new(field, format!("must be at most {max}, got {v}")));
+    }
+}
+
+/// A finite number in [min, max].
+fn finite_within(out: &mut Vec<Issue>, field: &str, v: f64, min: f64, max: f64) {
+    if !(v.is_finite() && v >= min && v <= max) {
         out.push(Issue::new(
             field,
-            format!("must be a finite number >= {min}, got {v}"),
+            format!("must be a finite number in [{min}, {max}], got {v}"),
         ));
     }
 }
 
-fn finite_positive(out: &mut Vec<Issue>, field: &str, v: f64) {
-    if !(v.is_finite() && v > 0.0) {
+/// A duration in seconds: finite, above 0, at most [`MAX_SECONDS`].
+fn seconds(out: &mut Vec<Issue>, field: &str, v: f64) {
+    if !(v.is_finite() && v > 0.0 && v <= MAX_SECONDS) {
         out.push(Issue::new(
             field,
-            format!("must be a finite number > 0, got {v}"),
+            format!("must be a number of seconds in (0, {MAX_SECONDS}], got {v}"),
         ));
     }
 }
@@ -118,20 +191,41 @@ fn model(cfg: &Config, out: &mut Vec<Issue>) {
         out.push(Issue::new("model.path", "must not be empty"));
     }
     if let Some(g) = cfg.transfer_gbps {
-        finite_positive(out, "transfer_gbps", g);
+        if !(g.is_finite() && g > 0.0 && g <= MAX_TIMING_UNIT) {
+            out.push(Issue::new(
+                "transfer_gbps",
+                format!("must be a finite number in (0, {MAX_TIMING_UNIT}] GB/s, got {g}"),
+            ));
+        }
     }
 }
 
 fn kv_cache(cfg: &Config, out: &mut Vec<Issue>) {
     let kv = &cfg.kv_cache_config;
-    if !kv.tokens_per_block.is_power_of_two() {
+    if !kv.tokens_per_block.is_power_of_two()
+        || u64::from(kv.tokens_per_block) > MAX_TOKENS_PER_BLOCK
+    {
         out.push(Issue::new(
             "kv_cache_config.tokens_per_block",
             format!(
-                "must be a power of two >= 1 (e.g. 16, 32, 64), got {}",
+                "must be a power of two in [1, {MAX_TOKENS_PER_BLOCK}] (e.g. 16, 32, 64), got {}",
                 kv.tokens_per_block
             ),
         ));
+    } else if kv.max_tokens / u64::from(kv.tokens_per_block) > MAX_KV_PAGES {
+        out.push(
+            Issue::new(
+                "kv_cache_config.max_tokens",
+                format!(
+                    "{} tokens are {} pages of {}, more than the {MAX_KV_PAGES} pages 32-bit \
+                     page ids can name",
+                    kv.max_tokens,
+                    kv.max_tokens / u64::from(kv.tokens_per_block),
+                    kv.tokens_per_block
+                ),
+            )
+            .with_related("kv_cache_config.tokens_per_block"),
+        );
     } else if kv.max_tokens < u64::from(kv.tokens_per_block) {
         out.push(
             Issue::new(
@@ -145,7 +239,12 @@ fn kv_cache(cfg: &Config, out: &mut Vec<Issue>) {
         );
     }
     if let Some(w) = kv.sliding_window {
-        at_least_one(out, "kv_cache_config.sliding_window", u64::from(w));
+        in_range(
+            out,
+            "kv_cache_config.sliding_window",
+            u64::from(w),
+            MAX_CONTEXT_TOKENS,
+        );
     }
 }
 
@@ -158,10 +257,11 @@ fn admission(cfg: &Config, out: &mut Vec<Issue>) {
             format!("must be in (0, 100), got {pct}"),
         ));
     }
-    at_least_one(
+    in_range(
         out,
         "scheduler_config.gen_admission.target_window",
         u64::from(a.target_window),
+        MAX_ENTRIES,
     );
     at_least_one(
         out,
@@ -180,10 +280,11 @@ fn admission(cfg: &Config, out: &mut Vec<Issue>) {
             .with_related("scheduler_config.gen_admission.target_window"),
         );
     }
-    at_least_one(
+    in_range(
         out,
         "scheduler_config.gen_admission.max_waiting",
         u64::from(a.max_waiting),
+        MAX_ENTRIES,
     );
 }
 
@@ -266,29 +367,44 @@ fn last(path: &str) -> &str {
 
 fn timing(cfg: &Config, out: &mut Vec<Issue>) {
     let t = &cfg.timing;
-    finite_positive(out, "timing.base_ms", t.base_ms);
-    finite_at_least(out, "timing.per_request_ms", t.per_request_ms, 0.0);
-    finite_at_least(out, "timing.per_kv_token_ns", t.per_kv_token_ns, 0.0);
-    finite_at_least(out, "timing.jump_ms", t.jump_ms, 0.0);
-    finite_at_least(
+    let max = MAX_TIMING_UNIT;
+    if !(t.base_ms.is_finite() && t.base_ms > 0.0 && t.base_ms <= max) {
+        out.push(Issue::new(
+            "timing.base_ms",
+            format!("must be a finite number in (0, {max}], got {}", t.base_ms),
+        ));
+    }
+    finite_within(out, "timing.per_request_ms", t.per_request_ms, 0.0, max);
+    finite_within(out, "timing.per_kv_token_ns", t.per_kv_token_ns, 0.0, max);
+    finite_within(out, "timing.jump_ms", t.jump_ms, 0.0, max);
+    finite_within(
         out,
         "timing.per_request_above_ms",
         t.per_request_above_ms,
         0.0,
+        max,
     );
-    finite_at_least(out, "timing.tokens_per_step", t.tokens_per_step, 1.0);
-    finite_at_least(out, "timing.transfer_base_ms", t.transfer_base_ms, 0.0);
-    finite_at_least(
+    finite_within(
+        out,
+        "timing.tokens_per_step",
+        t.tokens_per_step,
+        1.0,
+        MAX_TOKENS_PER_STEP,
+    );
+    finite_within(out, "timing.transfer_base_ms", t.transfer_base_ms, 0.0, max);
+    finite_within(
         out,
         "timing.transfer_per_token_us",
         t.transfer_per_token_us,
         0.0,
+        max,
     );
-    finite_at_least(
+    finite_within(
         out,
         "timing.prefill_per_token_us",
         t.prefill_per_token_us,
         0.0,
+        max,
     );
 }
 
@@ -297,8 +413,45 @@ fn server(cfg: &Config, out: &mut Vec<Issue>) {
     if s.host.trim().is_empty() {
         out.push(Issue::new("server.host", "must not be empty"));
     }
-    finite_positive(out, "server.stat_interval_s", s.stat_interval_s);
-    finite_positive(out, "server.request_timeout_s", s.request_timeout_s);
+    seconds(out, "server.stat_interval_s", s.stat_interval_s);
+    seconds(out, "server.request_timeout_s", s.request_timeout_s);
+    in_range(
+        out,
+        "server.default_max_tokens",
+        u64::from(s.default_max_tokens),
+        MAX_CONTEXT_TOKENS,
+    );
+    seconds(out, "server.drain_timeout_s", s.drain_timeout_s);
+    seconds(out, "server.header_read_timeout_s", s.header_read_timeout_s);
+    seconds(out, "server.body_read_timeout_s", s.body_read_timeout_s);
+    in_range(
+        out,
+        "server.max_connections",
+        u64::from(s.max_connections),
+        MAX_CONNECTIONS,
+    );
+    in_range(
+        out,
+        "server.max_body_bytes",
+        s.max_body_bytes,
+        MAX_BODY_BYTES,
+    );
+    seconds(out, "server.arrival_horizon_s", s.arrival_horizon_s);
+    if let Some(name) = &s.served_model_name {
+        model_name(out, "server.served_model_name", name);
+    }
+    for (i, alias) in s.model_aliases.iter().enumerate() {
+        model_name(out, &format!("server.model_aliases[{i}]"), alias);
+    }
+}
+
+fn model_name(out: &mut Vec<Issue>, field: &str, name: &str) {
+    if name.trim().is_empty() || name.chars().any(char::is_control) {
+        out.push(Issue::new(
+            field,
+            format!("must be a non-empty name without control characters, got {name:?}"),
+        ));
+    }
 }
 
 #[cfg(test)]

@@ -4,15 +4,15 @@
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 
-use super::engine::{EngineEvent, Submission};
 use super::error::ApiError;
 use super::latency::{now_unix_s, record_rejection, RecordedRequest};
-use super::request::{parse_request, Endpoint};
-use super::response::{ResponseMeta, Usage};
+use super::output::{timeout_message, End, Output};
+use super::request::{parse_request, Endpoint, ParseContext, ParsedRequest};
+use super::response::ResponseMeta;
 use super::stream::{sse_response, StreamSetup};
 use super::App;
 
@@ -42,50 +42,36 @@ async fn handle(
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let received = now_unix_s();
-    let submitted = match submit(&app, endpoint, &headers, body) {
+    let s = match submit(&app, endpoint, &headers, body, received) {
         Ok(s) => s,
         Err(e) => {
             record_rejection(e.code);
             return e.into_response();
         }
     };
-    let Submitted {
-        submission,
-        model,
-        arrival,
-        prompt_tokens,
-        stream,
-        include_usage,
-        continuous_usage,
-    } = submitted;
-    let meta = ResponseMeta::new(
-        endpoint,
-        submission.id,
-        received as u64,
-        model.unwrap_or_else(|| app.model_name.to_string()),
-    );
-    let record = RecordedRequest::start(arrival.unwrap_or(received), prompt_tokens);
+    let meta = ResponseMeta::new(endpoint, s.output.id(), received as u64, s.model);
+    let record = RecordedRequest::start(s.arrival.unwrap_or(received), s.prompt_tokens);
     let setup = StreamSetup {
         meta,
-        tokenizer: app.tokenizer.clone(),
         record,
-        prompt_tokens: prompt_tokens as u64,
-        include_usage,
-        continuous_usage,
+        prompt_tokens: s.prompt_tokens as u64,
+        include_usage: s.include_usage,
+        continuous_usage: s.continuous_usage,
     };
-    if stream {
-        sse_response(submission, setup)
+    if s.stream {
+        sse_response(s.output, setup)
     } else {
-        match collect(submission, setup).await {
+        match collect(s.output, setup).await {
             Ok(body) => Json(body).into_response(),
             Err(e) => e.into_response(),
         }
     }
 }
 
+/// An accepted request and how to answer it.
 struct Submitted {
-    submission: Submission,
-    model: Option<String>,
+    output: Output,
+    model: String,
     arrival: Option<f64>,
     prompt_tokens: usize,
     stream: bool,
@@ -93,84 +79,124 @@ struct Submitted {
     continuous_usage: bool,
 }
 
+/// A request body that could not be read: too large (413), or stalled past
+/// `server.body_read_timeout_s` (408).
+fn body_error(r: BytesRejection) -> ApiError {
+    let timed_out = {
+        let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&r);
+        let mut found = false;
+        while let Some(e) = cause {
+            if e.is::<tower_http::timeout::TimeoutError>() {
+                found = true;
+                break;
+            }
+            cause = e.source();
+        }
+        found
+    };
+    if timed_out {
+        return ApiError {
+            status: StatusCode::REQUEST_TIMEOUT,
+            message: "the request body did not arrive in time (server.body_read_timeout_s)".into(),
+            param: None,
+            code: "body_timeout",
+        };
+    }
+    ApiError {
+        status: r.status(),
+        message: r.body_text(),
+        param: None,
+        code: "invalid_body",
+    }
+}
+
 fn submit(
     app: &App,
     endpoint: Endpoint,
     headers: &HeaderMap,
     body: Result<Bytes, BytesRejection>,
+    received: f64,
 ) -> Result<Submitted, ApiError> {
     if app.is_shutting_down() {
         return Err(ApiError::shutting_down());
     }
-    let body = body.map_err(|r| ApiError {
-        status: r.status(),
-        message: r.body_text(),
-        param: None,
-        code: "invalid_body",
-    })?;
+    let body = body.map_err(body_error)?;
+    // Read only when trusted: otherwise the header is ignored like the body's field.
     let arrival_header = match headers.get(ARRIVAL_HEADER) {
-        None => None,
-        Some(v) => Some(v.to_str().map_err(|_| {
+        Some(v) if app.limits.arrival.trust => Some(v.to_str().map_err(|_| {
             ApiError::invalid(
                 "invalid_value",
                 Some(ARRIVAL_HEADER),
                 "the x-arrival-time header is not ASCII".into(),
             )
         })?),
+        _ => None,
     };
-    let parsed = parse_request(
-        endpoint,
-        &body,
-        arrival_header,
-        app.tokenizer.as_ref(),
-        app.engine.max_context_tokens(),
-    )?;
-    let arrival = parsed.gen.arrival_unix_s;
-    let prompt_tokens = parsed.gen.prompt_tokens.len();
-    let submission = app.engine.submit(parsed.gen)?;
+    let ctx = ParseContext {
+        tokenizer: app.tokenizer.as_ref(),
+        max_context_tokens: app.engine.max_context_tokens(),
+        default_max_tokens: app.limits.default_max_tokens,
+        models: &app.models,
+        arrival: app.limits.arrival,
+        received_unix_s: received,
+    };
+    let ParsedRequest {
+        gen,
+        model,
+        stream,
+        include_usage,
+        continuous_usage,
+        ..
+    } = parse_request(endpoint, &body, arrival_header, &ctx)?;
+    let (arrival, prompt_tokens, min_tokens) =
+        (gen.arrival_unix_s, gen.prompt_tokens.len(), gen.min_tokens);
+    let stop = gen.stop.clone();
+    let submission = app.engine.submit(gen)?;
     Ok(Submitted {
-        submission,
-        model: parsed.model,
+        output: Output::new(
+            submission,
+            app.tokenizer.clone(),
+            stop,
+            min_tokens,
+            app.limits.request_timeout,
+        ),
+        model,
         arrival,
         prompt_tokens,
-        stream: parsed.stream,
-        include_usage: parsed.include_usage,
-        continuous_usage: parsed.continuous_usage,
+        stream,
+        include_usage,
+        continuous_usage,
     })
 }
 
 /// Waits for the whole answer. If the client goes away first, axum drops this future and
-/// with it the submission, which cancels the request.
+/// with it the output, which cancels the request.
 async fn collect(
-    mut submission: Submission,
+    mut output: Output,
     mut setup: StreamSetup,
 ) -> Result<serde_json::Value, ApiError> {
     let mut text = String::new();
-    loop {
-        match submission.recv().await {
-            Some(EngineEvent::Token { id }) => {
-                text.push_str(&setup.tokenizer.decode_token(id));
-                setup.record.on_tokens(1);
-            }
-            Some(EngineEvent::Finished { reason }) => {
-                let reason = reason.as_openai();
+    while let Some(piece) = output.next().await {
+        text.push_str(&piece.text);
+        setup.record.on_tokens(piece.tokens);
+        match piece.end {
+            None => {}
+            Some(End::Finished(reason)) => {
                 setup.record.on_finish(reason);
-                let usage = Usage {
-                    prompt_tokens: setup.prompt_tokens,
-                    completion_tokens: setup.record.tokens(),
-                };
-                return Ok(setup.meta.full(&text, reason, usage));
+                return Ok(setup.meta.full(&text, reason, setup.usage()));
             }
-            Some(EngineEvent::Failed { message }) => {
-                setup.record.on_fail();
+            Some(End::Failed(message)) => {
+                setup.record.on_fail("engine_failed");
                 return Err(ApiError::engine_failed(message));
             }
-            None => {
-                setup.record.on_fail();
-                return Err(ApiError::engine_failed(
-                    "the engine dropped the request without finishing it".into(),
-                ));
+            Some(End::TimedOut(after)) => {
+                setup.record.on_fail("timeout");
+                return Err(ApiError::timed_out(timeout_message(after)));
             }
         }
     }
+    setup.record.on_fail("engine_failed");
+    Err(ApiError::engine_failed(
+        "the request ended without an answer".into(),
+    ))
 }

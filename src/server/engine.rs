@@ -1,6 +1,8 @@
 //! The seam between the HTTP front end and whatever generates tokens (the actor runtime, or
 //! the mock in tests). The server only ever sees this trait.
 
+use std::time::Duration;
+
 use futures::future::BoxFuture;
 use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -20,6 +22,9 @@ pub struct GenRequest {
     pub arrival_unix_s: Option<f64>,
     /// How the backend picks each token.
     pub sampling: SamplingParams,
+    /// Stop strings: the HTTP layer ends the output at the first one in the text and
+    /// cancels the request (engines need not look at them).
+    pub stop: Vec<String>,
 }
 
 /// What the engine reports for one request, in order: tokens, then exactly one terminal event.
@@ -163,8 +168,10 @@ pub trait Engine: Send + Sync + 'static {
     fn debug_state(&self) -> BoxFuture<'static, serde_json::Value>;
     /// Longest prompt + output the engine accepts.
     fn max_context_tokens(&self) -> usize;
-    /// Drain or fail every in-flight request (each gets a terminal event), then return.
-    fn shutdown(&self) -> BoxFuture<'static, ()>;
+    /// Refuse new requests, let the in-flight ones (queued included) finish for up to
+    /// `drain`, then fail the rest with a clear message; resolves once every request has its
+    /// terminal event.
+    fn shutdown(&self, drain: Duration) -> BoxFuture<'static, ()>;
 }
 
 #[cfg(test)]

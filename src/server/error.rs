@@ -55,6 +55,16 @@ impl ApiError {
         }
     }
 
+    /// The request ran past `server.request_timeout_s`.
+    pub fn timed_out(message: String) -> Self {
+        ApiError {
+            status: StatusCode::GATEWAY_TIMEOUT,
+            message,
+            param: None,
+            code: "request_timeout",
+        }
+    }
+
     /// OpenAI's `type` field, derived from the status as vLLM does.
     pub fn kind(&self) -> &'static str {
         match self.status {
@@ -93,8 +103,18 @@ impl From<SubmitError> for ApiError {
     }
 }
 
+/// Seconds a client refused for a full queue should wait before retrying (`Retry-After`).
+pub const RETRY_AFTER_S: u32 = 1;
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, axum::Json(self.body())).into_response()
+        let mut response = (self.status, axum::Json(self.body())).into_response();
+        if self.status == StatusCode::TOO_MANY_REQUESTS {
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from(RETRY_AFTER_S),
+            );
+        }
+        response
     }
 }

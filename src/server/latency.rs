@@ -115,9 +115,11 @@ impl RecordedRequest {
 }
 
 impl RecordedRequest {
-    pub fn on_fail(&mut self) {
+    /// An accepted request ended without a finish reason; `reason` labels the metric
+    /// ("engine_failed", "timeout").
+    pub fn on_fail(&mut self, reason: &'static str) {
         self.ended = true;
-        counter!(m::REQUESTS_FAILED_TOTAL, m::LABEL_REASON => "engine_failed").increment(1);
+        counter!(m::REQUESTS_FAILED_TOTAL, m::LABEL_REASON => reason).increment(1);
     }
 }
 

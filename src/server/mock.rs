@@ -17,9 +17,9 @@ use super::engine::{Engine, EngineEvent, FinishReason, GenRequest, Submission, S
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MockShutdown {
-    /// Let every in-flight request run to its end.
+    /// Let in-flight requests run for the drain window, then fail the rest.
     Drain,
-    /// End every in-flight request with `Failed`.
+    /// End every in-flight request with `Failed` at once.
     Fail,
 }
 
@@ -34,6 +34,9 @@ pub struct MockConfig {
     /// `min_tokens`.
     pub eos_after: Option<u32>,
     pub shutdown: MockShutdown,
+    /// Token ids every request emits in order (cycling); empty: ids distinct per request
+    /// and position.
+    pub script: Vec<u32>,
 }
 
 impl Default for MockConfig {
@@ -44,6 +47,7 @@ impl Default for MockConfig {
             max_context_tokens: 8192,
             eos_after: None,
             shutdown: MockShutdown::Drain,
+            script: Vec::new(),
         }
     }
 }
@@ -171,8 +175,13 @@ async fn run(
                 break;
             }
         }
-        // The token id is arbitrary but distinct per request and position.
-        let token = (id as u32).wrapping_mul(7919).wrapping_add(i);
+        let script = &inner.cfg.script;
+        let token = if script.is_empty() {
+            // Arbitrary but distinct per request and position.
+            (id as u32).wrapping_mul(7919).wrapping_add(i)
+        } else {
+            script[i as usize % script.len()]
+        };
         if tx.send(EngineEvent::Token { id: token }).is_err() {
             end = None;
             break;
@@ -232,18 +241,22 @@ impl Engine for MockEngine {
         self.inner.cfg.max_context_tokens
     }
 
-    fn shutdown(&self) -> BoxFuture<'static, ()> {
+    fn shutdown(&self, drain: Duration) -> BoxFuture<'static, ()> {
         self.inner.shutting_down.store(true, Ordering::SeqCst);
-        if self.inner.cfg.shutdown == MockShutdown::Fail {
-            for control in lock(&self.inner.live).values() {
-                control.fail.store(true, Ordering::SeqCst);
-                control.stop.notify_one();
-            }
-        }
         let engine = self.clone();
         async move {
-            // Every live request ends by itself (drain) or was just told to fail.
-            while !engine.wait_idle(Duration::from_secs(3600)).await {}
+            let drain = match engine.inner.cfg.shutdown {
+                MockShutdown::Drain => drain,
+                MockShutdown::Fail => Duration::ZERO,
+            };
+            if !engine.wait_idle(drain).await {
+                for control in lock(&engine.inner.live).values() {
+                    control.fail.store(true, Ordering::SeqCst);
+                    control.stop.notify_one();
+                }
+                // Every live request was just told to fail.
+                while !engine.wait_idle(Duration::from_secs(3600)).await {}
+            }
         }
         .boxed()
     }
@@ -261,6 +274,7 @@ mod tests {
             ignore_eos,
             arrival_unix_s: None,
             sampling: Default::default(),
+            stop: Vec::new(),
         }
     }
 

@@ -1,19 +1,30 @@
 //! The OpenAI-compatible HTTP front end (SPEC §7), built against the [`engine::Engine`] seam.
 //!
 //! Routes: `POST /v1/completions`, `POST /v1/chat/completions`, `GET /v1/models`,
-//! `GET /health`, `GET /metrics`, `GET /debug/actors`.
+//! `GET /health`, `GET /metrics`, `GET /debug/actors`. Every error, 404 and 405 included, is
+//! an OpenAI-style JSON body.
 
+pub mod arrival;
+pub mod chat;
 pub mod completions;
 pub mod engine;
 pub mod error;
+pub mod fields;
 pub mod latency;
+pub mod limits;
+pub mod listen;
 pub mod mock;
+pub mod models;
+pub mod output;
+pub mod params;
 pub mod request;
 pub mod response;
+pub mod stop;
 pub mod stream;
 pub mod tokenize;
+pub mod tokenizer_json;
+pub mod unsupported;
 
-use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -27,33 +38,33 @@ use serde_json::json;
 
 use engine::Engine;
 use error::ApiError;
+pub use limits::Limits;
+pub use listen::serve;
+use models::ModelNames;
 use tokenize::{Tokenizer, WordTokenizer};
 
-/// Agentic prompts run to hundreds of thousands of tokens; a token-id array of 200k ids is
-/// about 1.4 MB of JSON, well under this.
-pub const DEFAULT_MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
-
-/// The server's shared state: the engine, how to tokenize, and whether it is draining.
+/// The server's shared state: the engine, how to tokenize, the served model's names, the
+/// limits, and whether it is draining.
 #[derive(Clone)]
 pub struct App {
     engine: Arc<dyn Engine>,
     metrics: PrometheusHandle,
-    model_name: Arc<str>,
+    models: Arc<ModelNames>,
     tokenizer: Arc<dyn Tokenizer>,
     draining: Arc<AtomicBool>,
-    max_body_bytes: usize,
+    limits: Arc<Limits>,
 }
 
 impl App {
-    /// With the default [`WordTokenizer`] and [`DEFAULT_MAX_BODY_BYTES`].
+    /// With the default [`WordTokenizer`] and [`Limits`]; `model_name` is the served id.
     pub fn new(engine: Arc<dyn Engine>, metrics: PrometheusHandle, model_name: String) -> Self {
         App {
             engine,
             metrics,
-            model_name: model_name.into(),
+            models: Arc::new(ModelNames::new(model_name)),
             tokenizer: Arc::new(WordTokenizer::default()),
             draining: Arc::new(AtomicBool::new(false)),
-            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            limits: Arc::new(Limits::default()),
         }
     }
 
@@ -62,13 +73,30 @@ impl App {
         self
     }
 
+    pub fn with_limits(mut self, limits: Limits) -> Self {
+        self.limits = Arc::new(limits);
+        self
+    }
+
+    /// Other names a request's `model` may use.
+    pub fn with_model_aliases(mut self, aliases: Vec<String>) -> Self {
+        self.models = Arc::new(ModelNames::new(self.models.id.clone()).with_aliases(aliases));
+        self
+    }
+
     pub fn with_max_body_bytes(mut self, bytes: usize) -> Self {
-        self.max_body_bytes = bytes;
+        let mut limits = (*self.limits).clone();
+        limits.max_body_bytes = bytes;
+        self.limits = Arc::new(limits);
         self
     }
 
     pub fn engine(&self) -> &Arc<dyn Engine> {
         &self.engine
+    }
+
+    pub fn limits(&self) -> &Limits {
+        &self.limits
     }
 
     /// From now on `/health` answers 503 and new requests are refused with 503.
@@ -89,39 +117,19 @@ impl App {
             .route("/metrics", get(metrics))
             .route("/debug/actors", get(debug_actors))
             .fallback(not_found)
-            .layer(DefaultBodyLimit::max(self.max_body_bytes))
+            .method_not_allowed_fallback(method_not_allowed)
+            .layer(DefaultBodyLimit::max(self.limits.max_body_bytes))
+            .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
+                self.limits.body_read_timeout,
+            ))
             .with_state(self.clone())
     }
 }
 
-/// The router for `engine` with default settings. Use [`App`] + [`serve`] for graceful
-/// shutdown.
+/// The router for `engine` with default settings. Use [`App`] + [`serve`] for limits and
+/// graceful shutdown.
 pub fn router(engine: Arc<dyn Engine>, metrics: PrometheusHandle, model_name: String) -> Router {
     App::new(engine, metrics, model_name).router()
-}
-
-/// Serves `app` until `shutdown_signal` resolves, then shuts down gracefully: `/health` turns
-/// 503 and new requests get 503 while the engine drains or fails every in-flight request
-/// (each stream ends with its finish reason or an error), then the listener closes and this
-/// returns once every connection is done.
-pub async fn serve(
-    listener: tokio::net::TcpListener,
-    app: App,
-    shutdown_signal: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    let upkeep = crate::metrics::spawn_upkeep(app.metrics.clone());
-    let drain = app.clone();
-    let result = axum::serve(listener, app.router())
-        .with_graceful_shutdown(async move {
-            shutdown_signal.await;
-            tracing::info!("shutting down: draining in-flight requests");
-            drain.begin_shutdown();
-            drain.engine.shutdown().await;
-            tracing::info!("engine drained; closing connections");
-        })
-        .await;
-    upkeep.abort();
-    result
 }
 
 async fn health(State(app): State<App>) -> Response {
@@ -153,15 +161,17 @@ async fn debug_actors(State(app): State<App>) -> Response {
     ([(header::CONTENT_TYPE, "application/json")], text).into_response()
 }
 
+/// OpenAI's model list: the served model (aliases are accepted names, not other models).
 async fn models(State(app): State<App>) -> Json<serde_json::Value> {
     Json(json!({
         "object": "list",
         "data": [{
-            "id": &*app.model_name,
+            "id": &app.models.id,
             "object": "model",
             "created": latency::now_unix_s() as u64,
             "owned_by": "genslot",
             "max_model_len": app.engine.max_context_tokens(),
+            "aliases": &app.models.aliases,
         }],
     }))
 }
@@ -172,5 +182,15 @@ async fn not_found() -> ApiError {
         message: "no such route".into(),
         param: None,
         code: "not_found",
+    }
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError {
+        status: StatusCode::METHOD_NOT_ALLOWED,
+        message: "this route does not take that method (POST for completions, GET otherwise)"
+            .into(),
+        param: None,
+        code: "method_not_allowed",
     }
 }

@@ -1,12 +1,19 @@
 //! Parsing and validation of OpenAI request bodies into a [`GenRequest`] plus the response
-//! options. Pure (no clock, no I/O) so every rule is unit-tested without HTTP.
+//! options (SPEC §7). Every parameter is implemented, range-checked, or refused with a 400
+//! naming it; fields no server gives meaning to are ignored, as OpenAI does. Pure (the
+//! receive time comes in) so every rule is unit-tested without HTTP.
 
-use serde::Deserialize;
 use serde_json::Value;
 
+use super::arrival::ArrivalPolicy;
+use super::chat::chat_turns;
 use super::engine::GenRequest;
 use super::error::ApiError;
-use super::tokenize::{ChatTurn, Tokenizer};
+use super::fields::Fields;
+use super::models::ModelNames;
+use super::params::{sampling, stop_strings};
+use super::tokenize::Tokenizer;
+use super::unsupported::refuse_unsupported;
 
 /// Which OpenAI endpoint a request came in on; it decides the body and response shapes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,8 +27,8 @@ pub enum Endpoint {
 pub struct ParsedRequest {
     pub endpoint: Endpoint,
     pub gen: GenRequest,
-    /// The model name the client asked for, echoed in responses.
-    pub model: Option<String>,
+    /// The served model's id (the request may have named it by an alias).
+    pub model: String,
     pub stream: bool,
     /// Send a final `usage` chunk (`stream_options.include_usage`).
     pub include_usage: bool,
@@ -29,72 +36,72 @@ pub struct ParsedRequest {
     pub continuous_usage: bool,
 }
 
-/// Fields we read; everything else in the body is ignored (clients send extras).
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-struct Body {
-    model: Option<String>,
-    prompt: Option<Value>,
-    messages: Option<Vec<Message>>,
-    max_tokens: Option<i64>,
-    max_completion_tokens: Option<i64>,
-    min_tokens: Option<i64>,
-    ignore_eos: Option<bool>,
-    stream: Option<bool>,
-    stream_options: Option<StreamOptions>,
-    arrival_time: Option<f64>,
-    n: Option<i64>,
-    best_of: Option<i64>,
-    /// An integer on completions, a boolean on chat; any request for log-probs is refused.
-    logprobs: Option<Value>,
-    top_logprobs: Option<i64>,
-    echo: Option<bool>,
+/// What parsing needs besides the body.
+pub struct ParseContext<'a> {
+    pub tokenizer: &'a dyn Tokenizer,
+    /// Longest prompt + output.
+    pub max_context_tokens: usize,
+    /// Output bound when the request sets none (`server.default_max_tokens`).
+    pub default_max_tokens: u32,
+    pub models: &'a ModelNames,
+    pub arrival: ArrivalPolicy,
+    /// When this server received the request (unix seconds).
+    pub received_unix_s: f64,
 }
 
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-struct StreamOptions {
-    include_usage: Option<bool>,
-    continuous_usage_stats: Option<bool>,
-}
-
-#[derive(Debug, Deserialize)]
-struct Message {
-    role: String,
-    #[serde(default)]
-    content: Option<Value>,
-}
-
-/// Parses and validates one request body. `arrival_header` is the `x-arrival-time` header,
-/// used when the body has no `arrival_time`.
+/// Parses and validates one request body. `arrival_header` is the `x-arrival-time` header.
 pub fn parse_request(
     endpoint: Endpoint,
     body: &[u8],
     arrival_header: Option<&str>,
-    tokenizer: &dyn Tokenizer,
-    max_context_tokens: usize,
+    ctx: &ParseContext,
 ) -> Result<ParsedRequest, ApiError> {
-    let body: Body = serde_json::from_slice(body).map_err(|e| {
+    let value: Value = serde_json::from_slice(body).map_err(|e| {
         ApiError::invalid(
             "invalid_json",
             None,
-            format!("the request body is not valid JSON for this endpoint: {e}"),
+            format!("the request body is not valid JSON: {e}"),
         )
     })?;
-    refuse_unsupported(endpoint, &body)?;
+    let Value::Object(map) = &value else {
+        return Err(ApiError::invalid(
+            "invalid_json",
+            None,
+            "the request body must be a JSON object".into(),
+        ));
+    };
+    let f = Fields::new(map);
+    let model = ctx.models.resolve(f.string("model")?)?.to_owned();
+    refuse_unsupported(endpoint, &f)?;
+
+    let stream = f.bool("stream")?.unwrap_or(false);
+    let (include_usage, continuous_usage) = match f.object("stream_options")? {
+        None => (false, false),
+        Some(_) if !stream => {
+            return Err(ApiError::invalid(
+                "invalid_value",
+                Some("stream_options"),
+                "`stream_options` is only allowed with `stream: true`".into(),
+            ))
+        }
+        Some(o) => (
+            o.bool("include_usage")?.unwrap_or(false),
+            o.bool("continuous_usage_stats")?.unwrap_or(false),
+        ),
+    };
 
     let prompt_tokens = match endpoint {
-        Endpoint::Completions => prompt_tokens(body.prompt.as_ref(), tokenizer)?,
+        Endpoint::Completions => prompt_tokens(f.get("prompt"), ctx.tokenizer)?,
         Endpoint::ChatCompletions => {
-            let turns = chat_turns(body.messages.as_deref())?;
-            let text = tokenizer.try_render_chat(&turns).map_err(|e| {
+            let turns = chat_turns(f.get("messages"))?;
+            let text = ctx.tokenizer.try_render_chat(&turns).map_err(|e| {
                 ApiError::invalid(
-                    "invalid_messages",
+                    "invalid_message",
                     Some("messages"),
                     format!("the model's chat template refused the messages: {e}"),
                 )
             })?;
-            tokenizer.encode(&text)
+            ctx.tokenizer.encode(&text)
         }
     };
     if prompt_tokens.is_empty() {
@@ -107,16 +114,14 @@ pub fn parse_request(
     }
 
     let requested_max = match endpoint {
-        Endpoint::ChatCompletions => body.max_completion_tokens.or(body.max_tokens),
-        Endpoint::Completions => body.max_tokens,
+        Endpoint::ChatCompletions => match f.int("max_completion_tokens")? {
+            Some(m) => Some((m, "max_completion_tokens")),
+            None => f.int("max_tokens")?.map(|m| (m, "max_tokens")),
+        },
+        Endpoint::Completions => f.int("max_tokens")?.map(|m| (m, "max_tokens")),
     };
-    let max_tokens = max_tokens(
-        requested_max,
-        prompt_tokens.len(),
-        max_context_tokens,
-        endpoint,
-    )?;
-    let min_tokens = match body.min_tokens {
+    let max_tokens = max_tokens(requested_max, prompt_tokens.len(), endpoint, ctx)?;
+    let min_tokens = match f.int("min_tokens")? {
         None => 0,
         Some(m) if m < 0 => {
             return Err(ApiError::invalid(
@@ -138,22 +143,24 @@ pub fn parse_request(
         Some(m) => m as u32,
     };
 
-    let arrival_unix_s = arrival(body.arrival_time, arrival_header)?;
-    let opts = body.stream_options.unwrap_or_default();
+    let arrival_unix_s =
+        ctx.arrival
+            .resolve(f.get("arrival_time"), arrival_header, ctx.received_unix_s)?;
     Ok(ParsedRequest {
         endpoint,
         gen: GenRequest {
             prompt_tokens,
             max_tokens,
             min_tokens,
-            ignore_eos: body.ignore_eos.unwrap_or(false),
+            ignore_eos: f.bool("ignore_eos")?.unwrap_or(false),
             arrival_unix_s,
-            sampling: Default::default(),
+            sampling: sampling(&f)?,
+            stop: stop_strings(&f)?,
         },
-        model: body.model,
-        stream: body.stream.unwrap_or(false),
-        include_usage: opts.include_usage.unwrap_or(false),
-        continuous_usage: opts.continuous_usage_stats.unwrap_or(false),
+        model,
+        stream,
+        include_usage,
+        continuous_usage,
     })
 }
 
@@ -164,63 +171,45 @@ fn prompt_param(endpoint: Endpoint) -> &'static str {
     }
 }
 
-/// Options that would change the response's meaning are refused rather than ignored.
-fn refuse_unsupported(endpoint: Endpoint, body: &Body) -> Result<(), ApiError> {
-    match body.n {
-        Some(n) if n < 1 => {
-            return Err(ApiError::invalid(
-                "invalid_value",
-                Some("n"),
-                format!("`n` must be ≥ 1, got {n}"),
-            ))
-        }
-        Some(n) if n > 1 => return Err(ApiError::unsupported("n", "`n` > 1")),
-        _ => {}
-    }
-    if body.best_of.is_some_and(|b| b > 1) {
-        return Err(ApiError::unsupported("best_of", "`best_of` > 1"));
-    }
-    let wants_logprobs = match (&body.logprobs, endpoint) {
-        (None | Some(Value::Null), _) => false,
-        (Some(Value::Bool(b)), Endpoint::ChatCompletions) => *b,
-        (Some(_), _) => true,
-    };
-    if wants_logprobs || body.top_logprobs.is_some_and(|k| k > 0) {
-        return Err(ApiError::unsupported("logprobs", "`logprobs`"));
-    }
-    if body.echo == Some(true) {
-        return Err(ApiError::unsupported("echo", "`echo`"));
-    }
-    Ok(())
-}
-
 const PROMPT_SHAPES: &str =
     "`prompt` must be a string, a list of one string, or a list of token ids";
 
 /// A completions prompt: text, `[text]`, `[ids…]` or `[[ids…]]`.
 fn prompt_tokens(prompt: Option<&Value>, tokenizer: &dyn Tokenizer) -> Result<Vec<u32>, ApiError> {
     let bad_shape = || ApiError::invalid("invalid_prompt", Some("prompt"), PROMPT_SHAPES.into());
-    let Some(prompt) = prompt.filter(|p| !p.is_null()) else {
+    let Some(prompt) = prompt else {
         return Err(ApiError::invalid(
             "missing_field",
             Some("prompt"),
             "`prompt` is required".into(),
         ));
     };
-    match prompt {
-        Value::String(s) => Ok(tokenizer.encode(s)),
+    let ids = match prompt {
+        Value::String(s) => return Ok(tokenizer.encode(s)),
         Value::Array(items) => match items.as_slice() {
-            [] => Ok(Vec::new()),
-            [Value::String(s)] => Ok(tokenizer.encode(s)),
-            [Value::Array(ids)] => token_ids(ids).ok_or_else(bad_shape),
-            [Value::String(_) | Value::Array(_), ..] => Err(ApiError::unsupported(
-                "prompt",
-                "a batch of several prompts",
-            )),
-            ids => token_ids(ids).ok_or_else(bad_shape),
+            [] => return Ok(Vec::new()),
+            [Value::String(s)] => return Ok(tokenizer.encode(s)),
+            [Value::Array(ids)] => token_ids(ids).ok_or_else(bad_shape)?,
+            [Value::String(_) | Value::Array(_), ..] => {
+                return Err(ApiError::unsupported(
+                    "prompt",
+                    "a batch of several prompts",
+                ))
+            }
+            ids => token_ids(ids).ok_or_else(bad_shape)?,
         },
-        _ => Err(bad_shape()),
+        _ => return Err(bad_shape()),
+    };
+    if let Some(vocab) = tokenizer.vocab_size() {
+        if let Some(id) = ids.iter().find(|&&id| id >= vocab) {
+            return Err(ApiError::invalid(
+                "invalid_prompt",
+                Some("prompt"),
+                format!("token id {id} is outside the vocabulary (ids 0..{vocab})"),
+            ));
+        }
     }
+    Ok(ids)
 }
 
 fn token_ids(items: &[Value]) -> Option<Vec<u32>> {
@@ -230,76 +219,15 @@ fn token_ids(items: &[Value]) -> Option<Vec<u32>> {
         .collect()
 }
 
-/// Chat messages with their text extracted; `content` may be a string, null, or a list of
-/// `{"type": "text", "text": …}` parts.
-fn chat_turns(messages: Option<&[Message]>) -> Result<Vec<ChatTurn>, ApiError> {
-    let Some(messages) = messages else {
-        return Err(ApiError::invalid(
-            "missing_field",
-            Some("messages"),
-            "`messages` is required".into(),
-        ));
-    };
-    messages
-        .iter()
-        .enumerate()
-        .map(|(i, m)| {
-            Ok(ChatTurn {
-                role: m.role.clone(),
-                content: message_text(i, m.content.as_ref())?,
-            })
-        })
-        .collect()
-}
-
-fn message_text(index: usize, content: Option<&Value>) -> Result<String, ApiError> {
-    let bad = |what: String| ApiError::invalid("invalid_message", Some("messages"), what);
-    match content {
-        None | Some(Value::Null) => Ok(String::new()),
-        Some(Value::String(s)) => Ok(s.clone()),
-        Some(Value::Array(parts)) => {
-            let mut text = String::new();
-            for part in parts {
-                match (part.get("type").and_then(Value::as_str), part.get("text")) {
-                    (Some("text"), Some(Value::String(t))) => text.push_str(t),
-                    (Some("text"), _) => {
-                        return Err(bad(format!(
-                            "messages[{index}]: a text part needs a string `text`"
-                        )))
-                    }
-                    (Some(other), _) => {
-                        return Err(ApiError::unsupported(
-                            "messages",
-                            &format!("content of type `{other}` (messages[{index}])"),
-                        ))
-                    }
-                    (None, _) => {
-                        return Err(bad(format!(
-                            "messages[{index}]: each content part needs a `type`"
-                        )))
-                    }
-                }
-            }
-            Ok(text)
-        }
-        Some(_) => Err(bad(format!(
-            "messages[{index}].content must be a string or a list of parts"
-        ))),
-    }
-}
-
-/// The output budget: the requested one if it fits the context, else the context's rest
-/// (vLLM's default when `max_tokens` is absent).
+/// The output budget: the requested one if it fits the context; without one,
+/// `server.default_max_tokens` capped by the context's rest.
 fn max_tokens(
-    requested: Option<i64>,
+    requested: Option<(i64, &'static str)>,
     prompt_len: usize,
-    max_context: usize,
     endpoint: Endpoint,
+    ctx: &ParseContext,
 ) -> Result<u32, ApiError> {
-    let param = match endpoint {
-        Endpoint::Completions => "max_tokens",
-        Endpoint::ChatCompletions => "max_completion_tokens",
-    };
+    let max_context = ctx.max_context_tokens;
     let too_long = |what: String| {
         ApiError::invalid(
             "context_length_exceeded",
@@ -313,66 +241,63 @@ fn max_tokens(
         )));
     }
     let room = max_context - prompt_len;
+    let room_u32 = u32::try_from(room).unwrap_or(u32::MAX);
     match requested {
-        None => Ok(u32::try_from(room).unwrap_or(u32::MAX)),
-        Some(m) if m <= 0 => Err(ApiError::invalid(
+        None => Ok(ctx.default_max_tokens.clamp(1, room_u32)),
+        Some((m, param)) if m <= 0 => Err(ApiError::invalid(
             "invalid_value",
             Some(param),
             format!("`{param}` must be ≥ 1, got {m}"),
         )),
-        Some(m) if usize::try_from(m).map_or(true, |m| m > room) => Err(too_long(format!(
+        Some((m, _)) if usize::try_from(m).map_or(true, |m| m > room) => Err(too_long(format!(
             "the prompt has {prompt_len} tokens and {m} output tokens were requested"
         ))),
         // ≤ room; room itself may exceed u32 only for absurd contexts, which then saturate.
-        Some(m) => Ok(u32::try_from(m).unwrap_or(u32::MAX)),
+        Some((m, _)) => Ok(u32::try_from(m).unwrap_or(u32::MAX)),
     }
-}
-
-fn arrival(body: Option<f64>, header: Option<&str>) -> Result<Option<f64>, ApiError> {
-    let (value, param) = match (body, header) {
-        (Some(v), _) => (v, "arrival_time"),
-        (None, Some(h)) => {
-            let v = h.trim().parse::<f64>().map_err(|_| {
-                ApiError::invalid(
-                    "invalid_value",
-                    Some("x-arrival-time"),
-                    format!("the x-arrival-time header must be unix seconds, got {h:?}"),
-                )
-            })?;
-            (v, "x-arrival-time")
-        }
-        (None, None) => return Ok(None),
-    };
-    if !value.is_finite() || value < 0.0 {
-        return Err(ApiError::invalid(
-            "invalid_value",
-            Some(param),
-            format!("`{param}` must be unix seconds (a finite number ≥ 0), got {value}"),
-        ));
-    }
-    Ok(Some(value))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::server::tokenize::WordTokenizer;
+    use crate::server::tokenize::{ChatTurn, WordTokenizer};
     use serde_json::json;
 
     const CTX: usize = 100;
+    const NOW: f64 = 1_700_000_000.0;
+
+    fn names() -> ModelNames {
+        ModelNames::new("m").with_aliases(vec!["alias".into()])
+    }
+
+    fn with(
+        endpoint: Endpoint,
+        body: &str,
+        header: Option<&str>,
+        arrival: ArrivalPolicy,
+    ) -> Result<ParsedRequest, ApiError> {
+        let models = names();
+        let ctx = ParseContext {
+            tokenizer: &WordTokenizer::default(),
+            max_context_tokens: CTX,
+            default_max_tokens: 40,
+            models: &models,
+            arrival,
+            received_unix_s: NOW,
+        };
+        parse_request(endpoint, body.as_bytes(), header, &ctx)
+    }
 
     fn parse(endpoint: Endpoint, body: &str) -> Result<ParsedRequest, ApiError> {
-        parse_request(
-            endpoint,
-            body.as_bytes(),
-            None,
-            &WordTokenizer::default(),
-            CTX,
-        )
+        with(endpoint, body, None, ArrivalPolicy::default())
     }
 
     fn completion(body: &str) -> Result<ParsedRequest, ApiError> {
         parse(Endpoint::Completions, body)
+    }
+
+    fn chat(body: &str) -> Result<ParsedRequest, ApiError> {
+        parse(Endpoint::ChatCompletions, body)
     }
 
     fn code(r: Result<ParsedRequest, ApiError>) -> &'static str {
@@ -382,11 +307,27 @@ mod tests {
         }
     }
 
+    fn param(r: Result<ParsedRequest, ApiError>) -> Option<&'static str> {
+        match r {
+            Ok(p) => panic!("expected an error, got {p:?}"),
+            Err(e) => e.param,
+        }
+    }
+
     proptest::proptest! {
         #[test]
         fn any_body_gets_an_answer_not_a_panic(body in proptest::collection::vec(proptest::num::u8::ANY, 0..256)) {
+            let models = names();
+            let ctx = ParseContext {
+                tokenizer: &WordTokenizer::default(),
+                max_context_tokens: CTX,
+                default_max_tokens: 40,
+                models: &models,
+                arrival: ArrivalPolicy { trust: true, horizon_s: 10.0 },
+                received_unix_s: NOW,
+            };
             for endpoint in [Endpoint::Completions, Endpoint::ChatCompletions] {
-                let _ = parse_request(endpoint, &body, None, &WordTokenizer::default(), CTX);
+                let _ = parse_request(endpoint, &body, Some("x"), &ctx);
             }
         }
 
@@ -414,7 +355,11 @@ mod tests {
         assert_eq!(p.gen.prompt_tokens.len(), 3);
         assert_eq!((p.gen.max_tokens, p.gen.min_tokens), (8, 8));
         assert!(p.gen.ignore_eos && p.stream && p.include_usage && !p.continuous_usage);
-        assert_eq!(p.model.as_deref(), Some("m"));
+        assert_eq!(p.model, "m");
+        assert_eq!(
+            (p.gen.sampling.temperature, p.gen.sampling.top_p),
+            (0.7, 0.9)
+        );
         assert_eq!(p.gen.arrival_unix_s, None);
     }
 
@@ -445,20 +390,29 @@ mod tests {
         assert_eq!(code(completion(r#"{"prompt":[1,"a"]}"#)), "invalid_prompt");
         assert_eq!(code(completion(r#"{"prompt":7}"#)), "invalid_prompt");
         assert_eq!(code(completion(r#"{"prompt":"x""#)), "invalid_json");
+        assert_eq!(code(completion(r#"[1]"#)), "invalid_json");
         assert_eq!(
-            code(completion(r#"{"prompt":"x","max_tokens":"5"}"#)),
-            "invalid_json"
+            param(completion(r#"{"prompt":"x","max_tokens":"5"}"#)),
+            Some("max_tokens")
         );
+    }
+
+    #[test]
+    fn token_ids_outside_the_vocabulary_are_refused() {
+        assert_eq!(
+            code(completion(r#"{"prompt":[1,31999,32000],"max_tokens":1}"#)),
+            "invalid_prompt"
+        );
+        assert!(completion(r#"{"prompt":[0,31999],"max_tokens":1}"#).is_ok());
     }
 
     #[test]
     fn output_budget_rules() {
         let p = completion(r#"{"prompt":"a b c"}"#).unwrap();
-        assert_eq!(
-            p.gen.max_tokens,
-            (CTX - 3) as u32,
-            "absent = the context's rest"
-        );
+        assert_eq!(p.gen.max_tokens, 40, "absent = server.default_max_tokens");
+        let long = vec!["w"; CTX - 10].join(" ");
+        let p = completion(&format!(r#"{{"prompt":"{long}"}}"#)).unwrap();
+        assert_eq!(p.gen.max_tokens, 10, "… capped by the context's rest");
         assert_eq!(
             code(completion(r#"{"prompt":"a","max_tokens":0}"#)),
             "invalid_value"
@@ -494,21 +448,67 @@ mod tests {
     }
 
     #[test]
-    fn options_that_change_the_answer_are_refused() {
-        for body in [
-            r#"{"prompt":"a","n":2}"#,
-            r#"{"prompt":"a","best_of":3}"#,
-            r#"{"prompt":"a","logprobs":1}"#,
-            r#"{"prompt":"a","logprobs":0}"#,
-            r#"{"prompt":"a","echo":true}"#,
+    fn parameters_we_do_not_implement_are_refused_by_name() {
+        for (body, name) in [
+            (r#"{"prompt":"a","n":2}"#, "n"),
+            (r#"{"prompt":"a","best_of":3}"#, "best_of"),
+            (r#"{"prompt":"a","logprobs":1}"#, "logprobs"),
+            (r#"{"prompt":"a","logprobs":0}"#, "logprobs"),
+            (r#"{"prompt":"a","top_logprobs":2}"#, "top_logprobs"),
+            (r#"{"prompt":"a","echo":true}"#, "echo"),
+            (r#"{"prompt":"a","suffix":"end"}"#, "suffix"),
+            (
+                r#"{"prompt":"a","logit_bias":{"50256":-100}}"#,
+                "logit_bias",
+            ),
+            (
+                r#"{"prompt":"a","frequency_penalty":0.5}"#,
+                "frequency_penalty",
+            ),
+            (
+                r#"{"prompt":"a","presence_penalty":-1}"#,
+                "presence_penalty",
+            ),
+            (
+                r#"{"prompt":"a","repetition_penalty":1.1}"#,
+                "repetition_penalty",
+            ),
+            (r#"{"prompt":"a","min_p":0.1}"#, "min_p"),
+            (r#"{"prompt":"a","tools":[{"type":"function"}]}"#, "tools"),
+            (r#"{"prompt":"a","tool_choice":"auto"}"#, "tool_choice"),
+            (r#"{"prompt":"a","functions":[{"name":"f"}]}"#, "functions"),
+            (
+                r#"{"prompt":"a","response_format":{"type":"json_object"}}"#,
+                "response_format",
+            ),
+            (r#"{"prompt":"a","guided_json":{}}"#, "guided_json"),
+            (r#"{"prompt":"a","stop_token_ids":[2]}"#, "stop_token_ids"),
+            (
+                r#"{"prompt":"a","use_beam_search":true}"#,
+                "use_beam_search",
+            ),
+            (
+                r#"{"prompt":"a","reasoning_effort":"high"}"#,
+                "reasoning_effort",
+            ),
         ] {
-            assert_eq!(code(completion(body)), "not_supported", "{body}");
+            let r = completion(body);
+            let e = r.expect_err(body);
+            assert_eq!((e.code, e.param), ("not_supported", Some(name)), "{body}");
+            assert!(e.message.contains(name), "{body}: {}", e.message);
         }
         assert_eq!(code(completion(r#"{"prompt":"a","n":0}"#)), "invalid_value");
-        assert!(
-            completion(r#"{"prompt":"a","n":1,"best_of":1,"logprobs":null,"echo":false}"#).is_ok()
+        assert_eq!(
+            param(completion(r#"{"prompt":"a","frequency_penalty":50}"#)),
+            Some("frequency_penalty")
         );
-        let chat = |b: &str| parse(Endpoint::ChatCompletions, b);
+        assert!(completion(
+            r#"{"prompt":"a","n":1,"best_of":1,"logprobs":null,"echo":false,"suffix":"",
+                "tools":[],"tool_choice":"none","response_format":{"type":"text"},
+                "frequency_penalty":0,"presence_penalty":0.0,"logit_bias":{},
+                "user":"u","metadata":{"k":"v"},"unknown_extra":1}"#
+        )
+        .is_ok());
         assert_eq!(
             code(chat(
                 r#"{"messages":[{"role":"user","content":"a"}],"logprobs":true}"#
@@ -519,9 +519,56 @@ mod tests {
     }
 
     #[test]
+    fn sampling_and_stop_are_carried() {
+        let p =
+            completion(r#"{"prompt":"a","temperature":0,"top_k":5,"seed":9,"stop":["x","yz"]}"#)
+                .unwrap();
+        assert!(p.gen.sampling.is_greedy());
+        assert_eq!((p.gen.sampling.top_k, p.gen.sampling.seed), (5, Some(9)));
+        assert_eq!(p.gen.stop, ["x", "yz"]);
+        let p = completion(r#"{"prompt":"a"}"#).unwrap();
+        assert_eq!(p.gen.sampling.temperature, 1.0, "OpenAI's default");
+        assert_eq!(
+            param(completion(r#"{"prompt":"a","stop":5}"#)),
+            Some("stop")
+        );
+        assert_eq!(
+            param(completion(r#"{"prompt":"a","seed":"abc"}"#)),
+            Some("seed")
+        );
+        assert_eq!(
+            param(completion(r#"{"prompt":"a","top_p":7}"#)),
+            Some("top_p")
+        );
+    }
+
+    #[test]
+    fn stream_options_need_stream() {
+        assert_eq!(
+            param(completion(
+                r#"{"prompt":"a","stream_options":{"include_usage":true}}"#
+            )),
+            Some("stream_options")
+        );
+        assert!(completion(r#"{"prompt":"a","stream":false,"stream_options":null}"#).is_ok());
+    }
+
+    #[test]
+    fn the_model_must_be_the_served_one_or_an_alias() {
+        assert_eq!(
+            completion(r#"{"prompt":"a","model":"alias"}"#)
+                .unwrap()
+                .model,
+            "m"
+        );
+        assert_eq!(completion(r#"{"prompt":"a"}"#).unwrap().model, "m");
+        let e = completion(r#"{"prompt":"a","model":"gpt-4"}"#).unwrap_err();
+        assert_eq!((e.status.as_u16(), e.code), (404, "model_not_found"));
+    }
+
+    #[test]
     fn chat_renders_messages_and_prefers_max_completion_tokens() {
-        let p = parse(
-            Endpoint::ChatCompletions,
+        let p = chat(
             r#"{"messages":[{"role":"system","content":"Be brief."},
                 {"role":"user","content":[{"type":"text","text":"Hi "},{"type":"text","text":"there"}]},
                 {"role":"assistant","content":null}],
@@ -549,11 +596,15 @@ mod tests {
 
     #[test]
     fn bad_chat_messages_are_refused() {
-        let chat = |b: &str| parse(Endpoint::ChatCompletions, b);
         assert_eq!(code(chat(r#"{"prompt":"a"}"#)), "missing_field");
+        assert_eq!(code(chat(r#"{"messages":[]}"#)), "invalid_message");
+        assert_eq!(
+            code(chat(r#"{"messages":[{"role":"wizard","content":"a"}]}"#)),
+            "invalid_message"
+        );
         assert_eq!(
             code(chat(r#"{"messages":[{"content":"a"}]}"#)),
-            "invalid_json"
+            "invalid_message"
         );
         assert_eq!(
             code(chat(
@@ -561,37 +612,30 @@ mod tests {
             )),
             "not_supported"
         );
-        assert_eq!(
-            code(chat(r#"{"messages":[{"role":"user","content":5}]}"#)),
-            "invalid_message"
-        );
     }
 
     #[test]
-    fn arrival_comes_from_the_body_then_the_header() {
-        let t = WordTokenizer::default();
-        let with = |body: &str, header: Option<&str>| {
-            parse_request(Endpoint::Completions, body.as_bytes(), header, &t, CTX)
+    fn arrival_stamps_count_only_when_trusted() {
+        let body = format!(r#"{{"prompt":"a","arrival_time":{}}}"#, NOW - 5.0);
+        let untrusted = with(
+            Endpoint::Completions,
+            &body,
+            Some("1"),
+            ArrivalPolicy::default(),
+        );
+        assert_eq!(untrusted.unwrap().gen.arrival_unix_s, None);
+        let trusted = ArrivalPolicy {
+            trust: true,
+            horizon_s: 60.0,
         };
-        let body = r#"{"prompt":"a","arrival_time":1700000000.5}"#;
-        assert_eq!(
-            with(body, Some("5")).unwrap().gen.arrival_unix_s,
-            Some(1_700_000_000.5)
+        let p = with(Endpoint::Completions, &body, None, trusted).unwrap();
+        assert_eq!(p.gen.arrival_unix_s, Some(NOW - 5.0));
+        let forged = with(
+            Endpoint::Completions,
+            r#"{"prompt":"a","arrival_time":1.0}"#,
+            None,
+            trusted,
         );
-        assert_eq!(
-            with(r#"{"prompt":"a"}"#, Some(" 1700000001.25 "))
-                .unwrap()
-                .gen
-                .arrival_unix_s,
-            Some(1_700_000_001.25)
-        );
-        assert_eq!(
-            code(with(r#"{"prompt":"a"}"#, Some("soon"))),
-            "invalid_value"
-        );
-        assert_eq!(
-            code(with(r#"{"prompt":"a","arrival_time":-1}"#, None)),
-            "invalid_value"
-        );
+        assert_eq!(param(forged), Some("arrival_time"));
     }
 }

@@ -9,6 +9,10 @@ pub trait Tokenizer: Send + Sync + 'static {
     fn encode(&self, text: &str) -> Vec<u32>;
     /// The text piece of one generated token, as streamed to the client.
     fn decode_token(&self, id: u32) -> String;
+    /// Token ids a prompt may use are `0..vocab_size`; `None` when unknown (not checked).
+    fn vocab_size(&self) -> Option<u32> {
+        None
+    }
     /// The prompt text for a chat conversation, ending where the assistant's reply begins.
     fn render_chat(&self, messages: &[ChatTurn]) -> String {
         render_chatml(messages)
@@ -164,12 +168,16 @@ impl Tokenizer for WordTokenizer {
         let word = OUTPUT_WORDS[id as usize % OUTPUT_WORDS.len()];
         format!(" {word}")
     }
+
+    fn vocab_size(&self) -> Option<u32> {
+        Some(self.vocab_size)
+    }
 }
 
 /// Frequent English words, at most `MAX_WORD_CHARS` letters so " word" stays one piece. Each
 /// with its leading space was one token in a byte-level BPE trained on AIPerf's Shakespeare
 /// corpus (vocabulary 8000); large English BPEs should split them no more.
-const OUTPUT_WORDS: &[&str] = &[
+pub(crate) const OUTPUT_WORDS: &[&str] = &[
     "the", "of", "and", "to", "in", "is", "was", "for", "on", "that", "with", "as", "by", "at",
     "from", "his", "he", "it", "an", "are", "were", "which", "be", "this", "or", "had", "not",
     "but", "have", "their", "they", "one", "all", "been", "has", "its", "who", "more", "her",

@@ -8,7 +8,7 @@ use std::time::Duration;
 use genslot::actors::{ActorEngine, StartOptions};
 use genslot::config::Config;
 use genslot::gpu::model::{Clock, ModelBackend, RealClock};
-use genslot::server::App;
+use genslot::server::{App, Limits};
 use serde_json::Value;
 
 #[path = "../server_support/loopback.rs"]
@@ -21,10 +21,16 @@ pub const WAIT: Duration = Duration::from_secs(20);
 /// Millisecond steps and transfers, so a test of thousands of steps takes seconds.
 pub const FAST_TIMING: &str =
     "timing: { base_ms: 1.0, per_request_ms: 0.02, per_kv_token_ns: 0.0, \
-     transfer_base_ms: 2.0, transfer_per_token_us: 0.0 }\nserver: { stat_interval_s: 3600 }\n";
+     transfer_base_ms: 2.0, transfer_per_token_us: 0.0 }\n";
 
+/// The fast timing plus `extra`; no stat line unless `extra` asks for one.
 pub fn config(extra: &str) -> Config {
-    Config::from_yaml_str(&format!("{FAST_TIMING}{extra}"), "test").expect("valid test config")
+    let mut cfg =
+        Config::from_yaml_str(&format!("{FAST_TIMING}{extra}"), "test").expect("valid test config");
+    if !extra.contains("stat_interval_s") {
+        cfg.server.stat_interval_s = 3600.0;
+    }
+    cfg
 }
 
 pub struct Server {
@@ -45,13 +51,18 @@ pub fn engine(cfg: &Config) -> ActorEngine {
 }
 
 impl Server {
+    /// The engine and the server's limits from `cfg`.
     pub async fn start(cfg: &Config) -> Self {
-        Self::with_engine(engine(cfg)).await
+        Self::with_limits(engine(cfg), Limits::from_config(&cfg.server)).await
     }
 
     pub async fn with_engine(engine: ActorEngine) -> Self {
+        Self::with_limits(engine, Limits::default()).await
+    }
+
+    pub async fn with_limits(engine: ActorEngine, limits: Limits) -> Self {
         let metrics = genslot::metrics::install_recorder().expect("recorder");
-        let app = App::new(Arc::new(engine), metrics, "genslot-test".into());
+        let app = App::new(Arc::new(engine), metrics, "genslot-test".into()).with_limits(limits);
         Server {
             http: Loopback::start(app).await,
         }

@@ -48,7 +48,7 @@ def metrics():
 
 
 def chat(content, stream=False, **params):
-    body = {"model": "m", "messages": [{"role": "user", "content": content}],
+    body = {"messages": [{"role": "user", "content": content}],
             "max_tokens": 64, "stream": stream, **params}
     if stream:
         body["stream_options"] = {"include_usage": True}

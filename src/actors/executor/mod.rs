@@ -161,6 +161,8 @@ pub struct Executor {
     stopped: bool,
     /// A component actor stopped: no pass runs any more.
     broken: bool,
+    /// Told when no request is in flight any more (the shutdown drain waits on it).
+    idle_waiters: Vec<tokio::sync::oneshot::Sender<()>>,
 }
 
 impl Executor {
@@ -196,6 +198,16 @@ impl Executor {
             recorder: init.recorder,
             stopped: false,
             broken: false,
+            idle_waiters: Vec::new(),
+        }
+    }
+
+    /// Wakes the drain's waiters once no request is in flight.
+    fn notify_if_idle(&mut self) {
+        if self.live.is_empty() {
+            for w in self.idle_waiters.drain(..) {
+                let _ = w.send(());
+            }
         }
     }
 
@@ -305,6 +317,7 @@ impl Executor {
                 self.state = Some(st);
             }
         }
+        self.notify_if_idle();
     }
 
     fn apply(&mut self, st: &mut PassState, ctx: &mut Context<Self>) {
@@ -389,6 +402,12 @@ impl Executor {
             }
         }
         self.metrics(st.machine.resident_count(), out);
+        let ended =
+            !out.departed.is_empty() || !out.cancelled.is_empty() || !out.rejected.is_empty();
+        if ended && st.machine.resident_count() == 0 && out.queue_len == 0 {
+            // The last request left: the pool gauges show it now, not at the next reading.
+            self.pool_metrics(ctx);
+        }
         if !out.batch.is_empty() {
             let mut rows = std::mem::take(&mut self.spare_rows);
             rows.clear();
@@ -602,6 +621,7 @@ impl Executor {
             Err(e) => self.fail_batch(&batch, &format!("decode step failed: {e}")),
         }
         self.spare_batch = batch;
+        self.notify_if_idle();
         self.kick(ctx);
     }
 
@@ -627,6 +647,7 @@ impl Handler<KvArrived> for Executor {
             }),
             Err(e) => self.fail(msg.id, &format!("context arrival failed: {e}")),
         }
+        self.notify_if_idle();
         self.kick(ctx);
     }
 }
@@ -635,6 +656,7 @@ impl Handler<BackendDown> for Executor {
     type Result = ();
     fn handle(&mut self, msg: BackendDown, ctx: &mut Context<Self>) {
         self.backend_down(&msg.0);
+        self.notify_if_idle();
         self.kick(ctx);
     }
 }
@@ -677,6 +699,21 @@ impl Handler<Shutdown> for Executor {
                 }
                 ctx.stop();
             }),
+        )
+    }
+}
+
+impl Handler<WaitIdle> for Executor {
+    type Result = ResponseActFuture<Self, ()>;
+    fn handle(&mut self, _: WaitIdle, _: &mut Context<Self>) -> Self::Result {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.idle_waiters.push(tx);
+        self.notify_if_idle();
+        Box::pin(
+            async move {
+                let _ = rx.await;
+            }
+            .into_actor(self),
         )
     }
 }

@@ -8,12 +8,15 @@
 # With PIN=1 the server runs on CPU 0 and the client on CPU 1, so the client's own CPU use
 # cannot slow the server's decode loop.
 # An odd last seed runs as a single pair (AIPerf, loadgen).
-# Usage: AIPERF=path/to/aiperf TOKDIR=dir-with-tokenizer.json OUT=dir SEEDS="11 12" [RATE=4] \
+# AIPerf counts tokens itself with TOKDIR (default: the shipped word tokenizer, whose counts
+# equal the server's `usage`) and sends the model the server lists at /v1/models.
+# Usage: AIPERF=path/to/aiperf OUT=dir SEEDS="11 12" [RATE=4] [TOKDIR=dir] \
 #          tools/loadgen/scripts/aiperf_pairs.sh
 # Prints one row per pair: TTFT p50 and mean ITL of both tools and their differences.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
-: "${AIPERF:?set AIPERF to the aiperf executable}" "${TOKDIR:?set TOKDIR}" "${OUT:?set OUT}"
+: "${AIPERF:?set AIPERF to the aiperf executable}" "${OUT:?set OUT}"
+TOKDIR=${TOKDIR:-./assets/word-tokenizer}
 SEEDS=${SEEDS:-"11 12"}
 PORT=${PORT:-18000}
 PIN=${PIN:-1}
@@ -50,11 +53,11 @@ stop() { kill "$SERVER" 2>/dev/null; wait "$SERVER" 2>/dev/null || true; }
 
 aiperf_run() {  # seed
   serve "aiperf-$1"
-  "${client_cpu[@]}" "$AIPERF" profile --model genslot --url "http://127.0.0.1:$PORT" \
+  model=$(curl -sf "http://127.0.0.1:$PORT/v1/models" | python3 -c 'import json,sys; print(json.load(sys.stdin)["data"][0]["id"])')
+  "${client_cpu[@]}" "$AIPERF" profile --model "$model" --url "http://127.0.0.1:$PORT" \
     --endpoint-type completions --streaming --tokenizer "$TOKDIR" --isl 64 --osl 32 \
     --request-count "$REQUESTS" "${aiperf_load[@]}" --random-seed "$1" --ui none \
-    --output-artifact-dir "$OUT/aiperf-$1" --extra-inputs ignore_eos:true \
-    --use-server-token-count > "$OUT/aiperf-$1.log" 2>&1
+    --output-artifact-dir "$OUT/aiperf-$1" --extra-inputs ignore_eos:true > "$OUT/aiperf-$1.log" 2>&1
   stop
   cp "$OUT/aiperf-$1/profile_export_aiperf.json" "$OUT/aiperf-$1.json"
 }

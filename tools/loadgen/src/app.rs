@@ -61,11 +61,15 @@ pub async fn run_command(args: &RunArgs) -> anyhow::Result<Summary> {
         bail!("--token-ids needs --endpoint completions (chat messages are text)");
     }
     let (mut source, description) = build_source(args)?;
+    let model = match &args.model {
+        Some(m) => m.clone(),
+        None => served_model(&args.url).await?,
+    };
     let cfg = RunConfig {
         endpoint: Endpoint {
             base_url: args.url.clone(),
             kind: args.endpoint,
-            model: args.model.clone(),
+            model: model.clone(),
             token_ids: args.token_ids,
             request_timeout: args.request_timeout,
         },
@@ -88,7 +92,7 @@ pub async fn run_command(args: &RunArgs) -> anyhow::Result<Summary> {
     let info = RunInfo {
         url: args.url.clone(),
         endpoint: format!("{:?}", args.endpoint).to_lowercase(),
-        model: args.model.clone(),
+        model,
         source: description,
         // Lanes in a closed loop, the in-flight cap with a request rate; nothing otherwise.
         concurrency: args
@@ -122,7 +126,38 @@ pub async fn run_command(args: &RunArgs) -> anyhow::Result<Summary> {
             .with_context(|| format!("writing summary {}", path.display()))?;
     }
     print!("{}", summary.render_table());
+    if summary.good_request_count.avg == 0.0 {
+        bail!(
+            "no measured request completed ({} sent: {} failed, {} still in flight at the end \
+             were cancelled); the summary measures nothing. A longer --duration or --grace, or \
+             shorter requests, may let some finish",
+            summary.request_count.avg,
+            summary.error_request_count.avg,
+            summary.cancelled_request_count.avg
+        );
+    }
     Ok(summary)
+}
+
+/// The first model id of the server's `GET /v1/models` (OpenAI's list shape).
+pub async fn served_model(base_url: &str) -> anyhow::Result<String> {
+    let url = format!("{}/v1/models", base_url.trim_end_matches('/'));
+    let fail =
+        |why: String| anyhow::anyhow!("cannot tell the model from {url}: {why}; pass --model");
+    let response = reqwest::Client::new()
+        .get(&url)
+        .timeout(std::time::Duration::from_secs(10))
+        .send()
+        .await
+        .map_err(|e| fail(e.to_string()))?;
+    if !response.status().is_success() {
+        return Err(fail(format!("HTTP {}", response.status())));
+    }
+    let list: serde_json::Value = response.json().await.map_err(|e| fail(e.to_string()))?;
+    list["data"][0]["id"]
+        .as_str()
+        .map(str::to_owned)
+        .ok_or_else(|| fail("the list names no model".into()))
 }
 
 /// Writes one AIPerf-shaped JSON object per request.

@@ -98,9 +98,10 @@ pub struct RunArgs {
     pub request_timeout: Duration,
     #[arg(long, value_enum, default_value_t = EndpointKind::Completions)]
     pub endpoint: EndpointKind,
-    /// Model name sent with every request.
-    #[arg(long, default_value = "genslot")]
-    pub model: String,
+    /// Model name sent with every request; without it, the first model the server lists at
+    /// `GET /v1/models`.
+    #[arg(long)]
+    pub model: Option<String>,
     /// Send prompts as token ids instead of text (completions endpoint).
     #[arg(long)]
     pub token_ids: bool,

@@ -1,8 +1,13 @@
 //! The run summary: AIPerf-named statistics over the measured (non-warm-up) requests, error
 //! counts by kind, and the server's own counters when it exposes them.
 //!
-//! Latency statistics cover successful requests only (as in AIPerf); throughput is measured
-//! over the profiling window, from the first measured send to the last measured response.
+//! Latency statistics cover successful requests only (as in AIPerf). The run's duration is
+//! `benchmark_duration`, the profiling window: from the first measured send to the last
+//! measured request that ended by itself (completed or failed); throughput is over it.
+//! Requests still in flight when the run ends are cancelled by loadgen and counted apart
+//! (`cancelled_request_count`), not as errors, and do not stretch the window.
+//! `--duration` bounds only when new requests are sent; `wall_time_s` is the whole run,
+//! warm-up, grace and cancellation included.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -67,11 +72,16 @@ pub struct Summary {
     pub benchmark_duration: Scalar,
     pub request_count: Scalar,
     pub good_request_count: Scalar,
+    /// Measured requests that failed (server or network errors, timeouts); run-end
+    /// cancellations are not errors.
     pub error_request_count: Scalar,
+    /// Measured requests still in flight at the end of the run, cancelled by loadgen.
+    #[serde(default = "no_requests")]
+    pub cancelled_request_count: Scalar,
     pub total_isl: Scalar,
     pub total_osl: Scalar,
     /// Failed measured requests by kind (`http_500`, `connect`, `dropped_stream`, `timeout`,
-    /// `stream_error`, `cancelled`).
+    /// `stream_error`); cancellations are in `cancelled_request_count`.
     pub errors_by_kind: BTreeMap<String, u64>,
     /// Warm-up requests sent but left out of every statistic above.
     pub warmup_excluded: u64,
@@ -83,12 +93,21 @@ pub struct Summary {
     /// True when requests were still in flight at the end and were cancelled.
     pub was_cancelled: bool,
     pub stop_reason: StopReason,
-    /// Wall time from start to the last response or cancellation.
+    /// Wall time of the whole run: from its start (warm-up included) to the last response or
+    /// cancellation. Not the run's duration: that is `benchmark_duration`.
     pub wall_time_s: f64,
     /// genslot counters over the run, when the server exposes them.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub server_metrics: Option<ServerDelta>,
     pub run: RunInfo,
+}
+
+fn no_requests() -> Scalar {
+    Scalar::new("requests", 0.0)
+}
+
+fn cancelled(r: &RequestRecord) -> bool {
+    matches!(&r.error, Some(e) if e.kind == crate::record::ErrorKind::Cancelled)
 }
 
 impl Summary {
@@ -101,14 +120,19 @@ impl Summary {
     ) -> Self {
         let measured: Vec<&RequestRecord> = records.iter().filter(|r| !r.warmup).collect();
         let good: Vec<&RequestRecord> = measured.iter().copied().filter(|r| r.ok()).collect();
+        let n_cancelled = measured.iter().filter(|r| cancelled(r)).count();
         let mut errors_by_kind = BTreeMap::new();
-        for r in &measured {
+        for r in measured.iter().filter(|r| !cancelled(r)) {
             if let Some(e) = &r.error {
                 *errors_by_kind.entry(e.key()).or_insert(0u64) += 1;
             }
         }
         let window_start = measured.iter().map(|r| r.start_s).reduce(f64::min);
-        let window_end = measured.iter().map(|r| r.end_s).reduce(f64::max);
+        let window_end = measured
+            .iter()
+            .filter(|r| !cancelled(r))
+            .map(|r| r.end_s)
+            .reduce(f64::max);
         let duration = match (window_start, window_end) {
             (Some(a), Some(b)) if b > a => b - a,
             _ => 0.0,
@@ -145,16 +169,18 @@ impl Summary {
             benchmark_duration: Scalar::new("sec", duration),
             request_count: Scalar::new("requests", measured.len() as f64),
             good_request_count: Scalar::new("requests", good.len() as f64),
-            error_request_count: Scalar::new("requests", (measured.len() - good.len()) as f64),
+            error_request_count: Scalar::new(
+                "requests",
+                (measured.len() - good.len() - n_cancelled) as f64,
+            ),
+            cancelled_request_count: Scalar::new("requests", n_cancelled as f64),
             total_isl: Scalar::new("tokens", total_isl as f64),
             total_osl: Scalar::new("tokens", total_osl as f64),
             errors_by_kind,
             warmup_excluded: (records.len() - measured.len()) as u64,
             arrivals_skipped: 0,
             warmup_errors: records.iter().filter(|r| r.warmup && !r.ok()).count() as u64,
-            was_cancelled: records.iter().any(
-                |r| matches!(&r.error, Some(e) if e.kind == crate::record::ErrorKind::Cancelled),
-            ),
+            was_cancelled: records.iter().any(cancelled),
             stop_reason,
             wall_time_s,
             server_metrics,
@@ -199,7 +225,9 @@ impl Summary {
             ("request_throughput", &self.request_throughput),
             ("benchmark_duration", &self.benchmark_duration),
             ("request_count", &self.request_count),
+            ("good_request_count", &self.good_request_count),
             ("error_request_count", &self.error_request_count),
+            ("cancelled_request_count", &self.cancelled_request_count),
         ];
         for (name, s) in scalars {
             let _ = writeln!(
@@ -239,11 +267,12 @@ impl Summary {
         }
         let _ = writeln!(
             out,
-            "stopped by {:?} after {:.1} s{}",
+            "stopped by {:?}; benchmark_duration is the profiling window (first measured send \
+             to last measured response); the whole run took {:.1} s{}",
             self.stop_reason,
             self.wall_time_s,
             if self.was_cancelled {
-                "; in-flight requests were cancelled"
+                " and cancelled the requests still in flight at its end"
             } else {
                 ""
             }
@@ -336,5 +365,26 @@ mod tests {
         assert!((s.output_token_throughput.avg - 29.0 / 5.0).abs() < 1e-12);
         assert!((s.request_throughput.avg - 2.0 / 5.0).abs() < 1e-12);
         assert!(!s.was_cancelled);
+    }
+
+    #[test]
+    fn run_end_cancellations_are_counted_apart_and_do_not_stretch_the_window() {
+        let mut cut = rec(2, false, 1.5, 30.0, 0.0, 0);
+        cut.error = Some(RequestError {
+            kind: ErrorKind::Cancelled,
+            status: None,
+            message: "cancelled at the end of the run".into(),
+        });
+        cut.ttft_ms = None;
+        let records = vec![rec(1, false, 1.0, 3.0, 100.0, 10), cut];
+        let s = Summary::from_records(&records, StopReason::Duration, 31.0, None, info());
+        assert_eq!(s.error_request_count.avg, 0.0);
+        assert_eq!(s.cancelled_request_count.avg, 1.0);
+        assert!(s.errors_by_kind.is_empty());
+        assert_eq!(
+            s.benchmark_duration.avg, 2.0,
+            "1 s to 3 s, not to the cancellation"
+        );
+        assert!(s.was_cancelled);
     }
 }

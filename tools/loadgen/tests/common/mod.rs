@@ -128,6 +128,12 @@ pub async fn start_on(
         .route("/v1/completions", post(completions))
         .route("/v1/chat/completions", post(chat))
         .route("/metrics", get(metrics_route))
+        .route(
+            "/v1/models",
+            get(|| async {
+                axum::Json(serde_json::json!({"object": "list", "data": [{"id": "mock"}]}))
+            }),
+        )
         // Weka prompts reach several MB of text; axum's 2 MB default would answer 413.
         .layer(DefaultBodyLimit::disable())
         .with_state(mock);

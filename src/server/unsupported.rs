@@ -1,0 +1,189 @@
+//! Parameters of the OpenAI API (and vLLM's extensions) that change the answer but that this
+//! server does not implement: asking for one is a 400 naming it, never a silently different
+//! answer. A parameter at its neutral value (`n: 1`, `echo: false`, `tools: []`, a penalty
+//! of 0 …) is accepted. Fields no server gives meaning to are ignored, as OpenAI does.
+
+use serde_json::Value;
+
+use super::error::ApiError;
+use super::fields::{shown, Fields};
+use super::request::Endpoint;
+
+fn invalid(param: &'static str, message: String) -> ApiError {
+    ApiError::invalid("invalid_value", Some(param), message)
+}
+
+/// The first parameter of the body that asks for something not implemented here.
+pub fn refuse_unsupported(endpoint: Endpoint, f: &Fields) -> Result<(), ApiError> {
+    match f.int("n")? {
+        Some(n) if n < 1 => return Err(invalid("n", format!("`n` must be ≥ 1, got {n}"))),
+        Some(n) if n > 1 => return Err(ApiError::unsupported("n", "`n` > 1")),
+        _ => {}
+    }
+    match f.int("best_of")? {
+        Some(b) if b < 1 => {
+            return Err(invalid(
+                "best_of",
+                format!("`best_of` must be ≥ 1, got {b}"),
+            ))
+        }
+        Some(b) if b > 1 => return Err(ApiError::unsupported("best_of", "`best_of` > 1")),
+        _ => {}
+    }
+    // An integer on completions (0 still asks for the chosen token's log-prob), a boolean
+    // on chat.
+    let wants_logprobs = match (f.get("logprobs"), endpoint) {
+        (None, _) => false,
+        (Some(Value::Bool(b)), Endpoint::ChatCompletions) => *b,
+        (Some(_), _) => true,
+    };
+    if wants_logprobs {
+        return Err(ApiError::unsupported("logprobs", "`logprobs`"));
+    }
+    match f.int("top_logprobs")? {
+        Some(k) if k < 0 => {
+            return Err(invalid(
+                "top_logprobs",
+                format!("`top_logprobs` must be ≥ 0, got {k}"),
+            ))
+        }
+        Some(k) if k > 0 => return Err(ApiError::unsupported("top_logprobs", "`top_logprobs`")),
+        _ => {}
+    }
+    if f.bool("echo")? == Some(true) {
+        return Err(ApiError::unsupported("echo", "`echo`"));
+    }
+    if endpoint == Endpoint::Completions && f.string("suffix")?.is_some_and(|s| !s.is_empty()) {
+        return Err(ApiError::unsupported("suffix", "`suffix` (insertion)"));
+    }
+    if f.object("logit_bias")?.is_some_and(|o| !o.is_empty()) {
+        return Err(ApiError::unsupported("logit_bias", "`logit_bias`"));
+    }
+    penalty(f, "presence_penalty")?;
+    penalty(f, "frequency_penalty")?;
+    if let Some(p) = f.number("repetition_penalty")? {
+        if !(p > 0.0 && p.is_finite()) {
+            return Err(invalid(
+                "repetition_penalty",
+                format!("`repetition_penalty` must be > 0, got {p}"),
+            ));
+        }
+        if p != 1.0 {
+            return Err(ApiError::unsupported(
+                "repetition_penalty",
+                "`repetition_penalty` other than 1",
+            ));
+        }
+    }
+    if let Some(p) = f.number("min_p")? {
+        if !(0.0..=1.0).contains(&p) {
+            return Err(invalid(
+                "min_p",
+                format!("`min_p` must be in [0, 1], got {p}"),
+            ));
+        }
+        if p != 0.0 {
+            return Err(ApiError::unsupported("min_p", "`min_p` other than 0"));
+        }
+    }
+    for name in ["tools", "functions", "stop_token_ids"] {
+        match f.get(name) {
+            None => {}
+            Some(Value::Array(a)) if a.is_empty() => {}
+            Some(Value::Array(_)) => return Err(ApiError::unsupported(name, &format!("`{name}`"))),
+            Some(v) => {
+                return Err(ApiError::invalid(
+                    "invalid_type",
+                    Some(name),
+                    format!("`{name}` must be a list, got {}", shown(v)),
+                ))
+            }
+        }
+    }
+    for name in ["tool_choice", "function_call"] {
+        match f.get(name) {
+            None => {}
+            Some(Value::String(s)) if s == "none" => {}
+            Some(_) => {
+                return Err(ApiError::unsupported(
+                    name,
+                    &format!("`{name}` (tool calling)"),
+                ))
+            }
+        }
+    }
+    match f.get("response_format") {
+        None => {}
+        Some(v) if v.get("type").and_then(Value::as_str) == Some("text") => {}
+        Some(_) => {
+            return Err(ApiError::unsupported(
+                "response_format",
+                "`response_format` other than `{\"type\": \"text\"}` (structured output)",
+            ))
+        }
+    }
+    // vLLM's extensions and newer OpenAI features that change the answer when set.
+    for name in [
+        "guided_json",
+        "guided_regex",
+        "guided_choice",
+        "guided_grammar",
+        "structured_outputs",
+        "prompt_logprobs",
+        "prediction",
+        "audio",
+        "web_search_options",
+        "reasoning_effort",
+        "chat_template",
+        "chat_template_kwargs",
+    ] {
+        if f.get(name).is_some() {
+            return Err(ApiError::unsupported(name, &format!("`{name}`")));
+        }
+    }
+    for name in [
+        "use_beam_search",
+        "include_stop_str_in_output",
+        "continue_final_message",
+    ] {
+        if f.bool(name)? == Some(true) {
+            return Err(ApiError::unsupported(name, &format!("`{name}`")));
+        }
+    }
+    if f.bool("add_generation_prompt")? == Some(false) {
+        return Err(ApiError::unsupported(
+            "add_generation_prompt",
+            "`add_generation_prompt: false`",
+        ));
+    }
+    match f.get("modalities") {
+        None => {}
+        Some(Value::Array(m)) if m.iter().all(|x| x.as_str() == Some("text")) => {}
+        Some(_) => {
+            return Err(ApiError::unsupported(
+                "modalities",
+                "`modalities` other than [\"text\"]",
+            ))
+        }
+    }
+    Ok(())
+}
+
+/// OpenAI's penalties: in [-2, 2]; only 0 (off) is implemented.
+fn penalty(f: &Fields, name: &'static str) -> Result<(), ApiError> {
+    if let Some(p) = f.number(name)? {
+        if !(-2.0..=2.0).contains(&p) {
+            return Err(invalid(
+                name,
+                format!("`{name}` must be in [-2, 2], got {p}"),
+            ));
+        }
+        if p != 0.0 {
+            return Err(ApiError::unsupported(
+                name,
+                &format!("`{name}` other than 0"),
+            ));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,131 @@
+//! `genslot serve` as an operator runs it, stopped with SIGTERM while a client holds a
+//! half-sent request: the process exits within the drain window plus 2 s, a stream that ends
+//! inside the window returns every token, one that cannot gets a clear error event, and new
+//! connections are refused during the drain.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const DRAIN_S: f64 = 1.0;
+
+struct Serving {
+    child: Child,
+    addr: String,
+    log: std::sync::mpsc::Receiver<String>,
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn serve(config: &str) -> (Serving, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("serve.yaml");
+    std::fs::write(&path, config).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_genslot"))
+        .args(["serve", "--port", "0", "--config"])
+        .arg(&path)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (tx, log) = std::sync::mpsc::channel();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let addr = loop {
+        let line = log
+            .recv_timeout(Duration::from_secs(20))
+            .expect("the server logs its address");
+        assert!(
+            !line.contains('\u{1b}'),
+            "no colour codes in a redirected log: {line:?}"
+        );
+        if let Some(rest) = line.split("serving on http://").nth(1) {
+            break rest.split_whitespace().next().unwrap().to_owned();
+        }
+    };
+    (Serving { child, addr, log }, dir)
+}
+
+/// Sends a streaming completion and returns the connection to read its answer from.
+fn stream(addr: &str, max_tokens: u32) -> TcpStream {
+    let body = format!(
+        r#"{{"prompt":"a","max_tokens":{max_tokens},"ignore_eos":true,"stream":true,"stream_options":{{"include_usage":true}}}}"#
+    );
+    let mut c = TcpStream::connect(addr).unwrap();
+    write!(
+        c,
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    c
+}
+
+fn read_all(mut c: TcpStream) -> String {
+    c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut out = String::new();
+    let _ = c.read_to_string(&mut out);
+    out
+}
+
+#[test]
+fn sigterm_drains_and_exits_within_the_window_while_a_client_holds_partial_headers() {
+    let (mut s, _dir) = serve(&format!(
+        "timing: {{ base_ms: 2.0, transfer_base_ms: 1.0 }}\n\
+         server: {{ drain_timeout_s: {DRAIN_S}, header_read_timeout_s: 60, stat_interval_s: 3600 }}\n"
+    ));
+    let mut slow = TcpStream::connect(&s.addr).unwrap();
+    slow.write_all(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")
+        .unwrap();
+    // ~2 ms a step: 100 tokens end well inside the window, 100 000 cannot.
+    let short = stream(&s.addr, 100);
+    let long = stream(&s.addr, 100_000);
+    std::thread::sleep(Duration::from_millis(100));
+
+    let t0 = Instant::now();
+    let pid = s.child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let short = std::thread::spawn(move || read_all(short));
+    let long = std::thread::spawn(move || read_all(long));
+
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        TcpStream::connect(&s.addr).is_err(),
+        "new connections are refused during the drain"
+    );
+    let status = loop {
+        if let Some(status) = s.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs_f64(DRAIN_S + 2.0),
+            "still running {:?} after SIGTERM",
+            t0.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status}");
+    let short = short.join().unwrap();
+    assert!(short.contains("\"completion_tokens\":100"), "{short}");
+    assert!(short.contains("data: [DONE]"));
+    let long = long.join().unwrap();
+    assert!(long.contains("shutting down"), "{long}");
+    assert!(long.contains("data: [DONE]"));
+    let logs: Vec<String> = s.log.try_iter().collect();
+    assert!(logs.iter().any(|l| l.contains("shutting down")), "{logs:?}");
+}
