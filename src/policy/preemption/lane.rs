@@ -213,31 +213,31 @@ struct LaneRule {
 }
 
 impl LaneRule {
-    fn laxity(&self, r: &Resident, rec: Option<&Record>, target: f64) -> f64 {
-        GenPreemption::rate_state(r, rec, self.now).map_or(f64::INFINITY, |s| {
-            laxity(&s, self.now, target, self.fallback_rate)
+    fn laxity(&self, r: &Resident, record: &Record, target: f64) -> f64 {
+        GenPreemption::rate_state(r, Some(record), self.now).map_or(f64::INFINITY, |state| {
+            laxity(&state, self.now, target, self.fallback_rate)
         })
     }
 
     /// Whether the laxity is at or below `floor`, computing it only when its estimate
     /// (`laxity_estimate`) cannot tell.
-    fn laxity_at_most(&self, r: &Resident, rec: Option<&Record>, target: f64, floor: f64) -> bool {
-        let Some(s) = GenPreemption::rate_state(r, rec, self.now) else {
+    fn laxity_at_most(&self, r: &Resident, record: &Record, target: f64, floor: f64) -> bool {
+        let Some(state) = GenPreemption::rate_state(r, Some(record), self.now) else {
             return false;
         };
-        if let Some(tpot) = own_tpot(s.output_tokens, s.unpaused_decode_s) {
+        if let Some(tpot) = own_tpot(state.output_tokens, state.unpaused_decode_s) {
             let slack = deadline_slack_estimate(
-                s.first_token_time,
-                s.max_tokens,
+                state.first_token_time,
+                state.max_tokens,
                 self.inverse_target,
                 self.now,
             );
-            let remaining = s.max_tokens.saturating_sub(s.output_tokens);
+            let remaining = state.max_tokens.saturating_sub(state.output_tokens);
             if laxity_estimate(slack, remaining, tpot).above(floor) {
                 return false;
             }
         }
-        laxity(&s, self.now, target, self.fallback_rate) <= floor
+        laxity(&state, self.now, target, self.fallback_rate) <= floor
     }
 
     /// A paused request's key in the mode's resume order (see `lane_order`): least laxity
@@ -247,7 +247,7 @@ impl LaneRule {
             // Least slack first; sacrificed requests after every other paused request.
             Some(t) => {
                 let sacrificed = row.record.sacrificed;
-                let lax = self.laxity(row.resident, Some(row.record), t);
+                let lax = self.laxity(row.resident, row.record, t);
                 (sacrificed, lax)
             }
             // Oldest pause first.
@@ -260,8 +260,7 @@ impl LaneRule {
     /// row's lane key laxity when its key is set, which in target mode is the very laxity
     /// this rule reads.
     fn forced_due(&self, row: &PausedRow, keyed_laxity: Option<f64>) -> bool {
-        let rec = row.record;
-        let Some((since, kind)) = rec.paused else {
+        let Some((since, kind)) = row.record.paused else {
             return false;
         };
         if self.now - since >= self.max_pause {
@@ -270,7 +269,7 @@ impl LaneRule {
         match (self.target, kind) {
             (Some(t), PauseKind::Slack) => match keyed_laxity {
                 Some(lax) => lax <= self.slack_floor,
-                None => self.laxity_at_most(row.resident, Some(rec), t, self.slack_floor),
+                None => self.laxity_at_most(row.resident, row.record, t, self.slack_floor),
             },
             _ => false,
         }

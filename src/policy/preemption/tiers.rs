@@ -29,10 +29,10 @@ impl GenPreemption {
     /// The target-mode victim for this pass.
     pub(super) fn target_victim(
         &self,
-        v: &StepView,
+        view: &StepView,
         target: f64,
     ) -> Option<(RequestId, PauseKind)> {
-        let eligibility = self.eligibility(v.now);
+        let eligibility = self.eligibility(view.now);
         let fallback = self.stats.r0().unwrap_or(target);
         let floor = SLACK_TIER_MIN_FRACTION_OF_D * self.stats.d().unwrap_or(0.0);
         let inverse_target = 1.0 / target;
@@ -43,12 +43,12 @@ impl GenPreemption {
         // A paused request's record says so (`paused` and the records agree), so one merge
         // answers both questions.
         let mut records = self.records.iter().rev().peekable();
-        for r in v.residents.iter().rev() {
+        for r in view.residents.iter().rev() {
             // No first token: not eligible. A NaN bound rules nothing out.
             let Some(ft) = r.first_token_time else {
                 continue;
             };
-            let slack = deadline_slack_estimate(ft, r.max_tokens, inverse_target, v.now);
+            let slack = deadline_slack_estimate(ft, r.max_tokens, inverse_target, view.now);
             // Below the floor or below the best so far: the laxity is too.
             let short = |e: Estimate| e.below(floor) || best.is_some_and(|(b, _)| e.below(b));
             if short(slack) {
@@ -71,7 +71,7 @@ impl GenPreemption {
                     continue;
                 }
             }
-            let lax = laxity(&state, v.now, target, fallback);
+            let lax = laxity(&state, view.now, target, fallback);
             if lax >= floor && best.is_none_or(|b| largest_slack_first((lax, r.id), b).is_lt()) {
                 best = Some((lax, r.id));
             }
@@ -79,14 +79,14 @@ impl GenPreemption {
         if let Some((_, id)) = best {
             return Some((id, PauseKind::Slack));
         }
-        self.below_or_sacrifice(v, &eligibility, target, fallback)
+        self.below_or_sacrifice(view, &eligibility, target, fallback)
     }
 
     /// Tiers 2 and 3, for a pass whose tier 1 has no candidate: both choose by the victim
     /// rule, among the candidates with below-target pauses left.
     fn below_or_sacrifice(
         &self,
-        v: &StepView,
+        view: &StepView,
         eligibility: &Eligibility,
         target: f64,
         fallback: f64,
@@ -97,7 +97,7 @@ impl GenPreemption {
         let mut below: Option<Candidate> = None;
         let mut sacrifice: Option<Candidate> = None;
         let mut records = self.records.iter().peekable();
-        for r in v.residents {
+        for r in view.residents {
             let record =
                 merge_find(IdOrder::Ascending, &mut records, r.id, |(id, _)| *id).map(|(_, x)| x);
             // Paused, or out of below-target pauses (a sacrifice counts as one).
@@ -107,7 +107,7 @@ impl GenPreemption {
             let Some((state, tpot)) = Self::eligible_rate(eligibility, r, record) else {
                 continue;
             };
-            let lax = laxity(&state, v.now, target, fallback);
+            let lax = laxity(&state, view.now, target, fallback);
             let candidate = Candidate {
                 resident: r,
                 tpot: tpot.secs(),
