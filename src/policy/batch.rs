@@ -68,13 +68,13 @@ fn by_priority(a: &Candidate, b: &Candidate) -> Ordering {
 }
 
 /// Order candidates and cut at the limits.
-pub fn build(cands: &mut [Candidate], limits: &BatchLimits) -> BatchPlan {
-    cands.sort_by(by_priority);
+pub fn build(candidates: &mut [Candidate], limits: &BatchLimits) -> BatchPlan {
+    candidates.sort_by(by_priority);
     // The plan is a split: the first `k` are scheduled, the rest left out by the limit
     // that set the cut.
     let (limit, size_cut) = limits.cut();
-    let k = cands.len().min(limit);
-    let (taken, rest) = cands.split_at(k);
+    let k = candidates.len().min(limit);
+    let (taken, rest) = candidates.split_at(k);
     let left_out = rest.iter().map(|c| c.id).collect();
     let (displaced, token_limited) = if size_cut {
         (left_out, Vec::new())

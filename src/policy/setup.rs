@@ -54,7 +54,7 @@ impl OffReason {
             }
             OffReason::AdmissionPolicy { policy } => format!(
                 "GEN slot preemption disabled: it needs gen_admission.policy = auto, the configured policy is {}",
-                serde_json::to_string(policy).unwrap_or_default().trim_matches('"')
+                super::names::name(policy)
             ),
             OffReason::PoolShort { pool, capacity, need } => format!(
                 "GEN slot preemption disabled: the {pool} pool holds {capacity} resident requests, \

@@ -12,24 +12,27 @@ const FORGET: f64 = 0.999;
 /// Online estimate of admit→KV-ready seconds as a function of context tokens.
 #[derive(Debug, Clone)]
 pub struct TransferEstimator {
-    n: u64,
-    w: f64,
-    sx: f64,
-    sy: f64,
-    sxx: f64,
-    sxy: f64,
+    /// Observations so far.
+    samples: u64,
+    /// The decayed sums of the fit: weight (count), x, y, x², xy, where x is the context
+    /// tokens and y the seconds.
+    weight: f64,
+    sum_x: f64,
+    sum_y: f64,
+    sum_xx: f64,
+    sum_xy: f64,
     mean: RunningMean,
 }
 
 impl Default for TransferEstimator {
     fn default() -> Self {
         Self {
-            n: 0,
-            w: 0.0,
-            sx: 0.0,
-            sy: 0.0,
-            sxx: 0.0,
-            sxy: 0.0,
+            samples: 0,
+            weight: 0.0,
+            sum_x: 0.0,
+            sum_y: 0.0,
+            sum_xx: 0.0,
+            sum_xy: 0.0,
             mean: RunningMean::new(500),
         }
     }
@@ -54,17 +57,17 @@ impl TransferEstimator {
             return;
         }
         let x = context_tokens as f64;
-        self.w = self.w * FORGET + 1.0;
-        self.sx = self.sx * FORGET + x;
-        self.sy = self.sy * FORGET + seconds;
-        self.sxx = self.sxx * FORGET + x * x;
-        self.sxy = self.sxy * FORGET + x * seconds;
-        self.n += 1;
+        self.weight = self.weight * FORGET + 1.0;
+        self.sum_x = self.sum_x * FORGET + x;
+        self.sum_y = self.sum_y * FORGET + seconds;
+        self.sum_xx = self.sum_xx * FORGET + x * x;
+        self.sum_xy = self.sum_xy * FORGET + x * seconds;
+        self.samples += 1;
         self.mean.push(seconds);
     }
 
     pub fn samples(&self) -> u64 {
-        self.n
+        self.samples
     }
 
     /// The current line: the least-squares fit when it is well conditioned and has a
@@ -74,18 +77,19 @@ impl TransferEstimator {
             intercept: self.mean.mean().unwrap_or(0.0),
             slope: 0.0,
         };
-        if self.n < MIN_FIT_SAMPLES {
+        if self.samples < MIN_FIT_SAMPLES {
             return flat;
         }
-        let var = self.sxx * self.w - self.sx * self.sx;
-        if var <= 1e-9 * self.w * self.w {
+        // Weighted variance of x and covariance of x and y, each times weight².
+        let spread = self.sum_xx * self.weight - self.sum_x * self.sum_x;
+        if spread <= 1e-9 * self.weight * self.weight {
             return flat;
         }
-        let slope = (self.sxy * self.w - self.sx * self.sy) / var;
+        let slope = (self.sum_xy * self.weight - self.sum_x * self.sum_y) / spread;
         if !slope.is_finite() || slope < 0.0 {
             return flat;
         }
-        let intercept = (self.sy - slope * self.sx) / self.w;
+        let intercept = (self.sum_y - slope * self.sum_x) / self.weight;
         TransferLine { intercept, slope }
     }
 }

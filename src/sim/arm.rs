@@ -4,6 +4,7 @@
 
 use serde::Serialize;
 
+use crate::policy::names;
 use crate::policy::preemption::victim::VictimKey;
 use crate::policy::AdmissionPolicy;
 
@@ -31,6 +32,15 @@ pub struct ArmSpec {
 pub struct ArmError {
     pub arm: String,
     pub why: String,
+}
+
+/// A rule enum's variant by its serde name (or an alias, such as `guard-first`); the error
+/// lists every valid name, from the enum itself.
+fn rule<T>(key: &str, value: &str) -> Result<T, String>
+where
+    T: serde::de::DeserializeOwned + serde::Serialize + PartialEq,
+{
+    names::parse(value).map_err(|_| format!("unknown {key} `{value}` ({})", names::listed::<T>()))
 }
 
 impl ArmSpec {
@@ -76,13 +86,17 @@ impl ArmSpec {
                         return Err(err("tpot_budget must be in (0, 1]".into()));
                     }
                     if arm.mode != ModeSpec::Off {
-                        return Err(err("tpot_budget and target_output_tps are mutually exclusive".into()));
+                        return Err(err(
+                            "tpot_budget and target_output_tps are mutually exclusive".into(),
+                        ));
                     }
                     arm.mode = ModeSpec::TpotBudget(b);
                 }
                 "target_output_tps" => {
                     if arm.mode != ModeSpec::Off {
-                        return Err(err("tpot_budget and target_output_tps are mutually exclusive".into()));
+                        return Err(err(
+                            "tpot_budget and target_output_tps are mutually exclusive".into(),
+                        ));
                     }
                     arm.mode = if v == "auto" {
                         ModeSpec::TargetOutputTps(None)
@@ -96,32 +110,8 @@ impl ArmSpec {
                 }
                 "max_batch_size" => arm.max_batch_size = Some(int(v)?.max(1)),
                 "max_num_active_requests" => arm.max_active = Some(int(v)?.max(1)),
-                "order" => {
-                    arm.order = Some(match v {
-                        "auto" => AdmissionPolicy::Auto,
-                        "guard_first" | "guard-first" => AdmissionPolicy::GuardFirst,
-                        "fcfs" => AdmissionPolicy::Fcfs,
-                        "edf" => AdmissionPolicy::Edf,
-                        _ => {
-                            return Err(err(format!(
-                                "unknown order `{v}` (auto, guard_first, fcfs, edf)"
-                            )))
-                        }
-                    })
-                }
-                "victim" => {
-                    arm.victim = Some(match v {
-                        "longest_resident" => VictimKey::LongestResident,
-                        "newest_resident" => VictimKey::NewestResident,
-                        "most_remaining" => VictimKey::MostRemaining,
-                        "fewest_remaining" => VictimKey::FewestRemaining,
-                        _ => {
-                            return Err(err(format!(
-                                "unknown victim `{v}` (longest_resident, newest_resident, most_remaining, fewest_remaining)"
-                            )))
-                        }
-                    })
-                }
+                "order" => arm.order = Some(rule::<AdmissionPolicy>("order", v).map_err(err)?),
+                "victim" => arm.victim = Some(rule::<VictimKey>("victim", v).map_err(err)?),
                 _ => return Err(err(format!("unknown key `{k}`"))),
             }
         }
@@ -172,5 +162,39 @@ mod tests {
         assert!(ArmSpec::parse("tpot_budget=2").is_err());
         assert!(ArmSpec::parse("bogus=1").is_err());
         assert!(ArmSpec::parse("max_batch_size").is_err());
+    }
+
+    #[test]
+    fn every_pop_order_and_victim_rule_is_an_arm_by_its_serde_name() {
+        for order in names::all::<AdmissionPolicy>() {
+            let text = format!("tpot_budget=0.1+order={}", names::name(&order));
+            assert_eq!(ArmSpec::parse(&text).unwrap().order, Some(order), "{text}");
+        }
+        for victim in names::all::<VictimKey>() {
+            let text = format!("tpot_budget=0.1+victim={}", names::name(&victim));
+            assert_eq!(
+                ArmSpec::parse(&text).unwrap().victim,
+                Some(victim),
+                "{text}"
+            );
+        }
+        // The old spelling stays an alias.
+        assert_eq!(
+            ArmSpec::parse("order=guard-first").unwrap().order,
+            Some(AdmissionPolicy::GuardFirst)
+        );
+    }
+
+    #[test]
+    fn an_unknown_order_or_victim_names_every_valid_one() {
+        let e = ArmSpec::parse("order=lifo").unwrap_err();
+        for order in names::all::<AdmissionPolicy>() {
+            assert!(e.why.contains(&names::name(&order)), "{}", e.why);
+        }
+        let e = ArmSpec::parse("victim=random").unwrap_err();
+        assert!(e.why.starts_with("unknown victim `random` ("), "{}", e.why);
+        for victim in names::all::<VictimKey>() {
+            assert!(e.why.contains(&names::name(&victim)), "{}", e.why);
+        }
     }
 }

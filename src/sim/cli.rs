@@ -70,7 +70,8 @@ pub struct SimArgs {
     #[arg(long)]
     pub warmup: Option<f64>,
     /// Comma-separated arms: control, tpot_budget=B, target_output_tps=T|auto,
-    /// max_batch_size=N, combined with `+` (order=auto|guard_first|fcfs|edf, victim=...).
+    /// max_batch_size=N, combined with `+` (order=NAME, victim=NAME: a pop order or victim
+    /// rule by its name; an unknown name is refused with the valid ones listed).
     #[arg(
         long,
         default_value = "control,tpot_budget=0.10,target_output_tps=auto"

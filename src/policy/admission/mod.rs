@@ -217,7 +217,7 @@ impl AdmissionQueue {
         let seq = self.next_seq;
         self.next_seq += 1;
         let key = w.arrival - self.line.at(w.context_tokens);
-        self.index.insert(seq, w.arrival, key, self.thresholds());
+        self.index.insert(seq, w.arrival, key);
         self.entries.insert(seq, Entry { waiter: w, key });
         self.by_id.insert(w.id, seq);
         Ok(())
@@ -286,10 +286,9 @@ impl AdmissionQueue {
 
     fn rekey(&mut self) {
         self.index = TierIndex::default();
-        let th = self.thresholds();
         for (seq, e) in self.entries.iter_mut() {
             e.key = e.waiter.arrival - self.line.at(e.waiter.context_tokens);
-            self.index.insert(*seq, e.waiter.arrival, e.key, th);
+            self.index.insert(*seq, e.waiter.arrival, e.key);
         }
     }
 

@@ -15,6 +15,7 @@ pub enum AdmissionPolicy {
     /// The order of SPEC v1, kept for comparison: guard by least slack, then late oldest
     /// first, then on-time oldest first, with no overdue tier. Under saturation it starves
     /// late waiters behind a guard band that keeps refilling (docs/results.md).
+    #[serde(alias = "guard-first")]
     GuardFirst,
     /// Arrival order; never forms X, so nothing is ever at risk.
     Fcfs,
@@ -134,12 +135,7 @@ mod tests {
 
     #[test]
     fn every_policy_is_fifo_before_the_target_forms() {
-        for p in [
-            AdmissionPolicy::Auto,
-            AdmissionPolicy::GuardFirst,
-            AdmissionPolicy::Fcfs,
-            AdmissionPolicy::Edf,
-        ] {
+        for p in crate::policy::names::all::<AdmissionPolicy>() {
             assert_eq!(next(p, false, &ALL), Some(1));
         }
     }

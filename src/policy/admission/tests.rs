@@ -251,12 +251,7 @@ proptest! {
     #[test]
     fn indexed_pop_order_matches_brute_force(
         ops in prop::collection::vec(op(), 1..300),
-        policy in prop_oneof![
-            Just(AdmissionPolicy::Auto),
-            Just(AdmissionPolicy::GuardFirst),
-            Just(AdmissionPolicy::Edf),
-            Just(AdmissionPolicy::Fcfs),
-        ],
+        policy in prop::sample::select(crate::policy::names::all::<AdmissionPolicy>()),
     ) {
         let mut q = AdmissionQueue::new(AdmissionParams { policy, min_samples: 5, target_window: 20, ..AdmissionParams::default() });
         let mut now = 0.0f64;
@@ -295,51 +290,64 @@ proptest! {
     }
 }
 
-/// The head by scanning every waiter: the same rule, without the index.
+/// The head by scanning every waiter: each tier's candidate found without the index, then the
+/// policy's own order (`next`) over them. The index is checked for every policy, a new one
+/// included, without a second copy of the orders here (`order.rs` tests the orders).
 fn brute_head(q: &AdmissionQueue) -> Option<u64> {
-    let es: Vec<(u64, &Entry)> = q.entries.iter().map(|(s, e)| (*s, e)).collect();
-    let oldest = es.iter().min_by(|a, b| {
-        a.1.waiter
-            .arrival
-            .total_cmp(&b.1.waiter.arrival)
-            .then(a.0.cmp(&b.0))
-    });
-    let Some(c) = q.common else {
-        return oldest.map(|e| e.1.waiter.id);
-    };
-    let slack = |e: &Entry| c + e.key;
-    let by_slack = |a: &&(u64, &Entry), b: &&(u64, &Entry)| {
-        slack(a.1).total_cmp(&slack(b.1)).then(a.0.cmp(&b.0))
-    };
-    let by_arrival = |a: &&(u64, &Entry), b: &&(u64, &Entry)| {
-        a.1.waiter
-            .arrival
-            .total_cmp(&b.1.waiter.arrival)
-            .then(a.0.cmp(&b.0))
-    };
-    // Tiers on keys, as the index defines them.
-    let late_below = -c;
-    let on_from = q.guard_window - c;
-    let guard = es
-        .iter()
-        .filter(|e| e.1.key >= late_below && e.1.key < on_from)
-        .min_by(by_slack);
-    let late = es
-        .iter()
-        .filter(|e| e.1.key < late_below)
-        .min_by(by_arrival);
-    let on = es.iter().filter(|e| e.1.key >= on_from).min_by(by_arrival);
-    let overdue = es
-        .iter()
-        .filter(|e| e.1.key < late_below && e.1.key <= -q.guard_window - c)
-        .min_by(by_slack);
-    let pick = match q.params.policy {
-        AdmissionPolicy::Auto => overdue.or(guard).or(late).or(on),
-        AdmissionPolicy::GuardFirst => guard.or(late).or(on),
-        AdmissionPolicy::Edf => es.iter().min_by(by_slack),
-        AdmissionPolicy::Fcfs => oldest,
-    };
-    pick.map(|e| e.1.waiter.id)
+    let seq = next(q.params.policy, q.common.is_some(), &ScannedOffers(q))?;
+    q.entries.get(&seq).map(|e| e.waiter.id)
+}
+
+/// The tiers' candidates by scanning every waiter, on keys as the index defines the tiers.
+struct ScannedOffers<'a>(&'a AdmissionQueue);
+
+impl ScannedOffers<'_> {
+    /// The first waiter by `(value, seq)` among those `keep` accepts.
+    fn first_by(&self, value: impl Fn(&Entry) -> f64, keep: impl Fn(f64) -> bool) -> Option<u64> {
+        self.0
+            .entries
+            .iter()
+            .filter(|(_, e)| keep(e.key))
+            .min_by(|a, b| value(a.1).total_cmp(&value(b.1)).then(a.0.cmp(b.0)))
+            .map(|(seq, _)| *seq)
+    }
+    /// `C`, and the guard window: a tier needs both; none exists without a target.
+    fn tiers(&self) -> Option<(f64, f64)> {
+        self.0.common.map(|c| (c, self.0.guard_window))
+    }
+}
+
+fn arrival(e: &Entry) -> f64 {
+    e.waiter.arrival
+}
+
+fn key(e: &Entry) -> f64 {
+    e.key
+}
+
+impl Offers for ScannedOffers<'_> {
+    fn oldest(&self) -> Option<u64> {
+        self.first_by(arrival, |_| true)
+    }
+    fn least_slack(&self) -> Option<u64> {
+        self.first_by(key, |_| true)
+    }
+    fn overdue(&self) -> Option<u64> {
+        let (c, w0) = self.tiers()?;
+        self.first_by(key, |k| k < -c && k <= -w0 - c)
+    }
+    fn guard(&self) -> Option<u64> {
+        let (c, w0) = self.tiers()?;
+        self.first_by(key, |k| k >= -c && k < w0 - c)
+    }
+    fn late(&self) -> Option<u64> {
+        let (c, _) = self.tiers()?;
+        self.first_by(arrival, |k| k < -c)
+    }
+    fn on_time(&self) -> Option<u64> {
+        let (c, w0) = self.tiers()?;
+        self.first_by(arrival, |k| k >= w0 - c)
+    }
 }
 
 /// Tier counts by scanning every waiter, on keys as the index defines the tiers.

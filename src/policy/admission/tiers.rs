@@ -34,29 +34,31 @@ pub struct TierCounts {
     pub on_time: usize,
 }
 
-type Set = BTreeSet<(OrdF64, u64)>;
-type Range = (Bound<(OrdF64, u64)>, Bound<(OrdF64, u64)>);
+/// Waiters ordered by a value (arrival or key), ties by sequence number.
+type WaiterSet = BTreeSet<(OrdF64, u64)>;
+/// A range of values in a `WaiterSet`.
+type ValueRange = (Bound<(OrdF64, u64)>, Bound<(OrdF64, u64)>);
 
 #[derive(Debug, Clone, Default)]
 pub struct TierIndex {
-    by_arrival: Set,
-    by_key: Set,
-    late_by_arrival: Set,
-    late_by_key: Set,
-    on_by_arrival: Set,
-    on_by_key: Set,
+    by_arrival: WaiterSet,
+    by_key: WaiterSet,
+    late_by_arrival: WaiterSet,
+    late_by_key: WaiterSet,
+    on_by_arrival: WaiterSet,
+    on_by_key: WaiterSet,
     applied: Option<Thresholds>,
 }
 
-fn below(x: f64) -> Range {
+fn below(x: f64) -> ValueRange {
     (Bound::Unbounded, Bound::Excluded((OrdF64(x), 0)))
 }
 
-fn from(x: f64) -> Range {
+fn from(x: f64) -> ValueRange {
     (Bound::Included((OrdF64(x), 0)), Bound::Unbounded)
 }
 
-fn between(lo: f64, hi: f64) -> Range {
+fn between(lo: f64, hi: f64) -> ValueRange {
     (
         Bound::Included((OrdF64(lo), 0)),
         Bound::Excluded((OrdF64(hi), 0)),
@@ -64,14 +66,14 @@ fn between(lo: f64, hi: f64) -> Range {
 }
 
 impl TierIndex {
-    pub fn insert(&mut self, seq: u64, arrival: f64, key: f64, _th: Option<Thresholds>) {
+    pub fn insert(&mut self, seq: u64, arrival: f64, key: f64) {
         self.by_arrival.insert((OrdF64(arrival), seq));
         self.by_key.insert((OrdF64(key), seq));
-        if let Some(th) = self.applied {
-            if key < th.late_below {
+        if let Some(thresholds) = self.applied {
+            if key < thresholds.late_below {
                 self.late_by_arrival.insert((OrdF64(arrival), seq));
                 self.late_by_key.insert((OrdF64(key), seq));
-            } else if key >= th.on_time_from {
+            } else if key >= thresholds.on_time_from {
                 self.on_by_arrival.insert((OrdF64(arrival), seq));
                 self.on_by_key.insert((OrdF64(key), seq));
             }
@@ -169,9 +171,12 @@ impl TierIndex {
         }
     }
 
-    /// The tiers' candidates under `th`, each looked up when asked for.
-    pub fn offers(&self, th: Option<Thresholds>) -> TierOffers<'_> {
-        TierOffers { index: self, th }
+    /// The tiers' candidates under `thresholds`, each looked up when asked for.
+    pub fn offers(&self, thresholds: Option<Thresholds>) -> TierOffers<'_> {
+        TierOffers {
+            index: self,
+            thresholds,
+        }
     }
 
     pub fn count_keys_below(&self, x: f64) -> usize {
@@ -180,7 +185,7 @@ impl TierIndex {
 
     /// O(overdue waiters): for the stat line and the debug view, not the pass.
     pub fn tier_counts(&self) -> TierCounts {
-        let Some(th) = self.applied else {
+        let Some(thresholds) = self.applied else {
             return TierCounts::default();
         };
         let late = self.late_by_key.len();
@@ -188,7 +193,7 @@ impl TierIndex {
         let overdue = self
             .late_by_key
             .iter()
-            .take_while(|(k, _)| th.overdue(k.0))
+            .take_while(|(k, _)| thresholds.overdue(k.0))
             .count();
         TierCounts {
             overdue,
@@ -202,11 +207,11 @@ impl TierIndex {
 /// [`TierIndex::offers`]: the candidates, found on demand.
 pub struct TierOffers<'a> {
     index: &'a TierIndex,
-    th: Option<Thresholds>,
+    thresholds: Option<Thresholds>,
 }
 
-fn first(s: &Set) -> Option<u64> {
-    s.first().map(|&(_, seq)| seq)
+fn first(set: &WaiterSet) -> Option<u64> {
+    set.first().map(|&(_, seq)| seq)
 }
 
 impl Offers for TierOffers<'_> {
@@ -217,22 +222,24 @@ impl Offers for TierOffers<'_> {
         first(&self.index.by_key)
     }
     fn overdue(&self) -> Option<u64> {
-        let th = self.th?;
+        let thresholds = self.thresholds?;
         let &(key, seq) = self.index.by_key.first()?;
-        th.overdue(key.0).then_some(seq)
+        thresholds.overdue(key.0).then_some(seq)
     }
     fn guard(&self) -> Option<u64> {
-        let th = self.th?;
+        let thresholds = self.thresholds?;
         self.index
             .by_key
-            .range(between(th.late_below, th.on_time_from))
+            .range(between(thresholds.late_below, thresholds.on_time_from))
             .next()
             .map(|&(_, seq)| seq)
     }
     fn late(&self) -> Option<u64> {
-        self.th.and_then(|_| first(&self.index.late_by_arrival))
+        self.thresholds
+            .and_then(|_| first(&self.index.late_by_arrival))
     }
     fn on_time(&self) -> Option<u64> {
-        self.th.and_then(|_| first(&self.index.on_by_arrival))
+        self.thresholds
+            .and_then(|_| first(&self.index.on_by_arrival))
     }
 }

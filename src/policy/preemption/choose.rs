@@ -1,98 +1,115 @@
 //! Which request to pause this pass: the mode-independent eligibility walk and each mode's
-//! victim choice (SPEC §4.3, "Pause"). The orderings themselves are key functions in
-//! `victim.rs`; this file walks the residents with them.
+//! victim choice (SPEC §4.3, "Pause"). The victim rules themselves are key functions in
+//! `victim.rs`; this file walks the residents with them. The reference's `victim` is the same
+//! choice by a plain scan.
 
+use super::idmap::{merge_find, IdOrder};
 use super::objective::RateState;
-use super::victim::{longest_resident_first, Eligibility, Tpot, VictimKey};
-use super::{
-    merge_find, GenPreemption, Mode, PauseKind, Record, Resident, StepView, Walk,
-    BUDGET_PAUSES_PER_REQUEST,
-};
+use super::record::{may_pause, Record};
+use super::victim::{AdmissionEnd, Candidate, Eligibility, Tpot};
+use super::{GenPreemption, Mode, PauseKind, Resident, StepView};
 use crate::policy::RequestId;
 
 impl GenPreemption {
+    /// The victim for this pass, if any request is eligible under the mode.
+    pub(super) fn choose_victim(&self, view: &StepView) -> Option<(RequestId, PauseKind)> {
+        match self.params.mode {
+            Mode::Off => None,
+            Mode::TpotBudget(_) => self.budget_victim(view).map(|id| (id, PauseKind::Budget)),
+            Mode::TargetOutputTps(t) => self.target_victim(view, t),
+        }
+    }
+
     /// An unpaused resident's rate state and the TPOT its eligibility test used, when it is
     /// eligible for a pause under the mode-independent rules.
     pub(super) fn eligible_rate(
-        el: &Eligibility,
+        eligibility: &Eligibility,
         r: &Resident,
-        rec: Option<&Record>,
+        record: Option<&Record>,
     ) -> Option<(RateState, Tpot)> {
-        let s = Self::rate_state(r, rec, el.now)?;
-        let iters = r.decode_iters - rec.map_or(0, |x| x.iters_at_resume.min(r.decode_iters));
-        el.eligible_tpot(r, iters, s.unpaused_decode_s)
-            .map(|tpot| (s, tpot))
+        let state = Self::rate_state(r, record, eligibility.now)?;
+        let iters = Record::iters_since_resume(record, r.decode_iters);
+        eligibility
+            .eligible_tpot(r, iters, state.unpaused_decode_s)
+            .map(|tpot| (state, tpot))
     }
 
     /// Unpaused residents eligible for a pause under the mode-independent rules, with their
     /// records. One merge over residents and records (both in id order); a paused request's
     /// record says so.
-    fn eligible<'s, 'a: 's>(
+    fn candidates<'s, 'a: 's>(
         &'s self,
-        v: &StepView<'a>,
-    ) -> impl Iterator<Item = (&'a Resident, Option<Record>)> + 's {
-        let el = self.eligibility(v.now);
-        let mut recs = self.records.iter().peekable();
-        v.residents.iter().filter_map(move |r| {
-            let rec = merge_find(Walk::Ascending, &mut recs, r.id, |(k, _)| *k).map(|(_, x)| *x);
-            if rec.is_some_and(|x| x.paused.is_some()) {
+        view: &StepView<'a>,
+    ) -> impl Iterator<Item = (Candidate<'a>, Option<&'s Record>)> + 's {
+        let eligibility = self.eligibility(view.now);
+        let mut records = self.records.iter().peekable();
+        view.residents.iter().filter_map(move |r| {
+            let record =
+                merge_find(IdOrder::Ascending, &mut records, r.id, |(id, _)| *id).map(|(_, x)| x);
+            if record.is_some_and(|x| x.paused.is_some()) {
                 return None;
             }
-            Self::eligible_rate(&el, r, rec.as_ref()).map(|_| (r, rec))
+            let (_, tpot) = Self::eligible_rate(&eligibility, r, record)?;
+            let candidate = Candidate {
+                resident: r,
+                tpot: tpot.secs(),
+            };
+            Some((candidate, record))
         })
     }
 
-    /// `tpot_budget` under the default key (earliest admission; ties newest arrival, then
-    /// higher id), walking residents oldest admission first: the victim is among the first
-    /// eligible request's admission-time peers, so the walk ends with that group.
-    fn longest_resident_victim(
+    /// `tpot_budget`: the first candidate under the victim rule that has pauses left. A rule
+    /// that prefers one end of the admission order walks the residents from there when the
+    /// caller keeps that order.
+    fn budget_victim(&self, view: &StepView) -> Option<RequestId> {
+        let rule = self.params.victim_key;
+        match (rule.admission_walk(), view.by_admission) {
+            (Some(AdmissionEnd::Oldest), Some(order)) => self.admission_walk(view, order.iter()),
+            (Some(AdmissionEnd::Newest), Some(order)) => {
+                self.admission_walk(view, order.iter().rev())
+            }
+            _ => self
+                .candidates(view)
+                .filter(|(_, record)| may_pause(*record, PauseKind::Budget))
+                .min_by(|a, b| rule.cmp(&a.0, &b.0))
+                .map(|(c, _)| c.resident.id),
+        }
+    }
+
+    /// `budget_victim` for a rule whose first key is the admission time, walking residents
+    /// from its preferred end (`places`): the victim is among the first admission time met
+    /// that has a candidate, so the walk ends with that group.
+    fn admission_walk<'p>(
         &self,
-        v: &StepView,
-        by_admission: &[u32],
-    ) -> Option<(RequestId, PauseKind)> {
-        debug_assert_eq!(by_admission.len(), v.residents.len());
-        let el = self.eligibility(v.now);
-        let mut best: Option<&Resident> = None;
-        for &place in by_admission {
-            let Some(r) = v.residents.get(place as usize) else {
+        view: &StepView,
+        places: impl Iterator<Item = &'p u32>,
+    ) -> Option<RequestId> {
+        let rule = self.params.victim_key;
+        let eligibility = self.eligibility(view.now);
+        let mut best: Option<Candidate> = None;
+        for &place in places {
+            let Some(r) = view.residents.get(place as usize) else {
                 continue;
             };
-            if best.is_some_and(|b| b.admit_time.total_cmp(&r.admit_time).is_lt()) {
+            if best.is_some_and(|b| b.resident.admit_time.total_cmp(&r.admit_time).is_ne()) {
                 break;
             }
             // A paused request's record says so: one lookup answers both questions.
-            let rec = self.records.get(r.id);
-            if rec.is_some_and(|x| {
-                x.paused.is_some() || u32::from(x.pauses) >= BUDGET_PAUSES_PER_REQUEST
-            }) {
+            let record = self.records.get(r.id);
+            if record.is_some_and(|x| x.paused.is_some() || !x.may_pause(PauseKind::Budget)) {
                 continue;
             }
-            if Self::eligible_rate(&el, r, rec).is_some()
-                && best.is_none_or(|b| longest_resident_first(r, b).is_lt())
-            {
-                best = Some(r);
+            let Some((_, tpot)) = Self::eligible_rate(&eligibility, r, record) else {
+                continue;
+            };
+            let candidate = Candidate {
+                resident: r,
+                tpot: tpot.secs(),
+            };
+            if best.is_none_or(|b| rule.cmp(&candidate, &b).is_lt()) {
+                best = Some(candidate);
             }
         }
-        best.map(|r| (r.id, PauseKind::Budget))
-    }
-
-    /// The victim for this pass, if any request is eligible under the mode.
-    pub(super) fn choose_victim(&self, v: &StepView) -> Option<(RequestId, PauseKind)> {
-        let key = self.params.victim_key;
-        match self.params.mode {
-            Mode::Off => None,
-            Mode::TpotBudget(_) => {
-                if let (VictimKey::LongestResident, Some(order)) = (key, v.by_admission) {
-                    return self.longest_resident_victim(v, order);
-                }
-                self.eligible(v)
-                    .filter(|(_, rec)| {
-                        rec.map_or(0, |x| u32::from(x.pauses)) < BUDGET_PAUSES_PER_REQUEST
-                    })
-                    .min_by(|a, b| key.cmp(a.0, b.0))
-                    .map(|(r, _)| (r.id, PauseKind::Budget))
-            }
-            Mode::TargetOutputTps(t) => self.target_victim(v, t),
-        }
+        best.map(|c| c.resident.id)
     }
 }

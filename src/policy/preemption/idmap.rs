@@ -72,6 +72,36 @@ impl<V> IdMap<V> {
     }
 }
 
+/// The direction a merge walks its id-ordered sequences.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdOrder {
+    Ascending,
+    Descending,
+}
+
+/// Advance an id-ordered iterator to `id` and return its item there, if any. Called with
+/// ids in the iterator's own direction, a run over two id-ordered sequences (the residents
+/// and a map's entries) is one merge.
+#[inline(always)]
+pub fn merge_find<I, T>(
+    order: IdOrder,
+    it: &mut std::iter::Peekable<I>,
+    id: RequestId,
+    id_of: impl Fn(&T) -> RequestId,
+) -> Option<T>
+where
+    I: Iterator<Item = T>,
+{
+    let before = match order {
+        IdOrder::Ascending => std::cmp::Ordering::Less,
+        IdOrder::Descending => std::cmp::Ordering::Greater,
+    };
+    while it.peek().is_some_and(|x| id_of(x).cmp(&id) == before) {
+        it.next();
+    }
+    it.next_if(|x| id_of(x) == id)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,13 +1,20 @@
-//! The preemption controller, `GenPreemption` (SPEC §4.3). One `step` per pass:
-//! track → resume → pause. Two modes, `tpot_budget` and `target_output_tps`, are two victim
-//! strategies over the same pause/resume bookkeeping. Without a mode it only tracks the
-//! running means D and R0, which the admission queue needs too.
+//! The preemption controller, `GenPreemption` (SPEC §4.3). One `step` per pass, in three
+//! short phases: `track` and `pause_one` here, `resumes` in `lane.rs` (the resume lane and
+//! its speed-ups); the victim choice in `choose.rs` (`tpot_budget`) and `tiers.rs`
+//! (`target_output_tps`). The rules they apply are each defined once: eligibility and the
+//! victim rules (`victim.rs`), the per-request pause limits (`record.rs`), laxity and credit
+//! (`objective.rs`), the at-risk rule (`risk.rs`), g (`controller.rs`). `reference.rs` is
+//! the whole pass written plainly, and the fast paths are property-tested against it.
+//! Without a mode the controller only tracks the running means D and R0, which the
+//! admission queue needs too.
 
 mod choose;
 pub mod controller;
 pub mod idmap;
 mod lane;
 pub mod objective;
+mod record;
+pub mod reference;
 pub mod risk;
 mod tiers;
 pub mod victim;
@@ -19,8 +26,12 @@ use super::stats::RunningMean;
 use super::RequestId;
 use controller::WindowGain;
 use idmap::IdMap;
-use lane::each_paused_row;
+use lane::{Paused, Resumes};
 use objective::{met_target, Credit, RateState};
+use record::Record;
+pub use record::{
+    PauseKind, BELOW_PAUSES_PER_REQUEST, BUDGET_PAUSES_PER_REQUEST, SLACK_PAUSES_PER_REQUEST,
+};
 use victim::{Eligibility, VictimKey, MIN_DECODE_BEFORE_D_S, MIN_DECODE_FRACTION_OF_D};
 
 /// Completions the running means D and R0 cover.
@@ -31,14 +42,10 @@ pub const PAUSED_CAP_FRACTION: f64 = 0.375;
 pub const MAX_PAUSE_FRACTION_OF_D: f64 = 0.35;
 /// Maximum pause before the first completion.
 pub const MAX_PAUSE_BEFORE_D_S: f64 = 10.0;
-/// `tpot_budget`: pauses per request.
-pub const BUDGET_PAUSES_PER_REQUEST: u32 = 2;
-/// `target_output_tps`: slack-bounded pauses per request, and their thresholds in D.
-pub const SLACK_PAUSES_PER_REQUEST: u32 = 8;
+/// `target_output_tps`: the slack tier's thresholds in D. A request enters tier 1 with laxity
+/// at or above the first; a slack-bounded pause ends when its laxity falls to the second.
 pub const SLACK_TIER_MIN_FRACTION_OF_D: f64 = 0.02;
 pub const SLACK_FORCED_RESUME_FRACTION_OF_D: f64 = 0.01;
-/// `target_output_tps`: pauses per request below the target (or sacrificed).
-pub const BELOW_PAUSES_PER_REQUEST: u32 = 3;
 
 /// ceil(0.375 × max_num_active_requests).
 pub fn paused_cap(max_active: u32) -> u32 {
@@ -138,109 +145,6 @@ pub struct PreemptDecision {
     pub admission_count: u32,
     /// The at-risk window W used this pass.
     pub window: f64,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum PauseKind {
-    /// `tpot_budget` pause.
-    Budget,
-    /// Target mode, tier 1: paid from the request's own laxity.
-    Slack,
-    /// Target mode, tier 2: already below the target.
-    Below,
-    /// Target mode, tier 3: sacrificed on credit.
-    Sacrifice,
-}
-
-/// A request's pause history. Its counts are bytes: the per-request limits keep each below
-/// a dozen, and at 32 bytes a record (and the paused entry's copy of it) takes two-thirds
-/// of the room it did with four-byte counts, in maps the controller walks every pass.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-struct Record {
-    pauses: u8,
-    slack_pauses: u8,
-    below_pauses: u8,
-    sacrificed: bool,
-    paused_total: f64,
-    iters_at_resume: u32,
-    paused: Option<(f64, PauseKind)>,
-}
-
-/// A paused request's place in the resume lane: (sacrificed, laxity) in target mode,
-/// (false, paused since) otherwise; ties by id.
-type LaneKey = (bool, f64);
-
-fn lane_order(a: &(LaneKey, PausedRow), b: &(LaneKey, PausedRow)) -> std::cmp::Ordering {
-    a.0 .0
-        .cmp(&b.0 .0)
-        .then(a.0 .1.total_cmp(&b.0 .1))
-        .then(a.1.id.cmp(&b.1.id))
-}
-
-/// A paused resident as one pass sees it. Row and record are borrowed, not copied: the
-/// lane is built every pass, and a copied record made every paused row pay for its size.
-#[derive(Debug, Clone, Copy)]
-struct PausedRow<'a> {
-    id: RequestId,
-    resident: &'a Resident,
-    record: &'a Record,
-}
-
-/// A paused request: where its row was found last pass, and its record as the pause left
-/// it. A record changes only when a pause starts or ends (or its request leaves, which ends
-/// the entry too), so the copy is the record for the whole pause, and the paused walk that
-/// every pass makes reads it here instead of merging the records for it.
-#[derive(Debug, Clone)]
-struct Paused {
-    /// Its row's place in the last pass's residents, where it is looked for first (a hint,
-    /// updated by the walk that reads the entries).
-    place: std::cell::Cell<u32>,
-    record: Record,
-}
-
-impl Paused {
-    fn new(record: Record) -> Self {
-        Self {
-            place: std::cell::Cell::new(0),
-            record,
-        }
-    }
-}
-
-/// The direction a merge walks its id-ordered sequences.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Walk {
-    Ascending,
-    Descending,
-}
-
-/// Advance an id-ordered iterator to `id` and return its item there, if any. Called with
-/// ids in the iterator's own direction, a run over two id-ordered sequences is one merge.
-#[inline(always)]
-fn merge_find<I, T>(
-    walk: Walk,
-    it: &mut std::iter::Peekable<I>,
-    id: RequestId,
-    key: impl Fn(&T) -> RequestId,
-) -> Option<T>
-where
-    I: Iterator<Item = T>,
-{
-    let before = match walk {
-        Walk::Ascending => std::cmp::Ordering::Less,
-        Walk::Descending => std::cmp::Ordering::Greater,
-    };
-    while it.peek().is_some_and(|x| key(x).cmp(&id) == before) {
-        it.next();
-    }
-    it.next_if(|x| key(x) == id)
-}
-
-impl Record {
-    fn paused_through(&self, now: f64) -> f64 {
-        self.paused_total + self.paused.map_or(0.0, |(since, _)| (now - since).max(0.0))
-    }
 }
 
 /// D and R0: running means over the last 500 completions, pauses excluded.
@@ -429,9 +333,10 @@ impl GenPreemption {
         }
     }
 
-    fn rate_state(r: &Resident, rec: Option<&Record>, now: f64) -> Option<RateState> {
+    /// What a resident's laxity depends on at `now`; `None` before its first token.
+    fn rate_state(r: &Resident, record: Option<&Record>, now: f64) -> Option<RateState> {
         let ft = r.first_token_time?;
-        let paused = rec.map_or(0.0, |rec| rec.paused_through(now));
+        let paused = record.map_or(0.0, |rec| rec.paused_through(now));
         Some(RateState {
             first_token_time: ft,
             max_tokens: r.max_tokens,
@@ -440,93 +345,136 @@ impl GenPreemption {
         })
     }
 
+    /// One pass (SPEC §4.3): track → resume → pause. The queue must be refreshed for
+    /// `view.now`. `reference::ReferencePreemption::step` is the same pass written plainly;
+    /// the property tests require both to decide alike.
+    pub fn step(&mut self, view: &StepView) -> PreemptDecision {
+        self.check_view(view);
+        self.track(view.departed, view.queue.target_formed);
+        let resumes = self.resumes(view);
+        let mut active = self.apply_resumes(view, &resumes);
+        let mut decision = PreemptDecision {
+            resumes: resumes.normal,
+            forced_resumes: resumes.forced,
+            ..PreemptDecision::default()
+        };
+        if self.params.mode.is_on() {
+            let w = self.window();
+            self.last_window = w;
+            decision.window = w;
+            if let Some(id) = self.pause_one(view, active, w) {
+                decision.pauses.push(id);
+                active -= 1;
+            }
+        }
+        self.count(&decision);
+        decision.admission_count = active;
+        decision
+    }
+
     /// Track: account every request that left since the last pass.
     fn track(&mut self, departed: &[Departure], target_formed: bool) {
-        for dep in departed {
-            let rec = self.records.remove(dep.id).unwrap_or_default();
-            self.paused.remove(dep.id);
-            if !dep.completed {
-                continue;
+        for departure in departed {
+            let record = self.records.remove(departure.id).unwrap_or_default();
+            self.paused.remove(departure.id);
+            if departure.completed {
+                self.complete(departure, &record, target_formed);
             }
-            let Some(ft) = dep.first_token_time else {
-                continue;
-            };
-            let paused = rec.paused_through(dep.finish_time);
-            let decode = (dep.finish_time - ft).max(0.0);
-            let unpaused = (decode - paused).max(0.0);
-            self.stats.completions += 1;
-            self.stats.decode.push(unpaused);
-            if dep.output_tokens >= 2 {
-                self.stats
-                    .tpot
-                    .push(unpaused / (dep.output_tokens - 1) as f64);
-            }
-            let inflation = if unpaused > 0.0 {
-                paused / unpaused
-            } else {
-                0.0
-            };
-            self.window.completions += 1;
-            self.window.inflation_sum += inflation;
-            if !target_formed {
-                continue;
-            }
-            match self.params.mode {
-                Mode::TpotBudget(_) => self.gain.step(inflation),
-                Mode::TargetOutputTps(t) => {
-                    let met = met_target(dep.output_tokens, decode, t);
-                    if !met {
-                        self.window.below_target += 1;
-                    }
-                    self.credit.complete(met, rec.sacrificed);
+        }
+    }
+
+    /// A completion: D, R0 and the stat window always; g or the credit once X is formed.
+    fn complete(&mut self, departure: &Departure, record: &Record, target_formed: bool) {
+        let Some(ft) = departure.first_token_time else {
+            return;
+        };
+        let paused = record.paused_through(departure.finish_time);
+        let decode = (departure.finish_time - ft).max(0.0);
+        let unpaused = (decode - paused).max(0.0);
+        self.stats.completions += 1;
+        self.stats.decode.push(unpaused);
+        if departure.output_tokens >= 2 {
+            self.stats
+                .tpot
+                .push(unpaused / (departure.output_tokens - 1) as f64);
+        }
+        let inflation = if unpaused > 0.0 {
+            paused / unpaused
+        } else {
+            0.0
+        };
+        self.window.completions += 1;
+        self.window.inflation_sum += inflation;
+        if !target_formed {
+            return;
+        }
+        match self.params.mode {
+            Mode::TpotBudget(_) => self.gain.step(inflation),
+            Mode::TargetOutputTps(t) => {
+                let met = met_target(departure.output_tokens, decode, t);
+                if !met {
+                    self.window.below_target += 1;
                 }
-                Mode::Off => {}
+                self.credit.complete(met, record.sacrificed);
             }
+            Mode::Off => {}
         }
     }
 
-    /// Ends a pause; `iters` is the resident's decode iterations now.
-    fn resume(&mut self, id: RequestId, iters: u32, now: f64) {
-        self.paused.remove(id);
-        if let Some(rec) = self.records.get_mut(id) {
-            if let Some((since, _)) = rec.paused.take() {
-                rec.paused_total += (now - since).max(0.0);
-            }
-            rec.iters_at_resume = iters;
+    /// Applies the resume phase: forgets the paused requests that are gone, ends the pauses
+    /// of those resuming. Returns the active occupancy after the resumes.
+    fn apply_resumes(&mut self, view: &StepView, resumes: &Resumes) -> u32 {
+        for &id in &resumes.gone {
+            self.paused.remove(id);
+            self.records.remove(id);
         }
+        let mut active = resumes.active;
+        for &id in resumes.normal.iter().chain(&resumes.forced) {
+            let place = view.residents.partition_point(|r| r.id < id);
+            let iters = view.residents[place].decode_iters;
+            self.paused.remove(id);
+            if let Some(record) = self.records.get_mut(id) {
+                record.end_pause(iters, view.now);
+            }
+            active += 1;
+        }
+        active
     }
 
-    fn pause(&mut self, id: RequestId, kind: PauseKind, now: f64) {
-        let rec = self.records.get_or_insert_with(id, Record::default);
-        // Saturating: the limits stop each count long before a byte would wrap.
-        rec.pauses = rec.pauses.saturating_add(1);
-        match kind {
-            PauseKind::Slack => rec.slack_pauses = rec.slack_pauses.saturating_add(1),
-            PauseKind::Below => rec.below_pauses = rec.below_pauses.saturating_add(1),
-            PauseKind::Sacrifice => {
-                rec.below_pauses = rec.below_pauses.saturating_add(1);
-                rec.sacrificed = true;
-                self.credit.sacrifice();
-            }
-            PauseKind::Budget => {}
+    /// Pause: at most one per pass, only when no slot is free, the paused cap has room and
+    /// the head is at risk for the window `w`; the victim frees the slot the head needs.
+    fn pause_one(&mut self, view: &StepView, active: u32, w: f64) -> Option<RequestId> {
+        let needed = view.queue.target_formed
+            && active == self.params.max_active
+            && (self.paused.len() as u32) < self.cap
+            && risk::head_at_risk(self.params.mode, view.queue.head_slack, w);
+        if !needed {
+            return None;
         }
-        rec.paused = Some((now, kind));
-        let record = *rec;
+        let (id, kind) = self.choose_victim(view)?;
+        let record = self.records.get_or_insert_with(id, Record::default);
+        record.start_pause(kind, view.now);
+        let record = *record;
+        if kind == PauseKind::Sacrifice {
+            self.credit.sacrifice();
+        }
         self.paused
             .get_or_insert_with(id, || Paused::new(record))
             .record = record;
+        Some(id)
     }
 
-    /// One pass: track → resume → pause. The queue must be refreshed for `v.now`.
-    pub fn step(&mut self, v: &StepView) -> PreemptDecision {
+    /// The view's promises (debug builds), and the controller's own: the paused entries are
+    /// the open pauses of the records, each with a copy of its record.
+    fn check_view(&self, view: &StepView) {
         debug_assert!(
-            v.residents.windows(2).all(|w| w[0].id < w[1].id),
+            view.residents.windows(2).all(|w| w[0].id < w[1].id),
             "residents sorted by id"
         );
         debug_assert!(
-            v.by_admission.is_none_or(|o| {
-                let at = |p: &u32| v.residents.get(*p as usize);
-                o.len() == v.residents.len()
+            view.by_admission.is_none_or(|o| {
+                let at = |p: &u32| view.residents.get(*p as usize);
+                o.len() == view.residents.len()
                     && o.windows(2).all(|w| match (at(&w[0]), at(&w[1])) {
                         (Some(a), Some(b)) => admission_order(a, b).is_lt(),
                         _ => false,
@@ -544,108 +492,13 @@ impl GenPreemption {
                 .map(|(id, r)| (id, *r))),
             "paused ids are the records whose pause is open, with those records"
         );
-        let formed = v.queue.target_formed;
-        self.track(v.departed, formed);
-        let mut dec = PreemptDecision::default();
-        // A paused id that is no longer resident (left without a departure record) is
-        // dropped. The lane borrows the paused entries, so the pass decides its resumes first
-        // and applies them, and drops the gone, once the lane is done with.
-        let mut gone = Vec::new();
-        let max_active = self.params.max_active as usize;
-        let on = self.params.mode.is_on();
-        // A paused id that left only adds to the active count, so when the residents leave
-        // no free slot without it, none is free: the pass can only force resumes, and each
-        // paused row is tested as it is found, so the lane holds only the forced ones.
-        let only_forced = on && v.residents.len().saturating_sub(self.paused.len()) >= max_active;
-        let rule = self.lane_rule(v.now);
-        let mut lane = Vec::with_capacity(if only_forced { 0 } else { self.paused.len() });
-        each_paused_row(&self.paused, v.residents, &mut gone, |row| {
-            if !only_forced || rule.forced_due(&row, None) {
-                // Keys are left unset until needed.
-                lane.push(((false, 0.0), row));
-            }
-        });
-        // Every paused id but the gone is resident, so occupancy needs no scan.
-        let active = (v.residents.len() + gone.len()).saturating_sub(self.paused.len());
-        if !on {
-            // Off (or disabled at run time): nothing stays paused.
-            dec.forced_resumes
-                .extend(lane.iter().map(|(_, row)| row.id));
-        } else {
-            // Resume: paused requests take free slots ahead of any admission, in lane order;
-            // past the maximum pause (or, in target mode, out of laxity) they resume
-            // regardless. Every key and rule reads the records as they were before this
-            // pass's resumes.
-            // Only the order of the rows that take free slots and of the forced resumes
-            // shows, so only those are sorted (the key is a total order: any sort gives one
-            // result), and with no free slot only the forced resumes need their keys.
-            let free = match only_forced {
-                true => 0,
-                false => max_active.saturating_sub(active).min(lane.len()),
-            };
-            if free > 0 {
-                self.with_lane_keys(&mut lane, v.now);
-            }
-            if free > 0 && free < lane.len() {
-                lane.select_nth_unstable_by(free - 1, lane_order);
-            }
-            let (first, rest) = lane.split_at_mut(free);
-            first.sort_unstable_by(lane_order);
-            dec.resumes.extend(first.iter().map(|(_, row)| row.id));
-            let mut forced: Vec<_> = rest
-                .iter()
-                .filter(|(key, row)| {
-                    only_forced || rule.forced_due(row, (free > 0).then_some(key.1))
-                })
-                .copied()
-                .collect();
-            if free == 0 {
-                self.with_lane_keys(&mut forced, v.now);
-            }
-            forced.sort_unstable_by(lane_order);
-            dec.forced_resumes
-                .extend(forced.iter().map(|(_, row)| row.id));
-        }
-        let mut active = active as u32;
-        for id in gone {
-            self.paused.remove(id);
-            self.records.remove(id);
-        }
-        for &id in dec.resumes.iter().chain(&dec.forced_resumes) {
-            let i = v.residents.partition_point(|r| r.id < id);
-            self.resume(id, v.residents[i].decode_iters, v.now);
-            active += 1;
-        }
-        if !self.params.mode.is_on() {
-            self.count(&dec);
-            dec.admission_count = active;
-            return dec;
-        }
-
-        // Pause: one per pass, only when the pause frees the slot the at-risk head needs.
-        let w = self.window();
-        self.last_window = w;
-        dec.window = w;
-        if formed
-            && active == self.params.max_active
-            && (self.paused.len() as u32) < self.cap
-            && risk::head_at_risk(self.params.mode, v.queue.head_slack, w)
-        {
-            if let Some((id, kind)) = self.choose_victim(v) {
-                self.pause(id, kind, v.now);
-                dec.pauses.push(id);
-                active -= 1;
-            }
-        }
-        self.count(&dec);
-        dec.admission_count = active;
-        dec
     }
-    fn count(&mut self, dec: &PreemptDecision) {
+
+    fn count(&mut self, decision: &PreemptDecision) {
         let (p, r, f) = (
-            dec.pauses.len() as u64,
-            dec.resumes.len() as u64,
-            dec.forced_resumes.len() as u64,
+            decision.pauses.len() as u64,
+            decision.resumes.len() as u64,
+            decision.forced_resumes.len() as u64,
         );
         self.window.pauses += p;
         self.window.resumes += r;

@@ -15,70 +15,54 @@
 //! cost more in bookkeeping than it saved.) Tiers 2 and 3 matter only when tier 1 has no
 //! candidate, and only then are walked.
 
-use std::cmp::Ordering;
-
+use super::idmap::{merge_find, IdOrder};
 use super::objective::{deadline_slack_estimate, laxity, laxity_estimate, Estimate};
-use super::victim::{largest_slack_first, Eligibility, Tpot};
-use super::{
-    merge_find, GenPreemption, PauseKind, Record, Resident, StepView, Walk,
-    BELOW_PAUSES_PER_REQUEST, SLACK_PAUSES_PER_REQUEST, SLACK_TIER_MIN_FRACTION_OF_D,
-};
+use super::record::PauseKind;
+use super::victim::{largest_slack_first, Candidate, Eligibility, Tpot};
+use super::{GenPreemption, StepView, SLACK_TIER_MIN_FRACTION_OF_D};
 use crate::policy::RequestId;
 
-/// A tier-1 candidate: its laxity and id.
-type Slack = (f64, RequestId);
+/// The best tier-1 candidate so far: its laxity and id.
+type LaxityAndId = (f64, RequestId);
 
 impl GenPreemption {
-    /// Laxity of an unpaused resident that passes the mode-independent eligibility, `None`
-    /// when it is not eligible. The same arithmetic as `eligible` followed by the laxity, with
-    /// the rate state computed once.
-    fn eligible_laxity(
-        el: &Eligibility,
-        r: &Resident,
-        rec: Option<&Record>,
-        target: f64,
-        fallback_rate: f64,
-    ) -> Option<f64> {
-        Self::eligible_rate(el, r, rec).map(|(s, _)| laxity(&s, el.now, target, fallback_rate))
-    }
-
     /// The target-mode victim for this pass.
     pub(super) fn target_victim(
         &self,
-        v: &StepView,
+        view: &StepView,
         target: f64,
     ) -> Option<(RequestId, PauseKind)> {
-        let el = self.eligibility(v.now);
+        let eligibility = self.eligibility(view.now);
         let fallback = self.stats.r0().unwrap_or(target);
         let floor = SLACK_TIER_MIN_FRACTION_OF_D * self.stats.d().unwrap_or(0.0);
         let inverse_target = 1.0 / target;
-        let mut best: Option<Slack> = None;
+        let mut best: Option<LaxityAndId> = None;
         // Newest first: later first tokens mostly mean later deadlines, so the best
         // laxity found early bounds out more of the older residents. The choice is a
         // maximum under a total order, the same in any walk order.
         // A paused request's record says so (`paused` and the records agree), so one merge
         // answers both questions.
-        let mut recs = self.records.iter().rev().peekable();
-        for r in v.residents.iter().rev() {
+        let mut records = self.records.iter().rev().peekable();
+        for r in view.residents.iter().rev() {
             // No first token: not eligible. A NaN bound rules nothing out.
             let Some(ft) = r.first_token_time else {
                 continue;
             };
-            let slack = deadline_slack_estimate(ft, r.max_tokens, inverse_target, v.now);
+            let slack = deadline_slack_estimate(ft, r.max_tokens, inverse_target, view.now);
             // Below the floor or below the best so far: the laxity is too.
             let short = |e: Estimate| e.below(floor) || best.is_some_and(|(b, _)| e.below(b));
             if short(slack) {
                 continue;
             }
-            let rec = merge_find(Walk::Descending, &mut recs, r.id, |(k, _)| *k).map(|(_, x)| x);
-            if rec.is_some_and(|x| {
-                x.paused.is_some()
-                    || x.sacrificed
-                    || u32::from(x.slack_pauses) >= SLACK_PAUSES_PER_REQUEST
+            let record =
+                merge_find(IdOrder::Descending, &mut records, r.id, |(id, _)| *id).map(|(_, x)| x);
+            // Paused, sacrificed (tier 2's), or out of slack-bounded pauses.
+            if record.is_some_and(|x| {
+                x.paused.is_some() || x.sacrificed || !x.may_pause(PauseKind::Slack)
             }) {
                 continue;
             }
-            let Some((s, tpot)) = Self::eligible_rate(&el, r, rec) else {
+            let Some((state, tpot)) = Self::eligible_rate(&eligibility, r, record) else {
                 continue;
             };
             if let Tpot::Own(tpot) = tpot {
@@ -87,7 +71,7 @@ impl GenPreemption {
                     continue;
                 }
             }
-            let lax = laxity(&s, el.now, target, fallback);
+            let lax = laxity(&state, view.now, target, fallback);
             if lax >= floor && best.is_none_or(|b| largest_slack_first((lax, r.id), b).is_lt()) {
                 best = Some((lax, r.id));
             }
@@ -95,48 +79,53 @@ impl GenPreemption {
         if let Some((_, id)) = best {
             return Some((id, PauseKind::Slack));
         }
-        self.below_or_sacrifice(v, &el, target, fallback)
+        self.below_or_sacrifice(view, &eligibility, target, fallback)
     }
 
-    /// Tiers 2 and 3, for a pass whose tier 1 has no candidate.
+    /// Tiers 2 and 3, for a pass whose tier 1 has no candidate: both choose by the victim
+    /// rule, among the candidates with below-target pauses left.
     fn below_or_sacrifice(
         &self,
-        v: &StepView,
-        el: &Eligibility,
+        view: &StepView,
+        eligibility: &Eligibility,
         target: f64,
         fallback: f64,
     ) -> Option<(RequestId, PauseKind)> {
-        let key = self.params.victim_key;
-        let better = |best: Option<&Resident>, r: &Resident| {
-            best.is_none_or(|b| key.cmp(r, b) == Ordering::Less)
-        };
-        let mut below: Option<&Resident> = None;
-        let mut sacrifice: Option<&Resident> = None;
-        let mut recs = self.records.iter().peekable();
-        for r in v.residents {
-            let rec = merge_find(Walk::Ascending, &mut recs, r.id, |(k, _)| *k).map(|(_, x)| x);
-            if rec.is_some_and(|x| {
-                x.paused.is_some() || u32::from(x.below_pauses) >= BELOW_PAUSES_PER_REQUEST
-            }) {
+        let rule = self.params.victim_key;
+        let better =
+            |best: Option<Candidate>, c: &Candidate| best.is_none_or(|b| rule.cmp(c, &b).is_lt());
+        let mut below: Option<Candidate> = None;
+        let mut sacrifice: Option<Candidate> = None;
+        let mut records = self.records.iter().peekable();
+        for r in view.residents {
+            let record =
+                merge_find(IdOrder::Ascending, &mut records, r.id, |(id, _)| *id).map(|(_, x)| x);
+            // Paused, or out of below-target pauses (a sacrifice counts as one).
+            if record.is_some_and(|x| x.paused.is_some() || !x.may_pause(PauseKind::Below)) {
                 continue;
             }
-            let Some(lax) = Self::eligible_laxity(el, r, rec, target, fallback) else {
+            let Some((state, tpot)) = Self::eligible_rate(eligibility, r, record) else {
                 continue;
             };
-            let sacrificed = rec.is_some_and(|x| x.sacrificed);
-            if (lax < 0.0 || sacrificed) && better(below, r) {
-                below = Some(r);
+            let lax = laxity(&state, view.now, target, fallback);
+            let candidate = Candidate {
+                resident: r,
+                tpot: tpot.secs(),
+            };
+            let sacrificed = record.is_some_and(|x| x.sacrificed);
+            if (lax < 0.0 || sacrificed) && better(below, &candidate) {
+                below = Some(candidate);
             }
-            if !sacrificed && better(sacrifice, r) {
-                sacrifice = Some(r);
+            if !sacrificed && better(sacrifice, &candidate) {
+                sacrifice = Some(candidate);
             }
         }
-        if let Some(r) = below {
-            return Some((r.id, PauseKind::Below));
+        if let Some(c) = below {
+            return Some((c.resident.id, PauseKind::Below));
         }
         if !self.credit.can_sacrifice() {
             return None;
         }
-        sacrifice.map(|r| (r.id, PauseKind::Sacrifice))
+        sacrifice.map(|c| (c.resident.id, PauseKind::Sacrifice))
     }
 }

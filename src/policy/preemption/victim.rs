@@ -1,5 +1,5 @@
-//! Victim eligibility and the orderings over victims and the resume lane. Each ordering is
-//! one small key function, so a new strategy is a few lines here.
+//! Victim eligibility and the victim rules: which eligible request a pause takes. Each rule
+//! is one small key function, so a new one is a few lines here (see `VictimKey`).
 
 use std::cmp::Ordering;
 
@@ -84,6 +84,24 @@ impl Eligibility {
     }
 }
 
+/// A pause candidate as a victim rule sees it: an unpaused resident that passed the
+/// mode-independent eligibility.
+#[derive(Debug, Clone, Copy)]
+pub struct Candidate<'a> {
+    pub resident: &'a Resident,
+    /// Seconds per token: its own unpaused TPOT, or 1/R0 while it has produced too little to
+    /// measure (the TPOT its near-finished test used).
+    pub tpot: f64,
+}
+
+impl Candidate<'_> {
+    /// Tokens left before `max_tokens`.
+    pub fn remaining_tokens(&self) -> u32 {
+        let r = self.resident;
+        r.max_tokens.saturating_sub(r.output_tokens)
+    }
+}
+
 /// `tpot_budget` victim order: the longest-resident request first (earliest admission);
 /// ties go to the newest arrival, then the higher id. `Less` means "pause first".
 pub fn longest_resident_first(a: &Resident, b: &Resident) -> Ordering {
@@ -93,7 +111,15 @@ pub fn longest_resident_first(a: &Resident, b: &Resident) -> Ordering {
         .then(b.id.cmp(&a.id))
 }
 
-/// Alternative victim orders, for ablations in the simulator.
+/// The victim rule: which eligible request `tpot_budget` pauses, and which one the target
+/// mode's sacrifice tier (and tier 2) pauses. The default is the SPEC's; the others are
+/// ablations for the simulator, where each is an arm by its serde name
+/// (`victim=newest_resident`).
+///
+/// A new rule is a variant here: its doc, its arm in `cmp`, and, when its first key is the
+/// admission time, its arm in `admission_walk`. Nothing else names the variants: the arm
+/// parser, its error message and the property tests against the reference
+/// (`reference.rs`) find every variant through `policy::names`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum VictimKey {
@@ -108,15 +134,43 @@ pub enum VictimKey {
     FewestRemaining,
 }
 
+/// Which end of the admission order a walk starts from (see [`VictimKey::admission_walk`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AdmissionEnd {
+    Oldest,
+    Newest,
+}
+
 impl VictimKey {
-    pub fn cmp(self, a: &Resident, b: &Resident) -> Ordering {
-        let rem = |r: &Resident| r.max_tokens.saturating_sub(r.output_tokens);
-        let tie = || longest_resident_first(a, b);
+    /// The rule's order: `Less` means `a` is paused first. A total order (every rule ends in
+    /// `longest_resident_first`, whose last key is the id), so any walk over the candidates
+    /// finds the same victim.
+    pub fn cmp(self, a: &Candidate, b: &Candidate) -> Ordering {
+        let tie = || longest_resident_first(a.resident, b.resident);
+        let admitted = |c: &Candidate| c.resident.admit_time;
         match self {
             VictimKey::LongestResident => tie(),
-            VictimKey::NewestResident => b.admit_time.total_cmp(&a.admit_time).then_with(tie),
-            VictimKey::MostRemaining => rem(b).cmp(&rem(a)).then_with(tie),
-            VictimKey::FewestRemaining => rem(a).cmp(&rem(b)).then_with(tie),
+            VictimKey::NewestResident => admitted(b).total_cmp(&admitted(a)).then_with(tie),
+            VictimKey::MostRemaining => b
+                .remaining_tokens()
+                .cmp(&a.remaining_tokens())
+                .then_with(tie),
+            VictimKey::FewestRemaining => a
+                .remaining_tokens()
+                .cmp(&b.remaining_tokens())
+                .then_with(tie),
+        }
+    }
+
+    /// For a rule whose first key is the admission time, the end of the admission order
+    /// (`StepView::by_admission`) it prefers: walking from there, the victim is among the
+    /// first admission time that has an eligible request, so the walk stops after that group
+    /// instead of scanning every resident. `None`: the rule needs every candidate.
+    pub fn admission_walk(self) -> Option<AdmissionEnd> {
+        match self {
+            VictimKey::LongestResident => Some(AdmissionEnd::Oldest),
+            VictimKey::NewestResident => Some(AdmissionEnd::Newest),
+            VictimKey::MostRemaining | VictimKey::FewestRemaining => None,
         }
     }
 }

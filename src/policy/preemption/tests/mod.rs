@@ -195,55 +195,6 @@ fn places_by_admission(rs: &[Resident]) -> Vec<u32> {
 }
 
 #[test]
-fn admission_order_walk_picks_the_full_scans_victim() {
-    let now = 100.0;
-    let mut cases = Vec::new();
-    // Three admitted together (newest arrival: 2); one later.
-    let mut rs = full_house();
-    for (i, arrival) in [(0, -1.0), (1, -3.0), (2, 0.5)] {
-        rs[i].admit_time = 0.0;
-        rs[i].arrival = arrival;
-    }
-    cases.push(rs.clone());
-    // The tie group's best is ineligible: the next in the group wins, not a later admission.
-    rs[2].first_token_time = None;
-    cases.push(rs.clone());
-    // Nobody in the oldest group is eligible: the walk goes on to the next admission.
-    rs[0].output_tokens = rs[0].max_tokens - 1;
-    rs[1].decode_iters = 10;
-    rs[1].first_token_time = Some(now - 1.0);
-    cases.push(rs.clone());
-    // Nobody is eligible at all.
-    rs[3].first_token_time = None;
-    cases.push(rs);
-    for (i, rs) in cases.iter().enumerate() {
-        let scan = step(&mut tpot(), now, rs, &[], &risk_queue(now));
-        let order = places_by_admission(rs);
-        let walk = tpot().step(&StepView {
-            now,
-            residents: rs,
-            by_admission: Some(&order),
-            departed: &[],
-            queue: risk_queue(now).facts(),
-        });
-        assert_eq!(walk, scan, "case {i}");
-    }
-    let order = places_by_admission(&cases[1]);
-    let d = tpot().step(&StepView {
-        now,
-        residents: &cases[1],
-        by_admission: Some(&order),
-        departed: &[],
-        queue: risk_queue(now).facts(),
-    });
-    assert_eq!(
-        d.pauses,
-        vec![0],
-        "newest arrival of the eligible tied requests"
-    );
-}
-
-#[test]
 fn victims_need_first_token_minimum_decode_and_not_near_finished() {
     let now = 100.0;
     let mut p = tpot();
@@ -581,5 +532,7 @@ fn off_mode_never_pauses_and_resumes_everything_when_disabled() {
     assert_eq!(p.paused_count(), 0);
 }
 
+/// The controller against its plain reference, over generated states and histories.
+mod reference;
 /// The `target_output_tps` mode: laxity tiers, forced resume by laxity, credit, lane.
 mod target_mode;
