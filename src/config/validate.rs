@@ -24,6 +24,7 @@ pub(crate) fn issues(cfg: &Config) -> Vec<Issue> {
     if let Some(n) = cfg.drafter.slots {
         at_least_one(&mut out, "drafter.slots", u64::from(n));
     }
+    drafter(cfg, &mut out);
     let p = &cfg.parallel;
     at_least_one(
         &mut out,
@@ -119,6 +120,49 @@ fn model(cfg: &Config, out: &mut Vec<Issue>) {
     }
     if let Some(g) = cfg.transfer_gbps {
         finite_positive(out, "transfer_gbps", g);
+    }
+}
+
+/// Drafting needs a window that holds a key and a continuation, and a bounded k.
+fn drafter(cfg: &Config, out: &mut Vec<Issue>) {
+    let d = &cfg.drafter;
+    if d.max_draft_len == 0 {
+        return;
+    }
+    if d.slots.is_none() {
+        out.push(Issue::new(
+            "drafter.max_draft_len",
+            "drafting needs drafter slots: set `drafter.slots`",
+        ));
+    }
+    if d.max_draft_len > super::schema::MAX_DRAFT_LEN {
+        out.push(Issue::new(
+            "drafter.max_draft_len",
+            format!(
+                "must be at most {}, got {}",
+                super::schema::MAX_DRAFT_LEN,
+                d.max_draft_len
+            ),
+        ));
+    }
+    at_least_one(
+        out,
+        "drafter.max_matching_ngram_size",
+        u64::from(d.max_matching_ngram_size),
+    );
+    let need = u64::from(d.max_draft_len) + u64::from(d.max_matching_ngram_size);
+    if u64::from(d.window_tokens) < need {
+        out.push(
+            Issue::new(
+                "drafter.window_tokens",
+                format!(
+                    "must hold an n-gram and a draft (max_matching_ngram_size + \
+                     max_draft_len = {need}), got {}",
+                    d.window_tokens
+                ),
+            )
+            .with_related("drafter.max_draft_len"),
+        );
     }
 }
 
