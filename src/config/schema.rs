@@ -96,6 +96,9 @@ pub const MODEL_SHAPES: &[&str] = &[
     "llama-hybrid-1b",
 ];
 
+/// The named shapes with recurrent layers.
+pub const HYBRID_SHAPES: &[&str] = &["tiny-hybrid", "llama-hybrid-1b"];
+
 /// Default model shape when neither `shape` nor `path` is set.
 pub const DEFAULT_MODEL_SHAPE: &str = "llama-8b";
 
