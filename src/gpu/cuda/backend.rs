@@ -95,16 +95,16 @@ pub struct CudaBackend {
     dec: Scratch,
     pre: Scratch,
     kv: KvCache,
+    /// A hybrid shape's recurrent states, one per sequence slot.
+    states: Option<StateCache>,
+    /// The drafter arena and the verify pass's inputs, when drafting.
+    draft: Option<DraftDev>,
     weights: Weights,
     gpu: Gpu,
     reqs: Residents,
     table_width: usize,
     /// `context: transfer`: the arrival side, shared with the arrival threads.
     lane: Option<Arc<TransferLane>>,
-    /// A hybrid shape's recurrent states, one per sequence slot.
-    states: Option<StateCache>,
-    /// The drafter arena and the verify pass's inputs, when drafting.
-    draft: Option<DraftDev>,
 }
 
 /// The drafter's device side: the arena (`DrafterLayout`: one slot per sequence slot, one
