@@ -61,6 +61,7 @@ fn tiny_with(graphs: bool, edit: impl FnOnce(&mut CudaConfig)) -> CudaBackend {
 fn arrival(id: u64, prompt: Vec<u32>, pages: Vec<u32>) -> ContextArrival {
     ContextArrival {
         id,
+        slot: id as u32,
         prompt,
         pages,
         sampling: Default::default(),

@@ -3,7 +3,9 @@
 //! `probe` reports the CUDA libraries; `check-tiny` compares the seeded `tiny` model on the
 //! GPU with the f32 CPU reference; `check-model` does the same for a real checkpoint's chat
 //! answer; `parity` compares a checkpoint against a PyTorch reference (tools/gpu/parity.py);
-//! `bench` measures decode steps against the HBM roofline. Without a GPU: `kernels` writes
+//! `bench` measures decode steps against the HBM roofline; `check-retained` checks the
+//! drafter and the hybrid shape's recurrent state (outputs identical with drafting and across
+//! pauses, the hybrid against its CPU reference). Without a GPU: `kernels` writes
 //! or compiles (NVRTC, with ptxas's register report) the kernel source of a shape, and
 //! `export-hf` writes a checkpoint (a GGUF, say) as a Hugging Face one for PyTorch.
 
@@ -33,6 +35,9 @@ enum Cmd {
     Probe,
     /// Seeded tiny model on the GPU against the f32 CPU reference.
     CheckTiny {
+        /// `tiny`, or `tiny-hybrid` (recurrent layers).
+        #[arg(long, default_value = "tiny")]
+        shape: String,
         #[arg(long, default_value_t = 16)]
         steps: usize,
         /// Fail above this max relative logits error.
@@ -102,6 +107,26 @@ enum Cmd {
         #[arg(long)]
         out: PathBuf,
     },
+    /// The retained state: greedy tokens with prompt-lookup drafting equal plain ones on a
+    /// repetitive and a non-repetitive prompt set (tokens per step and wall time of each),
+    /// paused requests equal their solo runs (drafter on; hybrid shape), `tiny-hybrid`
+    /// against its f32 CPU reference. Fails unless every output is identical.
+    CheckRetained {
+        /// Tokens generated per request.
+        #[arg(long, default_value_t = 64)]
+        tokens: usize,
+        /// A checkpoint for the chat prompt sets (a GGUF file or a HF directory).
+        #[arg(long)]
+        model: Option<PathBuf>,
+        #[arg(long, default_value_t = 4)]
+        max_draft_len: u32,
+        #[arg(long, default_value_t = 256)]
+        window: u32,
+        #[arg(long, default_value_t = 3)]
+        ngram: u32,
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
     /// Decode step time against the roofline.
     Bench {
         #[arg(long, default_value = "llama-8b")]
@@ -155,8 +180,37 @@ fn main() -> Result<()> {
     probe.require()?;
     match cli.cmd {
         Cmd::Probe => {}
-        Cmd::CheckTiny { steps, tol } => {
-            let shape = genslot::gpu::cuda::ModelShape::named("tiny")?;
+        Cmd::CheckRetained {
+            tokens,
+            model,
+            max_draft_len,
+            window,
+            ngram,
+            json,
+        } => {
+            use genslot::gpu::cuda::retained_gpu::{run, RetainedOptions};
+            let draft = genslot::gpu::cuda::draft::DraftConfig {
+                window,
+                max_draft_len,
+                max_ngram: ngram,
+            };
+            let rep = run(&RetainedOptions {
+                tokens,
+                model,
+                draft,
+            })?;
+            let line = serde_json::to_string_pretty(&rep)?;
+            println!("check-retained: {line}");
+            if let Some(p) = json {
+                std::fs::write(&p, &line).with_context(|| format!("writing {}", p.display()))?;
+            }
+            if !rep.identical {
+                bail!("an output differs (see `identical` per set above)");
+            }
+        }
+        Cmd::CheckTiny { shape, steps, tol } => {
+            let name = shape;
+            let shape = genslot::gpu::cuda::ModelShape::named(&name)?;
             let cpu = genslot::gpu::cuda::cpu_ref::CpuModel::seeded(&shape, 11);
             let prompts: Vec<Vec<u32>> = [5usize, 33, 70, 1]
                 .iter()
@@ -170,7 +224,7 @@ fn main() -> Result<()> {
             let r = parity::cpu_reference(&cpu, &prompts, steps);
             for launch in [Launch::Graph, Launch::Eager] {
                 let mut cfg = CudaConfig::new(ModelSource::Seeded {
-                    shape: "tiny".into(),
+                    shape: name.clone(),
                     seed: 11,
                 });
                 cfg.max_batch_size = 8;
@@ -182,7 +236,7 @@ fn main() -> Result<()> {
                 let mut b = CudaBackend::new(cfg)?;
                 let rep = parity::run(&mut b, &r, launch)?;
                 println!(
-                    "check-tiny {launch:?} on {}: {}",
+                    "check-tiny {name} {launch:?} on {}: {}",
                     b.device_name(),
                     serde_json::to_string(&rep)?
                 );

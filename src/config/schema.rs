@@ -88,7 +88,16 @@ pub enum Backend {
 }
 
 /// Model shapes the cuda backend knows by name.
-pub const MODEL_SHAPES: &[&str] = &["tiny", "llama-1b", "llama-8b"];
+pub const MODEL_SHAPES: &[&str] = &[
+    "tiny",
+    "llama-1b",
+    "llama-8b",
+    "tiny-hybrid",
+    "llama-hybrid-1b",
+];
+
+/// The named shapes with recurrent layers.
+pub const HYBRID_SHAPES: &[&str] = &["tiny-hybrid", "llama-hybrid-1b"];
 
 /// Default model shape when neither `shape` nor `path` is set.
 pub const DEFAULT_MODEL_SHAPE: &str = "llama-8b";
@@ -159,15 +168,34 @@ pub struct RecurrentStateConfig {
     pub slots: Option<u32>,
 }
 
-/// Speculative-decoding drafter state.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+/// Speculative-decoding drafter state: prompt lookup (n-gram) over each request's rolling
+/// window of recent tokens, verified by the target model in one step (cuda backend).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct DrafterConfig {
     /// Drafter arena slots; `None` = no drafter.
     pub slots: Option<u32>,
     /// Rolling window of recent tokens each drafter slot keeps.
     pub window_tokens: u32,
+    /// Draft tokens proposed per request per step (k); 0 = the arena keeps windows only.
+    pub max_draft_len: u32,
+    /// Longest n-gram the lookup matches (it tries this size, then shorter ones down to 1).
+    pub max_matching_ngram_size: u32,
 }
+
+impl Default for DrafterConfig {
+    fn default() -> Self {
+        DrafterConfig {
+            slots: None,
+            window_tokens: 0,
+            max_draft_len: 0,
+            max_matching_ngram_size: 3,
+        }
+    }
+}
+
+/// Most draft tokens per step the verify pass takes.
+pub const MAX_DRAFT_LEN: u32 = 15;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]

@@ -6,7 +6,7 @@
 //! `super::host` adds up what the bounded sizes cost against the machine's memory.
 
 use super::error::Issue;
-use super::schema::{Backend, Config, Preemption, MODEL_SHAPES};
+use super::schema::{Backend, Config, Preemption, MAX_DRAFT_LEN, MODEL_SHAPES};
 
 /// Most batch rows and admission slots. Every slot is an entry of an index pool and a row of
 /// the step's buffers; peers run at most a few thousand (TensorRT-LLM's default is 2048).
@@ -79,6 +79,7 @@ pub(crate) fn issues(cfg: &Config) -> Vec<Issue> {
             ),
         ));
     }
+    drafter(cfg, &mut out);
     let p = &cfg.parallel;
     at_least_one(
         &mut out,
@@ -197,6 +198,71 @@ fn model(cfg: &Config, out: &mut Vec<Issue>) {
                 format!("must be a finite number in (0, {MAX_TIMING_UNIT}] GB/s, got {g}"),
             ));
         }
+    }
+}
+
+/// Drafting needs a window that holds a key and a continuation, and a bounded k; a hybrid
+/// shape needs recurrent-state slots and cannot draft.
+fn drafter(cfg: &Config, out: &mut Vec<Issue>) {
+    let hybrid = cfg
+        .model
+        .shape
+        .as_deref()
+        .is_some_and(|s| super::schema::HYBRID_SHAPES.contains(&s));
+    if hybrid && cfg.recurrent_state.slots.is_none() {
+        out.push(
+            Issue::new(
+                "recurrent_state.slots",
+                "a hybrid shape keeps one recurrent state per resident request: set \
+                 `recurrent_state.slots` (max_num_active_requests + the paused cap)",
+            )
+            .with_related("model.shape"),
+        );
+    }
+    let d = &cfg.drafter;
+    if d.max_draft_len == 0 {
+        return;
+    }
+    if hybrid {
+        out.push(
+            Issue::new(
+                "drafter.max_draft_len",
+                "drafting is not supported with a hybrid shape (its recurrent state cannot be \
+                 rolled back past rejected drafts)",
+            )
+            .with_related("model.shape"),
+        );
+    }
+    if d.slots.is_none() {
+        out.push(Issue::new(
+            "drafter.max_draft_len",
+            "drafting needs drafter slots: set `drafter.slots`",
+        ));
+    }
+    if d.max_draft_len > MAX_DRAFT_LEN {
+        out.push(Issue::new(
+            "drafter.max_draft_len",
+            format!("must be at most {}, got {}", MAX_DRAFT_LEN, d.max_draft_len),
+        ));
+    }
+    at_least_one(
+        out,
+        "drafter.max_matching_ngram_size",
+        u64::from(d.max_matching_ngram_size),
+    );
+    let need = u64::from(d.max_draft_len) + u64::from(d.max_matching_ngram_size);
+    if u64::from(d.window_tokens) < need {
+        out.push(
+            Issue::new(
+                "drafter.window_tokens",
+                format!(
+                    "must hold an n-gram and a draft (max_matching_ngram_size + \
+                     max_draft_len = {need}), got {}",
+                    d.window_tokens
+                ),
+            )
+            .with_related("drafter.max_draft_len"),
+        );
     }
 }
 
@@ -462,6 +528,51 @@ mod tests {
     fn the_built_in_defaults_break_no_rule() {
         assert_eq!(issues(&Config::default()), Vec::new());
         assert_eq!(issues(&Config::default().resolved()), Vec::new());
+    }
+
+    #[test]
+    fn drafting_needs_slots_a_window_for_key_and_draft_and_no_hybrid_shape() {
+        let fields = |f: &dyn Fn(&mut Config)| {
+            let mut cfg = Config::default();
+            f(&mut cfg);
+            issues(&cfg)
+                .into_iter()
+                .map(|i| i.field)
+                .collect::<Vec<_>>()
+        };
+        let ok = |c: &mut Config| {
+            c.drafter.slots = Some(176);
+            c.drafter.window_tokens = 64;
+            c.drafter.max_draft_len = 4;
+        };
+        assert!(fields(&ok).is_empty());
+        assert_eq!(
+            fields(&|c| {
+                ok(c);
+                c.drafter.window_tokens = 6;
+            }),
+            ["drafter.window_tokens"]
+        );
+        assert_eq!(
+            fields(&|c| {
+                ok(c);
+                c.drafter.slots = None;
+                c.drafter.max_draft_len = MAX_DRAFT_LEN + 1;
+            }),
+            ["drafter.max_draft_len", "drafter.max_draft_len"]
+        );
+        assert_eq!(
+            fields(&|c| c.model.shape = Some("tiny-hybrid".into())),
+            ["recurrent_state.slots"]
+        );
+        assert_eq!(
+            fields(&|c| {
+                ok(c);
+                c.model.shape = Some("llama-hybrid-1b".into());
+                c.recurrent_state.slots = Some(176);
+            }),
+            ["drafter.max_draft_len"]
+        );
     }
 
     #[test]

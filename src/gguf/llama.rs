@@ -39,6 +39,9 @@ pub fn gguf_name(t: Tensor) -> String {
         Tensor::Gate(i) => b(i, "ffn_gate"),
         Tensor::Up(i) => b(i, "ffn_up"),
         Tensor::Down(i) => b(i, "ffn_down"),
+        // Our hybrid layers' decay (no GGUF model has them; named for completeness).
+        Tensor::Decay(i) => b(i, "ssm_decay"),
+        Tensor::DecayBias(i) => format!("blk.{i}.ssm_decay.bias"),
         Tensor::FinalNorm => "output_norm.weight".into(),
         Tensor::LmHead => "output.weight".into(),
     }
@@ -133,6 +136,7 @@ pub fn shape_from_gguf(g: &Gguf) -> Result<ModelShape, LlamaGgufError> {
         rope_scaling,
         rms_eps: g.meta_f64("llama.attention.layer_norm_rms_epsilon")? as f32,
         tied_embeddings: g.tensor("output.weight").is_none(),
+        mix: Default::default(),
     };
     if shape.layers == 0 || shape.ffn == 0 {
         return Err(bad("block_count and feed_forward_length must be > 0".into()));

@@ -25,6 +25,9 @@ pub enum BackendError {
 #[derive(Debug, Clone)]
 pub struct ContextArrival {
     pub id: RequestId,
+    /// Its sequence slot: a backend keeps the request's recurrent state and drafter window
+    /// at this index (the recurrent-state pool and the drafter arena give the same one).
+    pub slot: u32,
     /// Prompt token ids (may be synthetic); `len()` is the context length.
     pub prompt: Vec<u32>,
     /// KV pool pages that hold this request's context, in order.

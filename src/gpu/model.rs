@@ -332,6 +332,7 @@ mod tests {
         let s = lane
             .context_arrival(&ContextArrival {
                 id: 1,
+                slot: 0,
                 prompt: vec![0; 500],
                 pages: Vec::new(),
                 sampling: Default::default(),

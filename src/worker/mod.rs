@@ -306,6 +306,23 @@ impl WorkerCore {
                 r.id
             ));
         }
+        // The step backend addresses a request's recurrent state and drafter window by its
+        // sequence slot: the three index pools must give every resident the same index.
+        for (v, x) in self.machine.residents.values() {
+            let state = self.parts.recurrent.as_ref().map(|p| p.index_of(v.id));
+            let draft = self.parts.drafter.as_ref().map(|d| d.slot_of(v.id));
+            if [state, draft]
+                .into_iter()
+                .flatten()
+                .any(|i| i != Some(x.slot))
+            {
+                return Err(format!(
+                    "request {}: sequence slot {}, recurrent state {state:?}, drafter slot \
+                     {draft:?}",
+                    v.id, x.slot
+                ));
+            }
+        }
         self.parts.kv.check_invariants()?;
         if let Some(d) = &self.parts.drafter {
             d.check_invariants()?;

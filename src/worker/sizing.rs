@@ -52,6 +52,16 @@ pub fn pool_reports(cfg: &Config, headroom: u32) -> Vec<PoolReport> {
     v
 }
 
+/// Tokens a row gains per step, and so the KV it must hold after one: the timing model's
+/// mean, or with a drafter the verify pass's k + 1 positions (it writes KV for all of them).
+fn tokens_per_step(cfg: &Config) -> u32 {
+    let timed = cfg.timing.tokens_per_step.round().max(1.0) as u32;
+    match cfg.drafter.slots {
+        Some(_) => timed.max(cfg.drafter.max_draft_len + 1),
+        None => timed,
+    }
+}
+
 /// Decide (§4.4), then size every pool for the decision.
 pub fn resolve(cfg: &Config) -> Result<(WorkerParams, SetupDecision), SetupError> {
     let max_active = cfg.max_num_active_requests();
@@ -73,7 +83,7 @@ pub fn resolve(cfg: &Config) -> Result<(WorkerParams, SetupDecision), SetupError
         max_batch_size: cfg.max_batch_size,
         max_active,
         max_num_tokens: cfg.max_num_tokens,
-        tokens_per_step: cfg.timing.tokens_per_step.round().max(1.0) as u32,
+        tokens_per_step: tokens_per_step(cfg),
         admission: AdmissionParams {
             policy: adm.policy,
             ttft_percentile: adm.ttft_percentile,
@@ -137,6 +147,42 @@ mod tests {
                 pool: "kv",
                 capacity: 128,
                 need: 176
+            })
+        );
+    }
+
+    #[test]
+    fn recurrent_and_drafter_pools_hold_the_paused_cap_as_headroom() {
+        let c = cfg("max_batch_size: 8\nrecurrent_state: { slots: 11 }\n\
+             drafter: { slots: 11, window_tokens: 64, max_draft_len: 4 }\n\
+             scheduler_config: { gen_preemption: { tpot_budget: 0.1 } }");
+        let (p, d) = resolve(&c).unwrap();
+        assert_eq!((d.mode, p.headroom), (Mode::TpotBudget(0.1), 3));
+        assert_eq!(
+            p.tokens_per_step, 5,
+            "the verify pass writes k + 1 positions"
+        );
+        let core = crate::worker::WorkerCore::new(p);
+        let usage = core.pool_usage();
+        for pool in ["sequence_slots", "recurrent_state", "drafter"] {
+            let u = usage.iter().find(|u| u.pool == pool).unwrap();
+            assert_eq!((u.capacity, u.headroom), (11, 3), "{pool}");
+        }
+        let arena = core.drafter().unwrap().layout();
+        assert_eq!((arena.request_slots, arena.scratch_slots), (11, 8));
+        // One slot short of 8 + 3: preemption stays off and nothing is reserved.
+        let short = cfg(
+            "max_batch_size: 8\ndrafter: { slots: 10, window_tokens: 8 }\n\
+             scheduler_config: { gen_preemption: { tpot_budget: 0.1 } }",
+        );
+        let (p, d) = resolve(&short).unwrap();
+        assert_eq!((d.mode, p.headroom), (Mode::Off, 0));
+        assert_eq!(
+            d.warning,
+            Some(OffReason::PoolShort {
+                pool: "drafter",
+                capacity: 10,
+                need: 11
             })
         );
     }

@@ -17,6 +17,7 @@ fn params(max_batch: u32, mode: Mode, drafter: bool) -> WorkerParams {
     };
     if drafter {
         p.drafter_window = Some(8);
+        p.recurrent_state_bytes = Some(1024);
     }
     p
 }

@@ -5,7 +5,7 @@
 # (binaries built on the CPU machine) and, for the SmolLM2 stages, the GGUF that
 # tools/gpu/stage_model.sh assembled (GGUF, default .gpu-model/ beside .gpu/; its stages
 # skip with a message without it). STAGES picks a subset of
-#   "probe kernels tests tiny smollm2 parity serve-smollm2 bench serve ncu".
+#   "probe kernels tests tiny smollm2 parity serve-smollm2 bench serve retained ncu".
 # GENSLOT_ATTN_KERNEL=simt|tc picks the attention kernel (default tc); BENCH_KERNELS lists the
 # kernels the bench stage times one after the other; PARITY_SHAPES the parity models.
 # Logs and JSON go to a work folder, then into $OUT/gpu-results.tar.gz with a summary
@@ -18,7 +18,7 @@ ROOT=$(cd "$G/.." && pwd)
 OUT=${OUT:-/tmp/gpu-out}
 W=$(mktemp -d /tmp/genslot-run.XXXX)
 mkdir -p "$OUT"
-STAGES=${STAGES:-"probe kernels tests tiny smollm2 parity serve-smollm2 bench serve"}
+STAGES=${STAGES:-"probe kernels tests tiny smollm2 parity serve-smollm2 bench serve retained"}
 GGUF=${GGUF:-$ROOT/.gpu-model/SmolLM2-135M-Instruct.Q4_1.gguf}
 status=0
 fail() { echo "FAILED: $1" | tee -a "$W/summary.txt"; status=1; }
@@ -136,6 +136,28 @@ if has serve; then
   # genslot serve on the CUDA backend (llama-1b, random weights) with preemption on.
   stage "serve llama-1b"
   serve_and_check llama-1b "$G/cuda-llama-1b.yaml" 18000 "$G/serve_check.py"
+fi
+if has retained; then
+  # The retained state. Drafter: drafted vs plain greedy tokens on the repetitive and the
+  # non-repetitive prompt set (tiny; SmolLM2 with the GGUF), tokens per step and wall time of
+  # each, paused vs solo; served SmolLM2 with the drafter under preemption (serve_real.py).
+  # Hybrid: tiny-hybrid against its f32 CPU reference, paused vs solo, served llama-hybrid-1b
+  # under preemption (serve_paused.py), and its decode step against the roofline beside
+  # llama-1b's.
+  stage retained
+  m=(); [ -f "$GGUF" ] && m=(--model "$GGUF")
+  "$G/genslot-gpu" check-retained "${m[@]}" --json "$W/retained.json" 2>&1 \
+    | tee -a "$W/summary.txt" || fail check-retained
+  "$G/genslot-gpu" check-tiny --shape tiny-hybrid --tol 1e-2 2>&1 | tee -a "$W/summary.txt" \
+    || fail "check-tiny tiny-hybrid"
+  if have_gguf; then
+    serve_and_check smollm2-draft "$G/cuda-smollm2-draft.yaml" 18002 "$G/serve_real.py"
+  fi
+  serve_and_check llama-hybrid-1b "$G/cuda-llama-hybrid-1b.yaml" 18003 "$G/serve_paused.py"
+  for shape in llama-hybrid-1b llama-1b; do
+    "$G/genslot-gpu" bench --shape "$shape" --batches 1,32,64,128 --contexts 4096 \
+      --json "$W/bench-$shape-retained.json" 2>&1 | tee -a "$W/summary.txt" || fail "bench $shape"
+  done
 fi
 stage "done status=$status"
 cp "$W/summary.txt" "$OUT/summary.txt"

@@ -12,7 +12,7 @@ mkdir -p "$DEST"
 cargo build --release --bin genslot-gpu --bin genslot
 cp target/release/genslot-gpu target/release/genslot "$DEST/"
 # The test binaries that need a GPU (the other tests/gpu_*.rs run on the CPU, in CI).
-for name in ${GPU_TESTS:-gpu_backend}; do
+for name in ${GPU_TESTS:-gpu_backend gpu_retained}; do
   # The test target's own executable (cargo also lists the crate's binaries).
   exe=$(cargo test --no-run --test "$name" --message-format=json 2>/dev/null | python3 -c '
 import json, sys
@@ -23,7 +23,8 @@ for line in sys.stdin:
   cp "$exe" "$DEST/$name"
 done
 cp tools/gpu/run.sh tools/gpu/parity.py tools/gpu/parity_table.py tools/gpu/serve_check.py \
-  tools/gpu/serve_real.py config/cuda-llama-1b.yaml config/cuda-smollm2.yaml "$DEST/"
+  tools/gpu/serve_real.py tools/gpu/serve_paused.py config/cuda-llama-1b.yaml \
+  config/cuda-smollm2.yaml config/cuda-smollm2-draft.yaml config/cuda-llama-hybrid-1b.yaml "$DEST/"
 strip "$DEST/genslot-gpu" "$DEST/genslot" "$DEST"/gpu_* 2>/dev/null || true
 # The same folder compressed (about a quarter of its size): what a device call carries, beside
 # the model's parts. There: python3 -c "import tarfile; tarfile.open('DEST.tar.xz').extractall(filter='tar')"

@@ -349,6 +349,7 @@ impl Executor {
             histogram!(m::REQUEST_QUEUE_TIME_SECONDS).record((out.now - l.arrival).max(0.0));
             let arrival = ContextArrival {
                 id: a.id,
+                slot: a.slot,
                 prompt: l.prompt.clone(),
                 pages: st.pages.get_mut(i).map(std::mem::take).unwrap_or_default(),
                 sampling: l.sampling,

@@ -4,14 +4,21 @@
 //! transfer`, `transfer.rs`); decode steps run on the decode stream, replayed from CUDA
 //! graphs per batch bucket, over a paged KV cache whose pages are the KV pool's pages. Each
 //! row's token is sampled on the device with its request's parameters (`sample.cu`).
+//!
+//! With a drafter (`CudaConfig::drafter`) every step is a verify pass: prompt lookup over each
+//! request's window in the drafter arena on the device (at its sequence slot), k + 1 rows
+//! per request through the model, the accepted drafts and one more token emitted
+//! (`draft.cu`, `draft.rs`). A hybrid shape keeps one recurrent state per sequence slot
+//! (`forward::StateCache`, `recurrent.cu`).
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use cudarc::driver::{sys, CudaGraph};
 
-use super::device::{Gpu, Which};
-use super::forward::{enqueue, splits_for, KvCache, Pass, Scratch};
+use super::device::{DevBuf, Gpu, Which, A};
+use super::draft::{self, DraftConfig};
+use super::forward::{enqueue, splits_for, KvCache, Pass, Scratch, StateCache};
 use super::model_files::ModelFiles;
 use super::residents::Residents;
 use super::shape::ModelShape;
@@ -21,6 +28,7 @@ use crate::gpu::{
     BackendCapacity, BackendError, ContextArrival, ContextLane, StepBackend, StepOutput, StepRow,
 };
 use crate::policy::RequestId;
+use crate::pools::drafter::DrafterLayout;
 use crate::sampling::SampleRow;
 
 /// Settings of the CUDA backend.
@@ -48,6 +56,8 @@ pub struct CudaConfig {
     pub eos_token: Option<u32>,
     /// How a request's context arrives.
     pub context: ContextMode,
+    /// Speculative decoding by prompt lookup; `None` = one token per step.
+    pub drafter: Option<DraftConfig>,
 }
 
 impl CudaConfig {
@@ -65,6 +75,7 @@ impl CudaConfig {
             max_resident: 176,
             eos_token: None,
             context: ContextMode::Prefill,
+            drafter: None,
         }
     }
 }
@@ -84,12 +95,60 @@ pub struct CudaBackend {
     dec: Scratch,
     pre: Scratch,
     kv: KvCache,
+    /// A hybrid shape's recurrent states, one per sequence slot.
+    states: Option<StateCache>,
+    /// The drafter arena and the verify pass's inputs, when drafting.
+    draft: Option<DraftDev>,
     weights: Weights,
     gpu: Gpu,
     reqs: Residents,
     table_width: usize,
     /// `context: transfer`: the arrival side, shared with the arrival threads.
     lane: Option<Arc<TransferLane>>,
+}
+
+/// The drafter's device side: the arena (`DrafterLayout`: one slot per sequence slot, one
+/// scratch row per batch row) and the per-batch-row inputs and outputs of a verify pass.
+struct DraftDev {
+    cfg: DraftConfig,
+    layout: DrafterLayout,
+    arena: DevBuf,
+    /// Each batch row's page table; `draft_lookup` copies it to the row's k + 1 pass rows.
+    batch_table: DevBuf,
+    slot: DevBuf,
+    ctx: DevBuf,
+    last: DevBuf,
+    cap: DevBuf,
+    n_out: DevBuf,
+}
+
+impl DraftDev {
+    fn new(
+        gpu: &Gpu,
+        cfg: DraftConfig,
+        slots: usize,
+        mb: usize,
+        tw: usize,
+    ) -> Result<Self, BackendError> {
+        let layout = DrafterLayout::new(slots as u32, mb as u32, cfg.window);
+        let a = |n: usize| gpu.alloc(n, Which::Decode);
+        Ok(DraftDev {
+            cfg,
+            layout,
+            arena: a(layout.bytes() as usize)?,
+            batch_table: a(mb * tw * 4)?,
+            slot: a(mb * 4)?,
+            ctx: a(mb * 4)?,
+            last: a(mb * 4)?,
+            cap: a(mb * 4)?,
+            n_out: a(mb * 4)?,
+        })
+    }
+
+    /// Rows of a verify pass per batch row.
+    fn rows_per(&self) -> usize {
+        self.cfg.max_draft_len as usize + 1
+    }
 }
 
 // SAFETY: the backend owns its context, streams, cuBLAS handles and graphs, and is used by one
@@ -128,6 +187,9 @@ impl CudaBackend {
                 )));
             }
         }
+        if let Some(d) = &cfg.drafter {
+            d.validate().map_err(BackendError::Failed)?;
+        }
         let files = match &cfg.model {
             ModelSource::Seeded { .. } => None,
             ModelSource::Checkpoint(path) => {
@@ -144,6 +206,22 @@ impl CudaBackend {
         shape
             .validate()
             .map_err(|e| BackendError::Failed(e.to_string()))?;
+        if shape.recurrent_layers() > 0 {
+            if cfg.drafter.is_some() {
+                return Err(BackendError::Failed(format!(
+                    "shape {}: drafting is not supported with recurrent layers (their state \
+                     cannot be rolled back past rejected drafts)",
+                    shape.name
+                )));
+            }
+            if cfg.context != ContextMode::Prefill {
+                return Err(BackendError::Failed(format!(
+                    "shape {}: a hybrid model needs `context: prefill` (the transfer stand-in \
+                     brings KV, not recurrent states)",
+                    shape.name
+                )));
+            }
+        }
         if let Some(eos) = cfg.eos_token {
             if eos as usize >= shape.vocab {
                 return Err(BackendError::Failed(format!(
@@ -163,12 +241,24 @@ impl CudaBackend {
         let table_width = cfg.max_context.div_ceil(cfg.tokens_per_block);
         let kvh = shape.kv_heads;
         let mb = cfg.max_batch_size;
+        // A verify pass runs k + 1 rows per batch row.
+        let per = cfg.drafter.map_or(1, |d| d.max_draft_len as usize + 1);
+        let dec_rows = mb * per;
         // Eager steps run the exact row count, graphs the bucket: size for both.
         let dec_parts = (1..=mb)
-            .map(|b| b * splits_for(b, kvh, gpu.sm_count))
+            .map(|b| b * per * splits_for(b * per, kvh, gpu.sm_count))
             .max()
             .unwrap_or(1);
-        let dec = Scratch::new(&gpu, &shape, Which::Decode, mb, table_width, dec_parts, mb)?;
+        let dec = Scratch::new(
+            &gpu,
+            &shape,
+            Which::Decode,
+            dec_rows,
+            table_width,
+            dec_parts,
+            dec_rows,
+        )?;
+        dec.one_segment_per_row(&gpu, Which::Decode)?;
         let pc = cfg.prefill_chunk;
         let pre_parts = (1..=pc)
             .map(|r| r * splits_for(r, kvh, gpu.sm_count))
@@ -187,6 +277,11 @@ impl CudaBackend {
             }
         };
         let kv = KvCache::new(&gpu, &shape, num_pages, cfg.tokens_per_block)?;
+        let states = StateCache::new(&gpu, &shape, cfg.max_resident)?;
+        let draft = match cfg.drafter {
+            Some(d) => Some(DraftDev::new(&gpu, d, cfg.max_resident, mb, table_width)?),
+            None => None,
+        };
         let lane = match cfg.context {
             ContextMode::Prefill => None,
             ContextMode::Transfer { gbps } => Some(Arc::new(TransferLane::new(
@@ -211,6 +306,8 @@ impl CudaBackend {
             reqs: Residents::default(),
             table_width,
             lane,
+            states,
+            draft,
         };
         if b.cfg.cuda_graphs {
             b.capture_graphs()?;
@@ -257,7 +354,83 @@ impl CudaBackend {
             table_stride: self.table_width,
             logits_row0: 0,
             logits_rows: rows,
+            segments: rows,
         }
+    }
+
+    /// Bytes of the recurrent states (0 without recurrent layers), for the roofline.
+    pub fn state_bytes(&self) -> usize {
+        self.states.as_ref().map_or(0, StateCache::bytes)
+    }
+
+    /// Enqueues one decode step over `n` batch rows on the decode stream: a plain pass, or
+    /// with a drafter the lookup, the verify pass over n(k + 1) rows and the acceptance.
+    fn enqueue_step(&self, n: usize) -> Result<(), BackendError> {
+        let w = Which::Decode;
+        let Some(d) = &self.draft else {
+            return enqueue(
+                &self.gpu,
+                w,
+                &self.shape,
+                &self.weights,
+                &self.kv,
+                self.states.as_ref(),
+                &self.dec,
+                self.decode_pass(n),
+            );
+        };
+        let stride = d.layout.stride() as i32;
+        let slots = d.layout.request_slots as i32;
+        let k = d.cfg.max_draft_len as i32;
+        self.gpu.launch(
+            w,
+            &self.gpu.k.draft_lookup,
+            (n as u32, 1, 1),
+            256,
+            &[
+                A::P(d.arena.ptr),
+                A::I(stride),
+                A::I(slots),
+                A::P(d.slot.ptr),
+                A::P(d.ctx.ptr),
+                A::P(d.last.ptr),
+                A::P(d.cap.ptr),
+                A::I(d.cfg.max_ngram as i32),
+                A::I(k),
+                A::P(d.batch_table.ptr),
+                A::I(self.table_width as i32),
+                A::P(self.dec.tokens.ptr),
+                A::P(self.dec.pos.ptr),
+                A::P(self.dec.lens.ptr),
+                A::P(self.dec.table.ptr),
+            ],
+        )?;
+        enqueue(
+            &self.gpu,
+            w,
+            &self.shape,
+            &self.weights,
+            &self.kv,
+            self.states.as_ref(),
+            &self.dec,
+            self.decode_pass(n * d.rows_per()),
+        )?;
+        self.gpu.launch(
+            w,
+            &self.gpu.k.draft_accept,
+            ((n as u32).div_ceil(128), 1, 1),
+            128,
+            &[
+                A::P(d.arena.ptr),
+                A::I(stride),
+                A::I(slots),
+                A::P(d.slot.ptr),
+                A::I(n as i32),
+                A::I(k),
+                A::P(self.dec.out_tok.ptr),
+                A::P(d.n_out.ptr),
+            ],
+        )
     }
 
     /// Captures one decode graph per bucket (after an eager warm-up on padding rows).
@@ -267,38 +440,27 @@ impl CudaBackend {
             .bind_to_thread()
             .map_err(super::device::drv("bind context"))?;
         let mb = self.cfg.max_batch_size;
+        let rows = self.dec.rows;
         self.gpu
-            .htod(Which::Decode, self.dec.lens.ptr, &vec![0i32; mb])?;
+            .htod(Which::Decode, self.dec.lens.ptr, &vec![0i32; rows])?;
         self.gpu.htod(
             Which::Decode,
             self.dec.samp.ptr,
-            &vec![SampleRow::GREEDY; mb],
+            &vec![SampleRow::GREEDY; rows],
         )?;
+        if let Some(d) = &self.draft {
+            // Padding batch rows: no slot, no context (the lookup and acceptance skip them).
+            self.gpu.htod(Which::Decode, d.slot.ptr, &vec![-1i32; mb])?;
+            self.gpu.htod(Which::Decode, d.ctx.ptr, &vec![-1i32; mb])?;
+        }
         let mut graphs = Vec::new();
         for b in buckets(mb) {
-            let pass = self.decode_pass(b);
-            enqueue(
-                &self.gpu,
-                Which::Decode,
-                &self.shape,
-                &self.weights,
-                &self.kv,
-                &self.dec,
-                pass,
-            )?;
+            self.enqueue_step(b)?;
             self.gpu.sync(Which::Decode)?;
             let s = &self.gpu.decode;
             s.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
                 .map_err(super::device::drv("begin capture"))?;
-            let r = enqueue(
-                &self.gpu,
-                Which::Decode,
-                &self.shape,
-                &self.weights,
-                &self.kv,
-                &self.dec,
-                pass,
-            );
+            let r = self.enqueue_step(b);
             let g = s.end_capture(sys::CUgraphInstantiate_flags(0));
             r?;
             let g = g.map_err(super::device::drv("end capture"))?;
@@ -365,9 +527,31 @@ impl CudaBackend {
         pages: &[u32],
         sample: SampleRow,
     ) -> Result<(u32, Vec<f32>), BackendError> {
+        self.prefill_in(id, None, prompt, pages, sample)
+    }
+
+    /// [`prefill_sampled`](Self::prefill_sampled) of a request in sequence slot `slot`, where
+    /// a hybrid model starts its recurrent state (which a hybrid model needs).
+    pub fn prefill_in(
+        &mut self,
+        id: RequestId,
+        slot: Option<u32>,
+        prompt: &[u32],
+        pages: &[u32],
+        sample: SampleRow,
+    ) -> Result<(u32, Vec<f32>), BackendError> {
         if prompt.is_empty() {
             return Err(BackendError::Failed(format!("request {id}: empty prompt")));
         }
+        let state_slot = match (&self.states, slot) {
+            (None, _) => -1,
+            (Some(_), Some(s)) => s as i32,
+            (Some(_), None) => {
+                return Err(BackendError::Failed(format!(
+                    "request {id}: a hybrid model's prefill needs the request's slot"
+                )))
+            }
+        };
         self.check_pages(id, pages, prompt.len())?;
         for &t in prompt {
             self.check_token(id, t)?;
@@ -384,6 +568,11 @@ impl CudaBackend {
         }
         self.gpu.htod(w, self.pre.table.ptr, &table)?;
         self.gpu.htod(w, self.pre.samp.ptr, &[sample])?;
+        if let Some(st) = &self.states {
+            st.clear(&self.gpu, w, state_slot as u32)?;
+            self.gpu.htod(w, self.pre.seg_slot.ptr, &[state_slot])?;
+            self.gpu.htod(w, self.pre.seg_row0.ptr, &[0i32])?;
+        }
         let chunk = self.cfg.prefill_chunk;
         let mut c0 = 0;
         while c0 < prompt.len() {
@@ -395,6 +584,9 @@ impl CudaBackend {
             self.gpu.htod(w, self.pre.tokens.ptr, &toks)?;
             self.gpu.htod(w, self.pre.pos.ptr, &pos)?;
             self.gpu.htod(w, self.pre.lens.ptr, &lens)?;
+            if self.states.is_some() {
+                self.gpu.htod(w, self.pre.seg_rows.ptr, &[n as i32])?;
+            }
             let last = c1 == prompt.len();
             let pass = Pass {
                 rows: n,
@@ -402,6 +594,7 @@ impl CudaBackend {
                 table_stride: 0,
                 logits_row0: n - 1,
                 logits_rows: last as usize,
+                segments: 1,
             };
             enqueue(
                 &self.gpu,
@@ -409,6 +602,7 @@ impl CudaBackend {
                 &self.shape,
                 &self.weights,
                 &self.kv,
+                self.states.as_ref(),
                 &self.pre,
                 pass,
             )?;
@@ -446,6 +640,11 @@ impl CudaBackend {
         if b == 0 {
             return Ok((Vec::new(), Vec::new()));
         }
+        if self.draft.is_some() {
+            return Err(BackendError::Failed(
+                "a drafting backend steps through `decode_verify`".into(),
+            ));
+        }
         if b > self.cfg.max_batch_size {
             return Err(BackendError::Failed(format!(
                 "{b} rows exceed max_batch_size {}",
@@ -461,21 +660,13 @@ impl CudaBackend {
         for r in rows {
             self.check_pages(r.id, &r.pages, r.context_len as usize + 1)?;
             self.check_token(r.id, r.last_token)?;
+            self.check_slot(r.id, r.slot)?;
         }
         self.gpu
             .ctx
             .bind_to_thread()
             .map_err(super::device::drv("bind context"))?;
-        let graph = match launch {
-            Launch::Graph => {
-                let bk = self.bucket_for(b);
-                self.graphs
-                    .iter()
-                    .position(|(x, _)| *x == bk)
-                    .map(|i| (bk, i))
-            }
-            Launch::Eager => None,
-        };
+        let graph = self.graph_for(b, launch);
         let n = graph.map(|(bk, _)| bk).unwrap_or(b);
         let tw = self.table_width;
         let mut toks = vec![0i32; n];
@@ -499,24 +690,14 @@ impl CudaBackend {
         self.gpu.htod(w, self.dec.lens.ptr, &lens)?;
         self.gpu.htod(w, self.dec.table.ptr, &table)?;
         self.gpu.htod(w, self.dec.samp.ptr, &samp)?;
-        match graph {
-            Some((_, i)) => self.graphs[i]
-                .1
-                .launch()
-                .map_err(super::device::drv("graph launch"))?,
-            None => {
-                let pass = self.decode_pass(n);
-                enqueue(
-                    &self.gpu,
-                    w,
-                    &self.shape,
-                    &self.weights,
-                    &self.kv,
-                    &self.dec,
-                    pass,
-                )?
+        if self.states.is_some() {
+            let mut seg = vec![-1i32; n];
+            for (d, r) in seg.iter_mut().zip(rows) {
+                *d = r.slot as i32;
             }
+            self.gpu.htod(w, self.dec.seg_slot.ptr, &seg)?;
         }
+        self.run_step(graph, n)?;
         let mut out = vec![0i32; n];
         self.gpu.dtoh(w, &mut out, self.dec.out_tok.ptr)?;
         let mut logits = Vec::new();
@@ -527,6 +708,142 @@ impl CudaBackend {
             logits = all.chunks(v).map(|c| c.to_vec()).collect();
         }
         Ok((out[..b].iter().map(|&t| t as u32).collect(), logits))
+    }
+
+    /// The captured graph (bucket, index) that runs `rows` rows, when graphs are asked for.
+    fn graph_for(&self, rows: usize, launch: Launch) -> Option<(usize, usize)> {
+        match launch {
+            Launch::Graph => {
+                let bk = self.bucket_for(rows);
+                self.graphs
+                    .iter()
+                    .position(|(x, _)| *x == bk)
+                    .map(|i| (bk, i))
+            }
+            Launch::Eager => None,
+        }
+    }
+
+    /// Replays the graph, or enqueues the step over `n` batch rows eagerly.
+    fn run_step(&self, graph: Option<(usize, usize)>, n: usize) -> Result<(), BackendError> {
+        match graph {
+            Some((_, i)) => self.graphs[i]
+                .1
+                .launch()
+                .map_err(super::device::drv("graph launch")),
+            None => self.enqueue_step(n),
+        }
+    }
+
+    /// A sequence slot must address the backend's states and drafter slots.
+    fn check_slot(&self, id: RequestId, slot: u32) -> Result<(), BackendError> {
+        if (self.states.is_some() || self.draft.is_some()) && slot as usize >= self.cfg.max_resident
+        {
+            return Err(BackendError::Failed(format!(
+                "request {id}: sequence slot {slot} outside the backend's {} (max_resident)",
+                self.cfg.max_resident
+            )));
+        }
+        Ok(())
+    }
+
+    /// One verify step over `rows` (drafting backends): each row's drafts are looked up on
+    /// the device, `samples` holds k + 1 sampling rows per row (its next token's, then each
+    /// draft position's). Returns each row's emitted tokens (accepted drafts and one more).
+    pub fn decode_verify(
+        &mut self,
+        rows: &[StepRow],
+        samples: &[SampleRow],
+        launch: Launch,
+    ) -> Result<Vec<Vec<u32>>, BackendError> {
+        let Some(per) = self.draft.as_ref().map(DraftDev::rows_per) else {
+            return Err(BackendError::Failed("the backend has no drafter".into()));
+        };
+        let b = rows.len();
+        if b == 0 {
+            return Ok(Vec::new());
+        }
+        if b > self.cfg.max_batch_size || samples.len() != b * per {
+            return Err(BackendError::Failed(format!(
+                "{b} rows (max_batch_size {}) with {} sampling rows ({per} each)",
+                self.cfg.max_batch_size,
+                samples.len()
+            )));
+        }
+        let (ps, tw, mc) = (self.kv.page_size, self.table_width, self.cfg.max_context);
+        let k = per - 1;
+        for r in rows {
+            self.check_pages(r.id, &r.pages, r.context_len as usize + 1)?;
+            self.check_token(r.id, r.last_token)?;
+            self.check_slot(r.id, r.slot)?;
+        }
+        self.gpu
+            .ctx
+            .bind_to_thread()
+            .map_err(super::device::drv("bind context"))?;
+        let graph = self.graph_for(b, launch);
+        let n = graph.map(|(bk, _)| bk).unwrap_or(b);
+        let mut slot = vec![-1i32; n];
+        let mut ctx = vec![-1i32; n];
+        let mut last = vec![0i32; n];
+        let mut cap = vec![0i32; n];
+        let mut table = vec![0i32; n * tw];
+        let mut samp = vec![SampleRow::GREEDY; n * per];
+        samp[..b * per].copy_from_slice(samples);
+        for (i, r) in rows.iter().enumerate() {
+            let c = r.context_len as usize;
+            // Drafts only where the pages and max_context hold their KV.
+            let room = (r.pages.len() * ps).min(mc).saturating_sub(c + 1);
+            let cp = k.min(room);
+            slot[i] = r.slot as i32;
+            ctx[i] = c as i32;
+            last[i] = r.last_token as i32;
+            cap[i] = cp as i32;
+            let need = (c + 1 + cp).div_ceil(ps);
+            for (d, &p) in table[i * tw..].iter_mut().zip(&r.pages[..need]) {
+                *d = p as i32;
+            }
+        }
+        let w = Which::Decode;
+        if let Some(d) = &self.draft {
+            self.gpu.htod(w, d.slot.ptr, &slot)?;
+            self.gpu.htod(w, d.ctx.ptr, &ctx)?;
+            self.gpu.htod(w, d.last.ptr, &last)?;
+            self.gpu.htod(w, d.cap.ptr, &cap)?;
+            self.gpu.htod(w, d.batch_table.ptr, &table)?;
+        }
+        self.gpu.htod(w, self.dec.samp.ptr, &samp)?;
+        self.run_step(graph, n)?;
+        let mut out = vec![0i32; n * per];
+        self.gpu.dtoh(w, &mut out, self.dec.out_tok.ptr)?;
+        let mut count = vec![0i32; n];
+        if let Some(d) = &self.draft {
+            self.gpu.dtoh(w, &mut count, d.n_out.ptr)?;
+        }
+        Ok((0..b)
+            .map(|i| {
+                let m = (count[i].max(1) as usize).min(per);
+                out[i * per..i * per + m]
+                    .iter()
+                    .map(|&t| t as u32)
+                    .collect()
+            })
+            .collect())
+    }
+
+    /// Writes a request's drafter window on the device: the last `window` tokens of
+    /// `tokens` (its prompt, then its first token when a prefill produced one).
+    fn seed_window(&self, slot: u32, tokens: &[&[u32]]) -> Result<(), BackendError> {
+        let Some(d) = &self.draft else {
+            return Ok(());
+        };
+        let r = d.layout.request_range(slot);
+        let mut words = vec![0u32; (r.end - r.start) as usize];
+        let all: Vec<u32> = tokens.concat();
+        let tail = all.len().saturating_sub(d.cfg.window as usize);
+        draft::push(&mut words, &all[tail..]);
+        self.gpu
+            .htod(Which::Decode, d.arena.at(r.start as usize * 4), &words)
     }
 
     /// Fills the whole KV cache with seeded values (for benchmarks that skip prefill).
@@ -541,12 +858,17 @@ impl CudaBackend {
 
 impl CudaBackend {
     /// Requests whose KV arrived on a transfer thread join the resident table.
-    fn take_arrivals(&mut self) {
+    /// With a drafter their windows start at the last prompt token (the transfer brings KV,
+    /// not the prompt's ids).
+    fn take_arrivals(&mut self) -> Result<(), BackendError> {
         if let Some(lane) = &self.lane {
             for (id, st) in lane.take_arrived() {
+                let first: Vec<u32> = st.first_input.into_iter().collect();
+                self.seed_window(st.slot, &[&first])?;
                 self.reqs.insert(id, st);
             }
         }
+        Ok(())
     }
 
     fn check_room(&self, id: RequestId) -> Result<(), BackendError> {
@@ -563,31 +885,60 @@ impl CudaBackend {
 
 impl StepBackend for CudaBackend {
     fn context_arrival(&mut self, req: &ContextArrival) -> Result<f64, BackendError> {
-        self.take_arrivals();
+        self.take_arrivals()?;
         self.check_room(req.id)?;
+        self.check_slot(req.id, req.slot)?;
+        if let Some(other) = self.reqs.slot_holder(req.slot, req.id) {
+            return Err(BackendError::Failed(format!(
+                "request {}: sequence slot {} is held by request {other}",
+                req.id, req.slot
+            )));
+        }
         if let Some(lane) = self.lane.clone() {
             let s = lane.context_arrival(req)?;
-            self.take_arrivals();
+            self.take_arrivals()?;
             return Ok(s);
         }
         let t0 = Instant::now();
         let (st, row) = Residents::arriving(req, self.cfg.eos_token);
-        let (tok, _) = self.prefill_sampled(req.id, &req.prompt, &req.pages, row)?;
+        let (tok, _) = self.prefill_in(req.id, Some(req.slot), &req.prompt, &req.pages, row)?;
+        self.seed_window(req.slot, &[&req.prompt, &[tok]])?;
         self.reqs.prefilled(req.id, st, tok);
         Ok(t0.elapsed().as_secs_f64())
     }
 
     fn step(&mut self, rows: &[StepRow]) -> Result<StepOutput, BackendError> {
         let t0 = Instant::now();
-        self.take_arrivals();
-        let plan = self.reqs.plan(rows, self.cfg.eos_token)?;
+        self.take_arrivals()?;
+        let eos = self.cfg.eos_token;
+        let plan = self.reqs.plan(rows, eos)?;
         let launch = if self.cfg.cuda_graphs {
             Launch::Graph
         } else {
             Launch::Eager
         };
-        let (out, _) = self.decode_sampled(&plan.run, &plan.samples, launch, false)?;
-        let tokens = self.reqs.finish(rows, plan, &out)?;
+        let tokens = match self.draft.as_ref().map(DraftDev::rows_per) {
+            None => {
+                let (out, _) = self.decode_sampled(&plan.run, &plan.samples, launch, false)?;
+                self.reqs.finish(rows, plan, &out)?
+            }
+            Some(per) => {
+                // Each draft position is sampled as plain decoding would sample it there.
+                let mut samples = Vec::with_capacity(plan.run.len() * per);
+                for (r, first) in plan.run.iter().zip(&plan.samples) {
+                    let st = self
+                        .reqs
+                        .get(r.id)
+                        .ok_or(BackendError::UnknownRequest(r.id))?;
+                    samples.push(*first);
+                    let pos = u64::from(r.context_len) + 1;
+                    samples.extend((1..per as u32).map(|i| st.sample_row_ahead(pos, i, eos)));
+                }
+                let out = self.decode_verify(&plan.run, &samples, launch)?;
+                self.reqs
+                    .finish_rows(rows, plan, out.iter().map(Vec::as_slice))?
+            }
+        };
         Ok(StepOutput {
             tokens,
             step_s: t0.elapsed().as_secs_f64(),

@@ -164,9 +164,11 @@ pub fn run(b: &mut CudaBackend, o: &BenchOptions) -> Result<BenchReport, Backend
             let (rows, aliased) = rows_for(b, &ids, batch, ctx);
             let graph_ms = time_steps(b, &rows, Launch::Graph, o)?;
             let eager_ms = time_steps(b, &rows, Launch::Eager, o)?;
+            // A hybrid's recurrent layers read and write each row's state once.
             let bytes = weights_read
                 + (batch * s.hidden * 2) as u64
-                + batch as u64 * (ctx as u64 + 1) * s.kv_bytes_per_token();
+                + batch as u64 * (ctx as u64 + 1) * s.kv_bytes_per_token()
+                + 2 * batch as u64 * s.recurrent_state_bytes();
             let roofline_ms = bytes as f64 / (bw * 1e9) * 1e3;
             steps.push(StepRowResult {
                 batch,

@@ -3,7 +3,8 @@
 //! device holds; activations stay in f32, so the GPU must match it within bf16 tolerance.
 //! RoPE is HF rotate-half by default; GGUF files converted by llama.cpp permute Q and K and
 //! need the interleaved layout. Products go through an f32 GEMM, fast enough for a 135M
-//! model in debug tests; the KV cache makes each decode step one token's work.
+//! model in debug tests; the KV cache makes each decode step one token's work. Hybrid shapes
+//! run their recurrent layers (`shape::LayerMix`) over a per-request f32 state instead of KV.
 
 use super::init::{init_tensor_f32, Tensor};
 use super::shape::ModelShape;
@@ -46,6 +47,8 @@ struct Layer {
     gate: Vec<f32>,
     up: Vec<f32>,
     down: Vec<f32>,
+    /// A recurrent layer's decay projection [kv_heads, hidden] and bias [kv_heads].
+    decay: Option<(Vec<f32>, Vec<f32>)>,
 }
 
 /// The reference model.
@@ -61,12 +64,39 @@ pub struct CpuModel {
     lm_head: Option<Vec<f32>>,
 }
 
-/// One request's KV cache: per layer, `len` rows of kv_heads * head_dim.
+/// One request's KV cache: per attention layer, `len` rows of kv_heads * head_dim; per
+/// recurrent layer, its state (kv_heads x head_dim x head_dim, row i = key dimension).
 #[derive(Default, Clone)]
 pub struct CpuCache {
     k: Vec<Vec<f32>>,
     v: Vec<Vec<f32>>,
+    state: Vec<Vec<f32>>,
     pub len: usize,
+}
+
+impl CpuCache {
+    /// Forgets every position from `len` on (rejected draft tokens). A recurrent state
+    /// cannot be rolled back, so a cache that holds one refuses (and is left unchanged).
+    pub fn truncate(&mut self, len: usize) -> bool {
+        if len > self.len || self.state.iter().any(|s| !s.is_empty()) {
+            return len == self.len;
+        }
+        for (k, v) in self.k.iter_mut().zip(&mut self.v) {
+            let row = k.len() / self.len.max(1);
+            k.truncate(len * row);
+            v.truncate(len * row);
+        }
+        self.len = len;
+        true
+    }
+
+    /// The recurrent layers' states, layer after layer (empty for attention-only models).
+    pub fn states(&self) -> impl Iterator<Item = &[f32]> {
+        self.state
+            .iter()
+            .map(Vec::as_slice)
+            .filter(|s| !s.is_empty())
+    }
 }
 
 impl CpuModel {
@@ -125,6 +155,10 @@ impl CpuModel {
                     gate: get(Tensor::Gate(i))?,
                     up: get(Tensor::Up(i))?,
                     down: get(Tensor::Down(i))?,
+                    decay: match shape.is_recurrent(i) {
+                        true => Some((get(Tensor::Decay(i))?, get(Tensor::DecayBias(i))?)),
+                        false => None,
+                    },
                 })
             })
             .collect::<Result<Vec<_>, E>>()?;
@@ -152,9 +186,16 @@ impl CpuModel {
     }
 
     pub fn new_cache(&self) -> CpuCache {
+        let s = &self.shape;
         CpuCache {
-            k: vec![Vec::new(); self.shape.layers],
-            v: vec![Vec::new(); self.shape.layers],
+            k: vec![Vec::new(); s.layers],
+            v: vec![Vec::new(); s.layers],
+            state: (0..s.layers)
+                .map(|l| match s.is_recurrent(l) {
+                    true => vec![0.0; s.state_elems_per_layer()],
+                    false => Vec::new(),
+                })
+                .collect(),
             len: 0,
         }
     }
@@ -175,6 +216,11 @@ impl CpuModel {
             let mut q = matmul(&hn, n, &l.q, nh * hd);
             let mut k = matmul(&hn, n, &l.k, nkv * hd);
             let v = matmul(&hn, n, &l.v, nkv * hd);
+            if let Some((w_a, b_a)) = &l.decay {
+                let att = self.recur(&mut cache.state[li], &hn, &q, &k, &v, w_a, b_a);
+                self.mlp(&mut x, l, n, &att);
+                continue;
+            }
             for i in 0..n {
                 let pos = base + i;
                 self.rope_row(&mut q[i * nh * hd..(i + 1) * nh * hd], pos);
@@ -187,16 +233,7 @@ impl CpuModel {
                 let keys = base + i + 1; // causal: keys 0..=pos
                 att.extend(attend(qi, &cache.k[li], &cache.v[li], keys, nh, nkv, hd));
             }
-            add_into(&mut x, &matmul(&att, n, &l.o, h));
-            let hn = rmsnorm_rows(&x, &l.ffn_norm, s.rms_eps);
-            let g = matmul(&hn, n, &l.gate, s.ffn);
-            let u = matmul(&hn, n, &l.up, s.ffn);
-            let a: Vec<f32> = g
-                .iter()
-                .zip(&u)
-                .map(|(&g, &u)| g / (1.0 + (-g).exp()) * u)
-                .collect();
-            add_into(&mut x, &matmul(&a, n, &l.down, h));
+            self.mlp(&mut x, l, n, &att);
         }
         cache.len += n;
         let head = self.lm_head.as_deref().unwrap_or(&self.embed);
@@ -209,12 +246,89 @@ impl CpuModel {
         logits.chunks_exact(s.vocab).map(<[f32]>::to_vec).collect()
     }
 
+    /// o_proj of the mixer's output into the residual, then the SwiGLU MLP.
+    fn mlp(&self, x: &mut [f32], l: &Layer, n: usize, att: &[f32]) {
+        let s = &self.shape;
+        let h = s.hidden;
+        add_into(x, &matmul(att, n, &l.o, h));
+        let hn = rmsnorm_rows(x, &l.ffn_norm, s.rms_eps);
+        let g = matmul(&hn, n, &l.gate, s.ffn);
+        let u = matmul(&hn, n, &l.up, s.ffn);
+        let a: Vec<f32> = g
+            .iter()
+            .zip(&u)
+            .map(|(&g, &u)| g / (1.0 + (-g).exp()) * u)
+            .collect();
+        add_into(x, &matmul(&a, n, &l.down, h));
+    }
+
+    /// The gated linear-attention recurrence (`shape::LayerMix`) over the `n` rows, token
+    /// after token, updating `state`; returns the mixer's output rows (heads * head_dim).
+    #[allow(clippy::too_many_arguments)]
+    fn recur(
+        &self,
+        state: &mut [f32],
+        hn: &[f32],
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        w_a: &[f32],
+        b_a: &[f32],
+    ) -> Vec<f32> {
+        let s = &self.shape;
+        let (h, hd, nh, nkv) = (s.hidden, s.head_dim, s.heads, s.kv_heads);
+        let g = nh / nkv;
+        let n = hn.len() / h;
+        let mut out = vec![0f32; n * nh * hd];
+        for t in 0..n {
+            let x = &hn[t * h..(t + 1) * h];
+            for kh in 0..nkv {
+                let a = decay(dot(x, &w_a[kh * h..(kh + 1) * h]) + b_a[kh]);
+                let kv = |m: &[f32]| l2_normalized(&m[(t * nkv + kh) * hd..][..hd]);
+                let kn = kv(k);
+                let vr = &v[(t * nkv + kh) * hd..][..hd];
+                let st = &mut state[kh * hd * hd..(kh + 1) * hd * hd];
+                for (i, row) in st.chunks_exact_mut(hd).enumerate() {
+                    for (sij, &vj) in row.iter_mut().zip(vr) {
+                        *sij = a * *sij + kn[i] * vj;
+                    }
+                }
+                for qh in kh * g..(kh + 1) * g {
+                    let qn = l2_normalized(&q[(t * nh + qh) * hd..][..hd]);
+                    let o = &mut out[(t * nh + qh) * hd..][..hd];
+                    for (row, &qi) in st.chunks_exact(hd).zip(&qn) {
+                        for (oj, &sij) in o.iter_mut().zip(row) {
+                            *oj += qi * sij;
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
     fn rope_row(&self, x: &mut [f32], pos: usize) {
         match self.rope {
             RopeLayout::RotateHalf => rope_table(x, pos, &self.inv_freq),
             RopeLayout::Interleaved => rope_interleaved_table(x, pos, &self.inv_freq),
         }
     }
+}
+
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+/// The recurrence's decay from its pre-activation: exp(-softplus(z)), in (0, 1).
+pub fn decay(z: f32) -> f32 {
+    let softplus = if z > 20.0 { z } else { z.exp().ln_1p() };
+    (-softplus).exp()
+}
+
+/// `x / max(|x|, 1e-6)`.
+pub fn l2_normalized(x: &[f32]) -> Vec<f32> {
+    let n = dot(x, x).sqrt().max(1e-6);
+    x.iter().map(|v| v / n).collect()
 }
 
 /// First index of the maximum (torch.argmax's rule).

@@ -21,6 +21,8 @@ const LAYERS: &str = include_str!("kernels/layers.cu");
 const ATTENTION: &str = include_str!("kernels/attention.cu");
 const ATTENTION_TC: &str = include_str!("kernels/attention_tc.cu");
 const SAMPLE: &str = include_str!("kernels/sample.cu");
+const DRAFT: &str = include_str!("kernels/draft.cu");
+const RECURRENT: &str = include_str!("kernels/recurrent.cu");
 
 /// (head_dim, query heads per kv head) of one attention kernel instance.
 pub type AttnShape = (usize, usize);
@@ -34,16 +36,42 @@ pub fn all_attn_shapes() -> Vec<AttnShape> {
         .collect()
 }
 
-/// The kernel source NVRTC compiles: the shared helpers, every kernel file, and both
-/// attention kernels instantiated for `attn`.
+/// The kernel source NVRTC compiles: the shared helpers, every kernel file, both attention
+/// kernels instantiated for `attn`, and the recurrent layer's kernel for each head_dim.
 pub fn kernel_source(attn: &[AttnShape]) -> String {
-    let mut src = [COMMON, INIT, LAYERS, ATTENTION, ATTENTION_TC, SAMPLE].join("\n");
+    let mut src = [
+        COMMON,
+        INIT,
+        LAYERS,
+        ATTENTION,
+        ATTENTION_TC,
+        SAMPLE,
+        DRAFT,
+        RECURRENT,
+    ]
+    .join("\n");
     for &(d, g) in attn {
         src.push_str(&format!(
             "ATTN_INSTANCE({d}, {g})\nATTN_TC_INSTANCE({d}, {g})\n"
         ));
     }
+    for d in head_dims(attn) {
+        src.push_str(&format!("RECUR_INSTANCE({d})\n"));
+    }
     src
+}
+
+/// The distinct head dims of `attn`, in order.
+fn head_dims(attn: &[AttnShape]) -> Vec<usize> {
+    let mut d: Vec<usize> = attn.iter().map(|a| a.0).collect();
+    d.sort_unstable();
+    d.dedup();
+    d
+}
+
+/// Name of the recurrent layer's kernel for head_dim `d`.
+pub fn recurrent_kernel_name(d: usize) -> String {
+    format!("recurrent_scan_d{d}")
 }
 
 /// Name of the attention kernel of `kind` for head_dim `d` and group `g`.
@@ -65,10 +93,13 @@ pub fn kernel_names(attn: &[AttnShape]) -> Vec<String> {
         "fill_kv_pages",
         "sample_rows",
         "attn_combine",
+        "draft_lookup",
+        "draft_accept",
     ]
     .iter()
     .map(|s| s.to_string())
     .collect();
+    v.extend(head_dims(attn).into_iter().map(recurrent_kernel_name));
     for &(d, g) in attn {
         for kind in [AttnKernel::Simt, AttnKernel::TensorCore] {
             v.push(attn_kernel_name(kind, d, g));
@@ -227,6 +258,11 @@ pub(crate) struct Kernels {
     /// The model's attention kernel of `attn_kind` (its head_dim and group size).
     pub attn: CudaFunction,
     pub attn_kind: AttnKernel,
+    /// Prompt lookup and verification (`draft.cu`).
+    pub draft_lookup: CudaFunction,
+    pub draft_accept: CudaFunction,
+    /// The recurrent layer of the model's head_dim (`recurrent.cu`).
+    pub recurrent: CudaFunction,
 }
 
 pub(crate) struct Gpu {
@@ -293,6 +329,9 @@ impl Gpu {
             combine: f("attn_combine")?,
             attn: attn_fn,
             attn_kind,
+            draft_lookup: f("draft_lookup")?,
+            draft_accept: f("draft_accept")?,
+            recurrent: f(&recurrent_kernel_name(d))?,
         };
         let blas_decode = CudaBlas::new(decode.clone()).map_err(blas_err("cuBLAS handle"))?;
         let blas_prefill = CudaBlas::new(prefill.clone()).map_err(blas_err("cuBLAS handle"))?;
@@ -500,7 +539,11 @@ mod tests {
             // `void name(` or, after `__launch_bounds__(...)`, `name(` on its own line.
             let plain = format!("void {name}(");
             let bounded = format!("\n    {name}(");
-            // Attention kernels come from ATTN_INSTANCE(D, G) expansions.
+            // Attention kernels come from ATTN_INSTANCE(D, G) expansions, the recurrent
+            // layer's from RECUR_INSTANCE(D).
+            let recur = name
+                .strip_prefix("recurrent_scan_d")
+                .map(|d| format!("RECUR_INSTANCE({d})"));
             let inst = name
                 .strip_prefix("paged_attn_tc_d")
                 .map(|r| ("ATTN_TC_INSTANCE", r))
@@ -511,13 +554,20 @@ mod tests {
                 .and_then(|(mac, r)| r.split_once("_g").map(|(d, g)| format!("{mac}({d}, {g})")));
             let found = src.contains(&plain)
                 || src.contains(&bounded)
-                || inst.is_some_and(|i| src.contains(&i));
+                || inst.is_some_and(|i| src.contains(&i))
+                || recur.is_some_and(|i| src.contains(&i));
             assert!(found, "kernel {name} is loaded but not defined");
         }
         // A backend's module holds its model's shape only.
         let one = kernel_source(&[(64, 3)]);
         assert!(
             one.contains("ATTN_TC_INSTANCE(64, 3)") && !one.contains("ATTN_TC_INSTANCE(64, 4)")
+        );
+        assert!(one.contains("RECUR_INSTANCE(64)") && !one.contains("RECUR_INSTANCE(128)"));
+        assert_eq!(
+            src.matches("RECUR_INSTANCE(").count(),
+            1 + 2,
+            "the macro and two dims"
         );
     }
 

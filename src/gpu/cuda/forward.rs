@@ -9,8 +9,8 @@ use super::shape::ModelShape;
 use super::weights::Weights;
 use crate::gpu::BackendError;
 
-/// The paged KV cache: per layer a K and a V region of `num_pages` pages, each page
-/// [kv_heads][tokens_per_block][head_dim] bf16.
+/// The paged KV cache: per attention layer a K and a V region of `num_pages` pages, each
+/// page [kv_heads][tokens_per_block][head_dim] bf16 (a hybrid's recurrent layers have none).
 pub(crate) struct KvCache {
     buf: DevBuf,
     pub num_pages: usize,
@@ -27,18 +27,19 @@ impl KvCache {
         page_size: usize,
     ) -> Result<Self, BackendError> {
         let page_elems = s.kv_heads * page_size * s.head_dim;
-        let bytes = 2 * s.layers * num_pages * page_elems * 2;
+        let layers = s.attention_layers();
+        let bytes = 2 * layers * num_pages * page_elems * 2;
         Ok(KvCache {
             buf: gpu.alloc(bytes, Which::Decode)?,
             num_pages,
             page_size,
             page_elems,
-            layers: s.layers,
+            layers,
         })
     }
 
-    /// (base pointer, elements per region, elements per page, regions): region 2l is layer
-    /// l's K, 2l + 1 its V.
+    /// (base pointer, elements per region, elements per page, regions): region 2l is
+    /// attention layer l's K, 2l + 1 its V.
     pub fn geometry(&self) -> (u64, u64, usize, usize) {
         (
             self.buf.ptr,
@@ -75,6 +76,68 @@ impl KvCache {
     }
 }
 
+/// The recurrent states of a hybrid model: one per sequence slot (the recurrent-state pool's
+/// index), each [recurrent layer][kv head][head_dim][head_dim] f32 (`pools::recurrent`).
+pub(crate) struct StateCache {
+    buf: DevBuf,
+    /// f32 values of one slot's state.
+    pub slot_elems: u64,
+    pub slots: usize,
+    layer_elems: u64,
+}
+
+impl StateCache {
+    /// `None` for a model without recurrent layers.
+    pub fn new(gpu: &Gpu, s: &ModelShape, slots: usize) -> Result<Option<Self>, BackendError> {
+        let bytes = s.recurrent_state_bytes();
+        if bytes == 0 {
+            return Ok(None);
+        }
+        let range = crate::pools::recurrent::state_range(slots as u32, bytes);
+        Ok(Some(StateCache {
+            buf: gpu.alloc(range.start as usize, Which::Decode)?,
+            slot_elems: bytes / 4,
+            slots,
+            layer_elems: s.state_elems_per_layer() as u64,
+        }))
+    }
+
+    pub fn ptr(&self) -> u64 {
+        self.buf.ptr
+    }
+
+    /// Offset in f32 values of recurrent layer `state_layer` within a slot's state.
+    pub fn layer_offset(&self, state_layer: usize) -> u64 {
+        state_layer as u64 * self.layer_elems
+    }
+
+    /// Zeroes slot `slot`'s state (a new request takes it), on `w`'s stream.
+    pub fn clear(&self, gpu: &Gpu, w: Which, slot: u32) -> Result<(), BackendError> {
+        let r = crate::pools::recurrent::state_range(slot, self.slot_elems * 4);
+        if slot as usize >= self.slots {
+            return Err(BackendError::Failed(format!(
+                "recurrent state slot {slot} outside the {} allocated",
+                self.slots
+            )));
+        }
+        // SAFETY: the range lies inside `buf` (checked above); the stream orders the write
+        // before any later pass on it.
+        unsafe {
+            cudarc::driver::result::memset_d8_async(
+                self.buf.at(r.start as usize),
+                0,
+                (r.end - r.start) as usize,
+                gpu.stream(w).cu_stream(),
+            )
+        }
+        .map_err(super::device::drv("clearing a recurrent state"))
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.buf.bytes
+    }
+}
+
 /// Fixed activation buffers for up to `rows` rows.
 pub(crate) struct Scratch {
     pub rows: usize,
@@ -95,6 +158,10 @@ pub(crate) struct Scratch {
     /// One `SampleRow` per logit row.
     pub samp: DevBuf,
     pub out_tok: DevBuf,
+    /// Recurrent layers' segments (`recurrent.cu`): each one's slot, first row and rows.
+    pub seg_slot: DevBuf,
+    pub seg_row0: DevBuf,
+    pub seg_rows: DevBuf,
 }
 
 impl Scratch {
@@ -129,7 +196,19 @@ impl Scratch {
             part_ml: a(part_rows_splits * s.heads * 2 * 4)?,
             samp: a(logit_rows.max(1) * std::mem::size_of::<crate::sampling::SampleRow>())?,
             out_tok: a(logit_rows.max(1) * 4)?,
+            seg_slot: a(rows * 4)?,
+            seg_row0: a(rows * 4)?,
+            seg_rows: a(rows * 4)?,
         })
+    }
+
+    /// Decode segments: row r alone is segment r (its slot is written per step).
+    pub fn one_segment_per_row(&self, gpu: &Gpu, w: Which) -> Result<(), BackendError> {
+        let row0: Vec<i32> = (0..self.rows as i32).collect();
+        gpu.htod(w, self.seg_row0.ptr, &row0)?;
+        gpu.htod(w, self.seg_rows.ptr, &vec![1i32; self.rows])?;
+        gpu.htod(w, self.seg_slot.ptr, &vec![-1i32; self.rows])?;
+        gpu.sync(w)
     }
 }
 
@@ -145,6 +224,9 @@ pub(crate) struct Pass {
     /// scratch's `samp` rows).
     pub logits_row0: usize,
     pub logits_rows: usize,
+    /// Segments of the recurrent layers (the scratch's `seg_*`): `rows` in a decode step,
+    /// one in a prefill chunk.
+    pub segments: usize,
 }
 
 /// Attention splits for a pass of `rows` rows: about eight blocks per multiprocessor, so
@@ -158,12 +240,14 @@ pub(crate) fn splits_for(rows: usize, kv_heads: usize, sm_count: u32) -> usize {
 
 /// Enqueues the pass on `w`'s stream. Inputs (tokens, pos, lens, table, samp) must already
 /// be in the scratch; outputs are `logits` and `out_tok` of the logit rows.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn enqueue(
     gpu: &Gpu,
     w: Which,
     s: &ModelShape,
     wt: &Weights,
     kv: &KvCache,
+    states: Option<&StateCache>,
     sc: &Scratch,
     p: Pass,
 ) -> Result<(), BackendError> {
@@ -174,7 +258,7 @@ pub(crate) fn enqueue(
         )));
     }
     let r = p.rows as u32;
-    let (hid, hdim) = (s.hidden, s.heads * s.head_dim);
+    let hid = s.hidden;
     let k = &gpu.k;
     let eps = s.rms_eps;
     gpu.launch(
@@ -217,6 +301,16 @@ pub(crate) fn enqueue(
             false,
             false,
         )?;
+        if let (Some(sl), Some(st)) = (s.state_layer(l), states) {
+            recurrent(gpu, w, s, lw, st, sl, sc, p)?;
+            mlp(gpu, w, s, lw, sc, p)?;
+            continue;
+        }
+        let Some(kl) = s.kv_layer(l) else {
+            return Err(BackendError::Failed(format!(
+                "layer {l} is recurrent and the backend holds no recurrent states"
+            )));
+        };
         gpu.launch(
             w,
             &k.rope_kv,
@@ -228,8 +322,8 @@ pub(crate) fn enqueue(
                 A::P(sc.lens.ptr),
                 A::P(sc.table.ptr),
                 A::I(p.table_stride as i32),
-                A::P(kv.k(l)),
-                A::P(kv.v(l)),
+                A::P(kv.k(kl)),
+                A::P(kv.v(kl)),
                 A::I(s.heads as i32),
                 A::I(s.kv_heads as i32),
                 A::I(s.head_dim as i32),
@@ -246,8 +340,8 @@ pub(crate) fn enqueue(
             &[
                 A::P(sc.qkv.ptr),
                 A::I(s.qkv_dim() as i32),
-                A::P(kv.k(l)),
-                A::P(kv.v(l)),
+                A::P(kv.k(kl)),
+                A::P(kv.v(kl)),
                 A::P(sc.lens.ptr),
                 A::P(sc.table.ptr),
                 A::I(p.table_stride as i32),
@@ -274,52 +368,7 @@ pub(crate) fn enqueue(
                 A::I(p.splits as i32),
             ],
         )?;
-        gpu.gemm(
-            w,
-            hid,
-            p.rows,
-            hdim,
-            lw.o,
-            sc.attn.ptr,
-            sc.x.ptr,
-            true,
-            true,
-        )?;
-        gpu.launch(
-            w,
-            &k.rmsnorm,
-            (r, 1, 1),
-            256,
-            &[
-                A::P(sc.x.ptr),
-                A::P(lw.ffn_norm),
-                A::P(sc.h.ptr),
-                A::I(hid as i32),
-                A::F(eps),
-            ],
-        )?;
-        gpu.gemm(
-            w,
-            2 * s.ffn,
-            p.rows,
-            hid,
-            lw.gate_up,
-            sc.h.ptr,
-            sc.gu.ptr,
-            false,
-            false,
-        )?;
-        let gx = s.ffn.div_ceil(256).min(64) as u32;
-        gpu.launch(
-            w,
-            &k.silu_mul,
-            (gx, r, 1),
-            256,
-            &[A::P(sc.gu.ptr), A::P(sc.act.ptr), A::I(s.ffn as i32)],
-        )?;
-        gpu.gemm(
-            w, hid, p.rows, s.ffn, lw.down, sc.act.ptr, sc.x.ptr, true, true,
-        )?;
+        mlp(gpu, w, s, lw, sc, p)?;
     }
     if p.logits_rows > 0 {
         let x0 = sc.x.at(p.logits_row0 * hid * 4);
@@ -362,6 +411,111 @@ pub(crate) fn enqueue(
         )?;
     }
     Ok(())
+}
+
+/// The rest of a layer after its token mixer wrote `attn`: o_proj into the residual, then
+/// RMSNorm and the SwiGLU MLP.
+fn mlp(
+    gpu: &Gpu,
+    w: Which,
+    s: &ModelShape,
+    lw: &super::weights::LayerPtrs,
+    sc: &Scratch,
+    p: Pass,
+) -> Result<(), BackendError> {
+    let k = &gpu.k;
+    let r = p.rows as u32;
+    let (hid, hdim) = (s.hidden, s.heads * s.head_dim);
+    gpu.gemm(
+        w,
+        hid,
+        p.rows,
+        hdim,
+        lw.o,
+        sc.attn.ptr,
+        sc.x.ptr,
+        true,
+        true,
+    )?;
+    gpu.launch(
+        w,
+        &k.rmsnorm,
+        (r, 1, 1),
+        256,
+        &[
+            A::P(sc.x.ptr),
+            A::P(lw.ffn_norm),
+            A::P(sc.h.ptr),
+            A::I(hid as i32),
+            A::F(s.rms_eps),
+        ],
+    )?;
+    gpu.gemm(
+        w,
+        2 * s.ffn,
+        p.rows,
+        hid,
+        lw.gate_up,
+        sc.h.ptr,
+        sc.gu.ptr,
+        false,
+        false,
+    )?;
+    let gx = s.ffn.div_ceil(256).min(64) as u32;
+    gpu.launch(
+        w,
+        &k.silu_mul,
+        (gx, r, 1),
+        256,
+        &[A::P(sc.gu.ptr), A::P(sc.act.ptr), A::I(s.ffn as i32)],
+    )?;
+    gpu.gemm(
+        w, hid, p.rows, s.ffn, lw.down, sc.act.ptr, sc.x.ptr, true, true,
+    )
+}
+
+/// A recurrent layer's mixer: the scan over each segment's rows, reading q|k|v and the normed
+/// input, updating the segment's state in place, writing `attn`.
+#[allow(clippy::too_many_arguments)]
+fn recurrent(
+    gpu: &Gpu,
+    w: Which,
+    s: &ModelShape,
+    lw: &super::weights::LayerPtrs,
+    st: &StateCache,
+    state_layer: usize,
+    sc: &Scratch,
+    p: Pass,
+) -> Result<(), BackendError> {
+    if p.segments == 0 || p.segments > sc.rows {
+        return Err(BackendError::Failed(format!(
+            "{} recurrent segments for a scratch of {} rows",
+            p.segments, sc.rows
+        )));
+    }
+    gpu.launch(
+        w,
+        &gpu.k.recurrent,
+        (s.kv_heads as u32, p.segments as u32, 1),
+        s.head_dim as u32,
+        &[
+            A::P(sc.qkv.ptr),
+            A::P(sc.h.ptr),
+            A::P(lw.decay),
+            A::P(lw.decay_bias),
+            A::P(st.ptr()),
+            A::L(st.slot_elems),
+            A::L(st.layer_offset(state_layer)),
+            A::P(sc.seg_slot.ptr),
+            A::P(sc.seg_row0.ptr),
+            A::P(sc.seg_rows.ptr),
+            A::P(sc.lens.ptr),
+            A::P(sc.attn.ptr),
+            A::I(s.heads as i32),
+            A::I(s.kv_heads as i32),
+            A::I(s.hidden as i32),
+        ],
+    )
 }
 
 #[cfg(test)]

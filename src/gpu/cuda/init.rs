@@ -17,6 +17,9 @@ pub enum Tensor {
     Gate(usize),
     Up(usize),
     Down(usize),
+    /// A recurrent layer's decay projection [kv_heads, hidden] and bias [kv_heads].
+    Decay(usize),
+    DecayBias(usize),
     FinalNorm,
     LmHead,
 }
@@ -36,6 +39,8 @@ impl Tensor {
             Tensor::Gate(i) => l(i, 6),
             Tensor::Up(i) => l(i, 7),
             Tensor::Down(i) => l(i, 8),
+            Tensor::Decay(i) => l(i, 9),
+            Tensor::DecayBias(i) => l(i, 10),
             Tensor::FinalNorm => 1 + 16 * layers as u32,
             Tensor::LmHead => 2 + 16 * layers as u32,
         }
@@ -52,6 +57,8 @@ impl Tensor {
             Tensor::O(_) => (h, s.heads * hd),
             Tensor::Gate(_) | Tensor::Up(_) => (s.ffn, h),
             Tensor::Down(_) => (h, s.ffn),
+            Tensor::Decay(_) => (s.kv_heads, h),
+            Tensor::DecayBias(_) => (1, s.kv_heads),
         }
     }
 
@@ -61,6 +68,9 @@ impl Tensor {
         match self {
             Tensor::AttnNorm(_) | Tensor::FfnNorm(_) | Tensor::FinalNorm => (0.1, 1.0),
             Tensor::Embed => (1.0, 0.0),
+            // softplus(-3 ± 1) keeps the decay in about (0.88, 0.98): memories of tens of
+            // tokens, varying by head and token.
+            Tensor::DecayBias(_) => (1.0, -3.0),
             t => (1.0 / (t.dims(s).1 as f32).sqrt(), 0.0),
         }
     }
@@ -79,6 +89,8 @@ impl Tensor {
             Tensor::Gate(i) => p(i, "mlp.gate_proj"),
             Tensor::Up(i) => p(i, "mlp.up_proj"),
             Tensor::Down(i) => p(i, "mlp.down_proj"),
+            Tensor::Decay(i) => p(i, "linear_attn.decay_proj"),
+            Tensor::DecayBias(i) => format!("model.layers.{i}.linear_attn.decay_proj.bias"),
             Tensor::FinalNorm => "model.norm.weight".into(),
             Tensor::LmHead => "lm_head.weight".into(),
         }
@@ -186,6 +198,8 @@ mod tests {
                 Tensor::Gate(l),
                 Tensor::Up(l),
                 Tensor::Down(l),
+                Tensor::Decay(l),
+                Tensor::DecayBias(l),
             ] {
                 ids.push(t.id(s.layers));
             }

@@ -304,6 +304,9 @@ pub fn model_tensors(s: &ModelShape) -> Vec<Tensor> {
             Tensor::Up(i),
             Tensor::Down(i),
         ]);
+        if s.is_recurrent(i) {
+            v.extend([Tensor::Decay(i), Tensor::DecayBias(i)]);
+        }
     }
     v.push(Tensor::FinalNorm);
     if !s.tied_embeddings {

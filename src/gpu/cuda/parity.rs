@@ -194,7 +194,8 @@ pub fn run(
         agree += (super::cpu_ref::argmax(got) == r.meta.tokens[i][pos]) as usize;
     };
     for (i, (prompt, pg)) in r.meta.prompts.iter().zip(&pages).enumerate() {
-        let (_, logits) = b.prefill(i as u64, prompt, pg)?;
+        let greedy = crate::sampling::SampleRow::GREEDY;
+        let (_, logits) = b.prefill_in(i as u64, Some(i as u32), prompt, pg, greedy)?;
         score(&logits, i, 0);
     }
     for s in 0..steps {

@@ -13,6 +13,8 @@ use crate::sampling::{SampleRow, SamplingParams};
 /// One resident request's sampling state.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReqState {
+    /// Its sequence slot (where its recurrent state and drafter window live).
+    pub slot: u32,
     /// `context: prefill`: the prefill's token, emitted by the next step with the request.
     pub first_token: Option<u32>,
     /// `context: transfer`: the last prompt token, the first step's input (the transfer
@@ -29,6 +31,7 @@ pub struct ReqState {
 impl ReqState {
     pub fn new(req: &ContextArrival) -> Self {
         ReqState {
+            slot: req.slot,
             first_token: None,
             first_input: None,
             sampling: req.sampling,
@@ -41,8 +44,15 @@ impl ReqState {
     /// The device parameters for the next token, at `position` (tokens before it); `eos` is
     /// banned while fewer than `min_tokens` were produced.
     pub fn sample_row(&self, position: u64, eos: Option<u32>) -> SampleRow {
-        let banned = eos.filter(|_| self.produced < self.min_tokens);
-        self.sampling.device_row(self.seed, position, banned)
+        self.sample_row_ahead(position, 0, eos)
+    }
+
+    /// The parameters of the token `ahead` places after the next one (a verify pass samples
+    /// each draft's position as plain decoding would once the tokens before it were out).
+    pub fn sample_row_ahead(&self, position: u64, ahead: u32, eos: Option<u32>) -> SampleRow {
+        let banned = eos.filter(|_| self.produced.saturating_add(ahead) < self.min_tokens);
+        self.sampling
+            .device_row(self.seed, position + u64::from(ahead), banned)
     }
 }
 
@@ -80,6 +90,15 @@ impl Residents {
 
     pub fn get(&self, id: RequestId) -> Option<&ReqState> {
         self.reqs.get(&id)
+    }
+
+    /// Another resident that holds sequence slot `slot` (a scheduler bug the backend must
+    /// not turn into two requests sharing a state).
+    pub fn slot_holder(&self, slot: u32, except: RequestId) -> Option<RequestId> {
+        self.reqs
+            .iter()
+            .find(|(&id, st)| st.slot == slot && id != except)
+            .map(|(&id, _)| id)
     }
 
     pub fn insert(&mut self, id: RequestId, st: ReqState) {
@@ -140,18 +159,30 @@ impl Residents {
     pub fn finish(
         &mut self,
         rows: &[StepRow],
-        mut plan: StepPlan,
+        plan: StepPlan,
         tokens: &[u32],
+    ) -> Result<Vec<Vec<u32>>, BackendError> {
+        self.finish_rows(rows, plan, tokens.iter().map(std::slice::from_ref))
+    }
+
+    /// [`finish`](Self::finish) with any number of tokens per computed row (a verify pass
+    /// emits its accepted drafts and one more).
+    pub fn finish_rows<'a>(
+        &mut self,
+        rows: &[StepRow],
+        mut plan: StepPlan,
+        tokens: impl ExactSizeIterator<Item = &'a [u32]>,
     ) -> Result<Vec<Vec<u32>>, BackendError> {
         if tokens.len() != plan.run.len() {
             return Err(BackendError::Failed(format!(
-                "{} tokens for {} computed rows",
+                "{} token rows for {} computed rows",
                 tokens.len(),
                 plan.run.len()
             )));
         }
-        for (&i, &t) in plan.run_idx.iter().zip(tokens) {
-            plan.tokens[i] = vec![t];
+        for (&i, t) in plan.run_idx.iter().zip(tokens) {
+            plan.tokens[i].clear();
+            plan.tokens[i].extend_from_slice(t);
         }
         for (r, toks) in rows.iter().zip(&plan.tokens) {
             if let Some(st) = self.reqs.get_mut(&r.id) {
@@ -177,6 +208,7 @@ mod tests {
     ) -> ContextArrival {
         ContextArrival {
             id,
+            slot: 0,
             prompt: (0..prompt_len as u32).map(|t| t + 10).collect(),
             pages: vec![0],
             sampling,

@@ -1,5 +1,5 @@
-//! Llama-family model shapes: the named ones (`tiny`, `llama-1b`, `llama-8b`) and the shape
-//! read from a Hugging Face `config.json`.
+//! Llama-family model shapes: the named ones (`tiny`, `llama-1b`, `llama-8b`, and the hybrid
+//! `tiny-hybrid` and `llama-hybrid-1b`) and the shape read from a Hugging Face `config.json`.
 
 use std::path::Path;
 
@@ -22,6 +22,26 @@ pub struct ModelShape {
     pub rms_eps: f32,
     /// The LM head shares the embedding matrix.
     pub tied_embeddings: bool,
+    /// Which layers are softmax attention and which a gated linear-attention recurrence.
+    pub mix: LayerMix,
+}
+
+/// The kind of each layer's token mixer.
+///
+/// A recurrent layer replaces attention by a gated linear attention with a fixed-size state
+/// per kv head (f32, head_dim x head_dim), on the same fused q|k|v projection and o_proj:
+/// q and k are L2-normalised per head (no RoPE), the decay is
+/// `a = exp(-softplus(w_a · h + b_a))` per kv head from the layer's normed input `h`, and
+/// `S = a·S + k vᵀ`, `o = Sᵀ q` for each query head of the kv head's group. Prefill and decode
+/// run the same recurrence; the state is what a request keeps instead of KV.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LayerMix {
+    /// Softmax attention in every layer.
+    #[default]
+    Attention,
+    /// Recurrent layers, with softmax attention in the last layer of every group of
+    /// `attention_every` (layer l attends when (l + 1) % attention_every == 0).
+    Hybrid { attention_every: usize },
 }
 
 /// Most query heads per kv head the attention kernels take (the MMA's 16 rows).
@@ -51,7 +71,9 @@ pub enum RopeScaling {
 /// A shape the CUDA kernels cannot run, or a `config.json` that does not describe one.
 #[derive(Debug, thiserror::Error)]
 pub enum ShapeError {
-    #[error("unknown model shape {0:?} (known: tiny, llama-1b, llama-8b)")]
+    #[error(
+        "unknown model shape {0:?} (known: tiny, llama-1b, llama-8b, tiny-hybrid, llama-hybrid-1b)"
+    )]
     UnknownName(String),
     #[error("{path}: {msg}")]
     Config { path: String, msg: String },
@@ -77,6 +99,7 @@ impl ModelShape {
                 rope_scaling: RopeScaling::None,
                 rms_eps: 1e-5,
                 tied_embeddings: false,
+                mix: LayerMix::Attention,
             },
             "llama-1b" => ModelShape {
                 name: "llama-1b".into(),
@@ -91,6 +114,7 @@ impl ModelShape {
                 rope_scaling: RopeScaling::llama3(32.0),
                 rms_eps: 1e-5,
                 tied_embeddings: true,
+                mix: LayerMix::Attention,
             },
             "llama-8b" => ModelShape {
                 name: "llama-8b".into(),
@@ -105,6 +129,21 @@ impl ModelShape {
                 rope_scaling: RopeScaling::llama3(8.0),
                 rms_eps: 1e-5,
                 tied_embeddings: false,
+                mix: LayerMix::Attention,
+            },
+            // tiny's dimensions over four layers: recurrent, attention, recurrent, attention.
+            "tiny-hybrid" => ModelShape {
+                name: "tiny-hybrid".into(),
+                layers: 4,
+                mix: LayerMix::Hybrid { attention_every: 2 },
+                ..Self::named("tiny")?
+            },
+            // Llama-3.2-1B's dimensions with three recurrent layers to each attention layer
+            // (the ratio of recent hybrid models): 12 recurrent, 4 attention.
+            "llama-hybrid-1b" => ModelShape {
+                name: "llama-hybrid-1b".into(),
+                mix: LayerMix::Hybrid { attention_every: 4 },
+                ..Self::named("llama-1b")?
             },
             other => return Err(ShapeError::UnknownName(other.to_string())),
         };
@@ -210,6 +249,7 @@ impl ModelShape {
                 .get("tie_word_embeddings")
                 .and_then(Value::as_bool)
                 .unwrap_or(false),
+            mix: LayerMix::Attention,
         };
         shape.validate()?;
         Ok(shape)
@@ -273,7 +313,54 @@ impl ModelShape {
         if !ok {
             return Err(bad(format!("RoPE scaling {:?}", self.rope_scaling)));
         }
+        if let LayerMix::Hybrid { attention_every } = self.mix {
+            if attention_every < 2 || attention_every > self.layers {
+                return Err(bad(format!(
+                    "attention every {attention_every} of {} layers (a hybrid needs 2 to \
+                     {} and at least one recurrent layer)",
+                    self.layers, self.layers
+                )));
+            }
+        }
         Ok(())
+    }
+
+    /// Whether layer `l` is a gated linear-attention recurrence (else softmax attention).
+    pub fn is_recurrent(&self, l: usize) -> bool {
+        match self.mix {
+            LayerMix::Attention => false,
+            LayerMix::Hybrid { attention_every } => (l + 1) % attention_every.max(1) != 0,
+        }
+    }
+
+    pub fn recurrent_layers(&self) -> usize {
+        (0..self.layers).filter(|&l| self.is_recurrent(l)).count()
+    }
+
+    pub fn attention_layers(&self) -> usize {
+        self.layers - self.recurrent_layers()
+    }
+
+    /// Index of layer `l` among the attention layers (its KV region), `None` for recurrent.
+    pub fn kv_layer(&self, l: usize) -> Option<usize> {
+        (!self.is_recurrent(l)).then(|| (0..l).filter(|&i| !self.is_recurrent(i)).count())
+    }
+
+    /// Index of layer `l` among the recurrent layers (its part of a state), `None` for
+    /// attention.
+    pub fn state_layer(&self, l: usize) -> Option<usize> {
+        self.is_recurrent(l)
+            .then(|| (0..l).filter(|&i| self.is_recurrent(i)).count())
+    }
+
+    /// f32 values of one recurrent layer's state: head_dim x head_dim per kv head.
+    pub fn state_elems_per_layer(&self) -> usize {
+        self.kv_heads * self.head_dim * self.head_dim
+    }
+
+    /// Bytes of one request's recurrent state over all recurrent layers (0 without any).
+    pub fn recurrent_state_bytes(&self) -> u64 {
+        (self.recurrent_layers() * self.state_elems_per_layer() * 4) as u64
     }
 
     /// The rotary frequency of each pair (i, i + D/2): `theta^(-2i/D)`, rescaled. Computed
@@ -298,12 +385,14 @@ impl ModelShape {
         let attn = h * self.qkv_dim() as u64 + (self.heads * self.head_dim) as u64 * h;
         let per_layer = attn + 3 * h * f + 2 * h;
         let head = if self.tied_embeddings { 0 } else { v * h };
-        v * h + self.layers as u64 * per_layer + h + head
+        // A recurrent layer adds its decay projection and bias.
+        let decay = self.recurrent_layers() as u64 * (self.kv_heads as u64) * (h + 1);
+        v * h + self.layers as u64 * per_layer + h + head + decay
     }
 
-    /// bf16 KV bytes one token occupies across all layers.
+    /// bf16 KV bytes one token occupies across the attention layers.
     pub fn kv_bytes_per_token(&self) -> u64 {
-        (2 * self.layers * self.kv_heads * self.head_dim * 2) as u64
+        (2 * self.attention_layers() * self.kv_heads * self.head_dim * 2) as u64
     }
 }
 
@@ -381,8 +470,53 @@ mod tests {
     }
 
     #[test]
+    fn hybrid_shapes_interleave_recurrent_and_attention_layers() {
+        let t = ModelShape::named("tiny-hybrid").unwrap();
+        let kinds: Vec<bool> = (0..t.layers).map(|l| t.is_recurrent(l)).collect();
+        assert_eq!(kinds, [true, false, true, false]);
+        assert_eq!(
+            (t.kv_layer(1), t.kv_layer(3), t.kv_layer(2)),
+            (Some(0), Some(1), None)
+        );
+        assert_eq!(
+            (t.state_layer(0), t.state_layer(2), t.state_layer(3)),
+            (Some(0), Some(1), None)
+        );
+        // Two recurrent layers of 2 kv heads x 64 x 64 f32; KV for two layers only.
+        assert_eq!(t.recurrent_state_bytes(), 2 * 2 * 64 * 64 * 4);
+        assert_eq!(t.kv_bytes_per_token(), 2 * 2 * 2 * 64 * 2);
+        let b = ModelShape::named("llama-hybrid-1b").unwrap();
+        assert_eq!((b.recurrent_layers(), b.attention_layers()), (12, 4));
+        assert!(!b.is_recurrent(3) && !b.is_recurrent(15) && b.is_recurrent(14));
+        // 12 layers x 8 kv heads x 64 x 64 x 4 bytes = 1.5 MiB a request.
+        assert_eq!(b.recurrent_state_bytes(), 12 * 8 * 64 * 64 * 4);
+        assert_eq!(
+            b.param_count(),
+            ModelShape::named("llama-1b").unwrap().param_count() + 12 * 8 * 2049
+        );
+        let plain = ModelShape::named("llama-1b").unwrap();
+        assert_eq!(plain.recurrent_state_bytes(), 0);
+        assert_eq!(plain.state_layer(0), None);
+        let bad = ModelShape {
+            mix: LayerMix::Hybrid { attention_every: 1 },
+            ..t
+        };
+        assert!(bad
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("attention every 1"));
+    }
+
+    #[test]
     fn every_named_shape_passes_the_kernel_limits() {
-        for n in ["tiny", "llama-1b", "llama-8b"] {
+        for n in [
+            "tiny",
+            "llama-1b",
+            "llama-8b",
+            "tiny-hybrid",
+            "llama-hybrid-1b",
+        ] {
             ModelShape::named(n).unwrap().validate().unwrap();
         }
         assert!(matches!(

@@ -17,6 +17,9 @@ pub(crate) struct LayerPtrs {
     pub ffn_norm: u64,
     pub gate_up: u64,
     pub down: u64,
+    /// A recurrent layer's decay projection and bias (0 for attention layers).
+    pub decay: u64,
+    pub decay_bias: u64,
 }
 
 pub(crate) struct Weights {
@@ -70,7 +73,14 @@ impl Weights {
             let gate_up = place(Tensor::Gate(i), &mut placement);
             place(Tensor::Up(i), &mut placement);
             let down = place(Tensor::Down(i), &mut placement);
-            layers.push((attn_norm, qkv, o, ffn_norm, gate_up, down));
+            let decay = match s.is_recurrent(i) {
+                true => Some((
+                    place(Tensor::Decay(i), &mut placement),
+                    place(Tensor::DecayBias(i), &mut placement),
+                )),
+                false => None,
+            };
+            layers.push((attn_norm, qkv, o, ffn_norm, gate_up, down, decay));
         }
         let final_norm = place(Tensor::FinalNorm, &mut placement);
         let lm_head = if s.tied_embeddings {
@@ -90,13 +100,15 @@ impl Weights {
             embed: p(embed),
             layers: layers
                 .iter()
-                .map(|&(a, q, o, f, g, d)| LayerPtrs {
+                .map(|&(a, q, o, f, g, d, decay)| LayerPtrs {
                     attn_norm: p(a),
                     qkv: p(q),
                     o: p(o),
                     ffn_norm: p(f),
                     gate_up: p(g),
                     down: p(d),
+                    decay: decay.map_or(0, |(w, _)| p(w)),
+                    decay_bias: decay.map_or(0, |(_, b)| p(b)),
                 })
                 .collect(),
             final_norm: p(final_norm),
