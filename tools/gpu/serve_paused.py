@@ -12,6 +12,7 @@ import os
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 
 URL = sys.argv[1] if len(sys.argv) > 1 else "http://127.0.0.1:8000"
@@ -23,7 +24,10 @@ MAX_TOKENS = int(os.environ.get("SERVE_PAUSED_TOKENS", 200))
 def post(path, body):
     req = urllib.request.Request(URL + path, data=json.dumps(body).encode(),
                                  headers={"content-type": "application/json"})
-    return urllib.request.urlopen(req, timeout=600)
+    try:
+        return urllib.request.urlopen(req, timeout=600)
+    except urllib.error.HTTPError as e:  # the server's reason, not just the status
+        raise RuntimeError(f"{path}: HTTP {e.code}: {e.read().decode(errors='replace')}") from None
 
 
 def pauses():

@@ -19,6 +19,7 @@ import os
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 
 URL = sys.argv[1] if len(sys.argv) > 1 else "http://127.0.0.1:8000"
@@ -34,7 +35,10 @@ report = {}
 def post(path, body):
     req = urllib.request.Request(URL + path, data=json.dumps(body).encode(),
                                  headers={"content-type": "application/json"})
-    return urllib.request.urlopen(req, timeout=600)
+    try:
+        return urllib.request.urlopen(req, timeout=600)
+    except urllib.error.HTTPError as e:  # the server's reason, not just the status
+        raise RuntimeError(f"{path}: HTTP {e.code}: {e.read().decode(errors='replace')}") from None
 
 
 def metrics():

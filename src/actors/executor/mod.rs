@@ -340,6 +340,12 @@ impl Executor {
                 }
             }
         }
+        // The departed leave the backend before this pass's arrivals reach it: an arrival
+        // may take the sequence slot a departure has just freed, and the backend refuses a
+        // slot that a request it still holds occupies.
+        for d in &out.departed {
+            self.gpu_send(GpuMsg::Release(Release(d.id)));
+        }
         for (i, a) in out.admitted.iter().enumerate() {
             let Some(l) = self.live.get_mut(&a.id) else {
                 continue;
@@ -385,7 +391,6 @@ impl Executor {
             self.gpu_send(GpuMsg::Retain(Retain(self.retained.clone())));
         }
         for d in &out.departed {
-            self.gpu_send(GpuMsg::Release(Release(d.id)));
             if let Some(l) = self.live.remove(&d.id) {
                 let reason = if l.stop {
                     FinishReason::Stop
