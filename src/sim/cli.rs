@@ -27,7 +27,8 @@ struct ReplayJson<'a> {
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct SimArgs {
-    /// Plant preset: reference (calibrated to the reference's GPU control) or default
+    /// Plant preset: reference (calibrated to the reference's GPU control), h200-llama-8b (fitted
+    /// to the cuda backend on the H200 machine) or default
     /// (the embedded config's timing model).
     #[arg(long, default_value = "reference")]
     pub preset: String,
