@@ -83,6 +83,7 @@ async fn serve(
                             ignore_eos: true,
                             arrival_unix_s: None,
                             sampling: sampling(k),
+                            stop: Vec::new(),
                         })
                         .unwrap();
                     let mut toks = Vec::new();
@@ -127,7 +128,7 @@ async fn serve(
             touched.extend(by_engine_id.get(id).copied());
         }
     }
-    engine.shutdown().await;
+    engine.shutdown(Duration::ZERO).await;
     (out, touched, pauses, displaced)
 }
 
