@@ -12,5 +12,6 @@ pub mod sampling;
 pub mod server;
 pub mod sim;
 pub mod text;
+pub mod timing;
 pub mod worker;
 pub mod workload;

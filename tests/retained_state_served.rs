@@ -17,10 +17,10 @@ use genslot::gpu::cuda::draft::DraftConfig;
 use genslot::gpu::cuda::draft_sets::synthetic;
 use genslot::gpu::cuda::drive::solo;
 use genslot::gpu::cuda::shape::ModelShape;
-use genslot::gpu::model::{Clock, RealClock};
 use genslot::gpu::{BackendCapacity, ContextArrival};
 use genslot::sampling::SamplingParams;
 use genslot::server::engine::{Engine, EngineEvent, FinishReason, GenRequest};
+use genslot::timing::{Clock, RealClock};
 
 const LANES: usize = 16;
 const ROUNDS: usize = 3;
@@ -162,7 +162,10 @@ fn check(
         touched.len(),
         got.len()
     );
-    assert!(pauses > 0, "{label}: the load must make the controller pause");
+    assert!(
+        pauses > 0,
+        "{label}: the load must make the controller pause"
+    );
     let want = solo_outputs(m);
     assert_eq!(got.len(), want.len());
     for (k, toks) in &got {
@@ -171,7 +174,10 @@ fn check(
         } else {
             "never paused"
         };
-        assert_eq!(toks, &want[k], "{label}: request {k} ({kind}) differs from alone");
+        assert_eq!(
+            toks, &want[k],
+            "{label}: request {k} ({kind}) differs from alone"
+        );
     }
 }
 
@@ -202,7 +208,10 @@ async fn with_the_hybrid_shape_every_paused_or_displaced_request_answers_as_alon
         "test",
     )
     .unwrap();
-    let m = Arc::new(CpuModel::seeded(&ModelShape::named("tiny-hybrid").unwrap(), 11));
+    let m = Arc::new(CpuModel::seeded(
+        &ModelShape::named("tiny-hybrid").unwrap(),
+        11,
+    ));
     let backend = CpuRefBackend::new(m.clone(), None, capacity());
     let r = serve(&cfg, backend).await;
     check("tiny-hybrid", &m, r);

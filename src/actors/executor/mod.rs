@@ -23,12 +23,12 @@ use super::components::{ActorPorts, Components};
 use super::gpu::GpuHandle;
 use super::messages::*;
 use super::record::{Leaving, Recorder};
-use crate::gpu::model::Clock;
 use crate::gpu::{ContextArrival, StepOutput, StepRow};
 use crate::metrics as m;
 use crate::policy::RequestId;
 use crate::sampling::SamplingParams;
 use crate::server::engine::{EngineEvent, FinishReason};
+use crate::timing::Clock;
 use crate::worker::ranks::RankGroup;
 use crate::worker::{
     Arrival, BatchRow, KvReady, PassInputs, PassMachine, PassOutput, WorkerParams,
