@@ -5,6 +5,7 @@ pub mod actors;
 pub mod config;
 pub mod gguf;
 pub mod gpu;
+pub mod ids;
 pub mod metrics;
 pub mod policy;
 pub mod pools;

@@ -10,7 +10,7 @@ use genslot::actors::{ActorEngine, StartOptions};
 use genslot::gpu::{
     BackendCapacity, BackendError, ContextArrival, StepBackend, StepOutput, StepRow,
 };
-use genslot::policy::RequestId;
+use genslot::ids::RequestId;
 use genslot::server::engine::{Engine, EngineEvent, GenRequest};
 use genslot::timing::{Clock, RealClock};
 use serde_json::json;

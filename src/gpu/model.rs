@@ -15,7 +15,7 @@ use super::{
     BackendCapacity, BackendError, ContextArrival, ContextLane, StepBackend, StepOutput, StepRow,
 };
 use crate::config::Config;
-use crate::policy::RequestId;
+use crate::ids::RequestId;
 use crate::timing::{Clock, StepModel, TransferModel};
 
 /// Llama 2's vocabulary size, the server tokenizer's default.
