@@ -53,7 +53,7 @@ fn sampling(k: usize) -> SamplingParams {
 }
 
 fn prompt(k: usize) -> Vec<u32> {
-    synthetic(k % 2 == 0, 1024, k as u32)
+    synthetic(k.is_multiple_of(2), 1024, k as u32)
 }
 
 /// Runs the load; returns every request's tokens by (lane, round), the engine ids of the

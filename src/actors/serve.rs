@@ -61,7 +61,7 @@ fn cuda_engine_on(
     cc.max_context = (cfg.max_context_tokens as usize).saturating_add(8192);
     cc.max_resident = (cfg.max_num_active_requests() as usize) * 2;
     cc.eos_token = opts.eos_token;
-    cc.drafter = (cfg.drafter.max_draft_len > 0).then(|| crate::gpu::cuda::draft::DraftConfig {
+    cc.drafter = (cfg.drafter.max_draft_len > 0).then_some(crate::gpu::cuda::draft::DraftConfig {
         window: cfg.drafter.window_tokens,
         max_draft_len: cfg.drafter.max_draft_len,
         max_ngram: cfg.drafter.max_matching_ngram_size,

@@ -329,7 +329,7 @@ impl ModelShape {
     pub fn is_recurrent(&self, l: usize) -> bool {
         match self.mix {
             LayerMix::Attention => false,
-            LayerMix::Hybrid { attention_every } => (l + 1) % attention_every.max(1) != 0,
+            LayerMix::Hybrid { attention_every } => !(l + 1).is_multiple_of(attention_every.max(1)),
         }
     }
 
