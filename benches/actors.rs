@@ -15,11 +15,12 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 use genslot::actors::{ActorEngine, StartOptions};
 use genslot::config::Config;
-use genslot::gpu::model::{Clock, ModelBackend, VirtualClock};
+use genslot::gpu::model::ModelBackend;
 use genslot::server::engine::{
     Engine, EngineEvent, FinishReason, GenRequest, Submission, SubmitError,
 };
 use genslot::server::{serve, App};
+use genslot::timing::{Clock, VirtualClock};
 
 /// The step and transfer times only advance a virtual clock: nothing sleeps.
 const ZERO_TIME: &str =

@@ -19,7 +19,7 @@ pub const NUM_REQUESTS_WAITING: &str = "genslot_num_requests_waiting";
 pub const NUM_REQUESTS_PAUSED: &str = "genslot_num_requests_paused";
 /// Counter: pauses decided by the preemption controller. Engine.
 pub const PAUSES_TOTAL: &str = "genslot_pauses_total";
-/// Counter, label [`LABEL_FORCED`] = "true" | "false": resumes of paused requests. Engine.
+/// Counter, label [`LABEL_FORCED`] = [`FORCED_YES`] | [`FORCED_NO`]: resumes of paused requests. Engine.
 pub const RESUMES_TOTAL: &str = "genslot_resumes_total";
 /// Histogram (s): first token − arrival. HTTP layer.
 pub const TIME_TO_FIRST_TOKEN_SECONDS: &str = "genslot_time_to_first_token_seconds";
@@ -37,7 +37,8 @@ pub const POOL_CAPACITY: &str = "genslot_pool_capacity";
 pub const REQUEST_SUCCESS_TOTAL: &str = "genslot_request_success_total";
 /// Counter, label [`LABEL_REASON`] = the error code (e.g. "queue_full", "invalid_json"). HTTP layer.
 pub const REQUESTS_REJECTED_TOTAL: &str = "genslot_requests_rejected_total";
-/// Counter, label [`LABEL_REASON`] = "engine_failed" | "timeout" | "cancelled": accepted
+/// Counter, label [`LABEL_REASON`] = [`FAILED_ENGINE`] | [`FAILED_TIMEOUT`] |
+/// [`FAILED_CANCELLED`]: accepted
 /// requests that ended without a finish reason (engine failure or shutdown, past
 /// `server.request_timeout_s`, or the client went away). HTTP layer.
 pub const REQUESTS_FAILED_TOTAL: &str = "genslot_requests_failed_total";
@@ -50,6 +51,14 @@ pub const LABEL_FORCED: &str = "forced";
 pub const LABEL_POOL: &str = "pool";
 pub const LABEL_FINISHED_REASON: &str = "finished_reason";
 pub const LABEL_REASON: &str = "reason";
+
+/// [`LABEL_FORCED`] values: a forced resume (the at-risk rule) or a regular one.
+pub const FORCED_YES: &str = "true";
+pub const FORCED_NO: &str = "false";
+/// [`LABEL_REASON`] values of [`REQUESTS_FAILED_TOTAL`].
+pub const FAILED_ENGINE: &str = "engine_failed";
+pub const FAILED_TIMEOUT: &str = "timeout";
+pub const FAILED_CANCELLED: &str = "cancelled";
 
 // Bucket bounds are vLLM's, so dashboards built for vLLM read ours the same way.
 pub const TTFT_BUCKETS: &[f64] = &[

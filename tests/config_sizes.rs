@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use genslot::actors::{ActorEngine, StartOptions};
 use genslot::config::{Config, ConfigError, Host};
-use genslot::gpu::model::{Clock, ModelBackend, RealClock};
+use genslot::gpu::model::ModelBackend;
 use genslot::server::engine::Engine;
+use genslot::timing::{Clock, RealClock};
 use proptest::prelude::*;
 
 fn genslot() -> Command {

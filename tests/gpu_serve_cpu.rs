@@ -12,10 +12,10 @@ use genslot::actors::{ActorEngine, StartOptions};
 use genslot::config::Config;
 use genslot::gpu::cuda::cpu_backend::CpuRefBackend;
 use genslot::gpu::cuda::model_files::ModelFiles;
-use genslot::gpu::model::{Clock, RealClock};
 use genslot::gpu::BackendCapacity;
 use genslot::server::App;
 use genslot::text::ModelText;
+use genslot::timing::{Clock, RealClock};
 use serde_json::{json, Value};
 
 #[path = "server_support/loopback.rs"]

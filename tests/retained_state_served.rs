@@ -17,10 +17,10 @@ use genslot::gpu::cuda::draft::DraftConfig;
 use genslot::gpu::cuda::draft_sets::synthetic;
 use genslot::gpu::cuda::drive::solo;
 use genslot::gpu::cuda::shape::ModelShape;
-use genslot::gpu::model::{Clock, RealClock};
 use genslot::gpu::{BackendCapacity, ContextArrival};
 use genslot::sampling::SamplingParams;
 use genslot::server::engine::{Engine, EngineEvent, FinishReason, GenRequest};
+use genslot::timing::{Clock, RealClock};
 
 const LANES: usize = 16;
 const ROUNDS: usize = 3;
@@ -53,7 +53,7 @@ fn sampling(k: usize) -> SamplingParams {
 }
 
 fn prompt(k: usize) -> Vec<u32> {
-    synthetic(k % 2 == 0, 1024, k as u32)
+    synthetic(k.is_multiple_of(2), 1024, k as u32)
 }
 
 /// Runs the load; returns every request's tokens by (lane, round), the engine ids of the
@@ -83,6 +83,7 @@ async fn serve(
                             ignore_eos: true,
                             arrival_unix_s: None,
                             sampling: sampling(k),
+                            stop: Vec::new(),
                         })
                         .unwrap();
                     let mut toks = Vec::new();
@@ -127,7 +128,7 @@ async fn serve(
             touched.extend(by_engine_id.get(id).copied());
         }
     }
-    engine.shutdown().await;
+    engine.shutdown(Duration::ZERO).await;
     (out, touched, pauses, displaced)
 }
 

@@ -8,8 +8,9 @@ mod serve_support;
 use std::sync::Arc;
 
 use genslot::actors::{supervisor, ActorEngine, StartOptions};
-use genslot::gpu::model::{Clock, ModelBackend, VirtualClock};
+use genslot::gpu::model::ModelBackend;
 use genslot::server::engine::{Engine, EngineEvent, FinishReason, GenRequest};
+use genslot::timing::{Clock, VirtualClock};
 use genslot::worker::WorkerCore;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};

@@ -7,12 +7,12 @@ mod serve_support;
 use std::sync::Arc;
 
 use genslot::actors::{ActorEngine, StartOptions};
-use genslot::gpu::model::{Clock, RealClock};
 use genslot::gpu::{
     BackendCapacity, BackendError, ContextArrival, StepBackend, StepOutput, StepRow,
 };
-use genslot::policy::RequestId;
+use genslot::ids::RequestId;
 use genslot::server::engine::{Engine, EngineEvent, GenRequest};
+use genslot::timing::{Clock, RealClock};
 use serde_json::json;
 use serve_support::*;
 

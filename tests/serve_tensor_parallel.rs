@@ -10,8 +10,9 @@ use std::time::Duration;
 
 use genslot::actors::{supervisor, ActorEngine, StartOptions};
 use genslot::config::{Backend, Config};
-use genslot::gpu::model::{Clock, ModelBackend, VirtualClock};
+use genslot::gpu::model::ModelBackend;
 use genslot::server::engine::{Engine, EngineEvent, FinishReason, GenRequest, SubmitError};
+use genslot::timing::{Clock, VirtualClock};
 use genslot::worker::ranks::{follow, frame, Link, RankError, RankGroup};
 use genslot::worker::wire::decision_hash;
 use genslot::worker::{PassInputs, WorkerCore, WorkerParams};

@@ -9,11 +9,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use genslot::actors::{record, ActorEngine, StartOptions};
-use genslot::gpu::model::{Clock, ModelBackend, RealClock};
+use genslot::gpu::model::ModelBackend;
 use genslot::policy::Mode;
 use genslot::sim::arm::ArmSpec;
 use genslot::sim::cli::from_config;
 use genslot::sim::engine::{run, ResolvedArm, RunSpec, Workload};
+use genslot::timing::{Clock, RealClock};
 use genslot::workload::{load_recording, Outcome};
 use serde_json::{json, Value};
 use serve_support::*;

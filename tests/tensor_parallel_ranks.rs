@@ -10,9 +10,10 @@ use std::net::{TcpListener, TcpStream};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use genslot::ids::RequestId;
 use genslot::policy::admission::AdmissionParams;
 use genslot::policy::preemption::paused_cap;
-use genslot::policy::{Mode, RequestId};
+use genslot::policy::Mode;
 use genslot::worker::ranks::{follow, FrameRx, Link, LinkError, RankError, RankGroup};
 use genslot::worker::wire::decision_hash;
 use genslot::worker::{Arrival, KvReady, PassInputs, PassOutput, WorkerCore, WorkerParams};

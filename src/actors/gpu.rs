@@ -14,7 +14,7 @@ use serde::Serialize;
 use super::executor::Executor;
 use super::messages::{BackendDown, GpuMsg, KvArrived, StepDone};
 use crate::gpu::{BackendError, ContextArrival, ContextLane, StepBackend};
-use crate::policy::RequestId;
+use crate::ids::RequestId;
 
 /// What the GPU-step actor shows in `/debug/actors`.
 #[derive(Debug, Clone, Default, Serialize)]

@@ -5,7 +5,7 @@ use actix::Message;
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::gpu::{BackendError, ContextArrival, StepOutput, StepRow};
-use crate::policy::RequestId;
+use crate::ids::RequestId;
 use crate::server::engine::{EngineEvent, GenRequest};
 use crate::worker::{PassInputs, PassOutput};
 

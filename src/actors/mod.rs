@@ -26,11 +26,11 @@ use futures::FutureExt;
 use serde_json::json;
 
 use crate::config::Config;
-use crate::gpu::model::Clock;
 use crate::gpu::StepBackend;
 use crate::policy::setup::SetupError;
 use crate::server::engine::{Engine, GenRequest, Submission, SubmitError};
 use crate::server::latency::now_unix_s;
+use crate::timing::Clock;
 use crate::worker::ranks::{RankError, RankGroup};
 use crate::worker::{PassInputs, PassOutput};
 

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
-use crate::gpu::model::Clock;
 use crate::server::latency::now_unix_s;
+use crate::timing::Clock;
 use crate::workload::recording::{Outcome, ServedRecord};
 
 /// Flush after this long without a record.
@@ -157,7 +157,7 @@ impl Drop for RecordWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gpu::model::VirtualClock;
+    use crate::timing::VirtualClock;
     use crate::workload::recording::load_recording;
 
     fn leaving(id: u64, outcome: Outcome) -> Leaving<'static> {

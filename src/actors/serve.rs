@@ -9,8 +9,9 @@ use anyhow::Context as _;
 
 use super::{ActorEngine, StartOptions};
 use crate::config::Config;
-use crate::gpu::model::{Clock, ModelBackend, RealClock};
+use crate::gpu::model::ModelBackend;
 use crate::server::{serve, App, Limits};
+use crate::timing::{Clock, RealClock};
 
 /// The actor engine over the timing-model backend on the real clock.
 pub fn model_engine(cfg: &Config) -> Result<ActorEngine, super::StartError> {

@@ -7,7 +7,7 @@ pub mod model;
 
 use std::sync::Arc;
 
-use crate::policy::RequestId;
+use crate::ids::RequestId;
 use crate::sampling::SamplingParams;
 
 /// Why a backend call failed. Backends never panic on a missing GPU.

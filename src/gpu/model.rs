@@ -1,91 +1,22 @@
 //! The `model` step backend (SPEC §6): no GPU, only time. A decode step takes the timing
 //! model's `t(B, ΣL)` and a context arrival the transfer model's time, both from the
-//! config's `timing` section (the formulas live in `sim::plant`). In the server the backend
-//! sleeps for real; in tests it advances a shared [`VirtualClock`] instead.
+//! config's `timing` section (the formulas live in `timing`). In the server the backend
+//! sleeps for real; in tests it advances a shared [`VirtualClock`](crate::timing::VirtualClock)
+//! instead.
 //!
 //! Token ids are deterministic: a hash of (request id, position) into the vocabulary, so a
 //! rerun of the same requests streams the same text. The first step that includes a request
 //! returns its first token too (the context's token) ahead of the step's own tokens.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use super::{
     BackendCapacity, BackendError, ContextArrival, ContextLane, StepBackend, StepOutput, StepRow,
 };
 use crate::config::Config;
-use crate::policy::RequestId;
-use crate::sim::plant::{Plant, StepModel, TransferModel};
-
-/// The leader's clock, in seconds since it started.
-pub trait Clock: Send + Sync + std::fmt::Debug {
-    fn now(&self) -> f64;
-    /// Let `seconds` pass: sleep for real, or advance virtual time.
-    fn pass(&self, seconds: f64);
-}
-
-/// Wall-clock time since construction; `pass` sleeps the thread.
-#[derive(Debug, Clone)]
-pub struct RealClock {
-    start: Instant,
-}
-
-impl RealClock {
-    pub fn new() -> Self {
-        RealClock {
-            start: Instant::now(),
-        }
-    }
-}
-
-impl Default for RealClock {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Clock for RealClock {
-    fn now(&self) -> f64 {
-        self.start.elapsed().as_secs_f64()
-    }
-    fn pass(&self, seconds: f64) {
-        if seconds > 0.0 && seconds.is_finite() {
-            std::thread::sleep(Duration::from_secs_f64(seconds));
-        }
-    }
-}
-
-/// Shared virtual time: `pass` advances it, nothing sleeps. Clones share the same time.
-#[derive(Debug, Clone, Default)]
-pub struct VirtualClock {
-    bits: Arc<AtomicU64>,
-}
-
-impl VirtualClock {
-    pub fn new() -> Self {
-        Self::default()
-    }
-    pub fn set(&self, t: f64) {
-        self.bits.store(t.to_bits(), Ordering::SeqCst);
-    }
-}
-
-impl Clock for VirtualClock {
-    fn now(&self) -> f64 {
-        f64::from_bits(self.bits.load(Ordering::SeqCst))
-    }
-    fn pass(&self, seconds: f64) {
-        if seconds > 0.0 && seconds.is_finite() {
-            let _ = self
-                .bits
-                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |b| {
-                    Some((f64::from_bits(b) + seconds).to_bits())
-                });
-        }
-    }
-}
+use crate::ids::RequestId;
+use crate::timing::{Clock, StepModel, TransferModel};
 
 /// Llama 2's vocabulary size, the server tokenizer's default.
 pub const DEFAULT_VOCAB: u32 = 32_000;
@@ -158,19 +89,18 @@ impl ModelBackend {
 
     /// The backend a config describes, on `clock`.
     pub fn from_config(cfg: &Config, clock: Arc<dyn Clock>) -> Self {
-        let plant = Plant::from_timing(
-            "model",
-            &cfg.timing,
-            cfg.max_batch_size,
-            cfg.kv_cache_config.max_tokens,
-        );
         let tpb = cfg.kv_cache_config.tokens_per_block.max(1);
         let capacity = BackendCapacity {
             kv_pages: (cfg.kv_cache_config.max_tokens / u64::from(tpb)).min(u32::MAX as u64) as u32,
             tokens_per_block: tpb,
             seq_slots: cfg.max_num_active_requests().saturating_mul(2),
         };
-        Self::new(plant.step, plant.transfer, capacity, clock)
+        Self::new(
+            StepModel::from_timing(&cfg.timing),
+            TransferModel::from_timing(&cfg.timing),
+            capacity,
+            clock,
+        )
     }
 
     pub fn with_vocab(mut self, vocab: u32) -> Self {
@@ -244,6 +174,7 @@ impl StepBackend for ModelBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::timing::VirtualClock;
 
     fn backend(clock: VirtualClock) -> ModelBackend {
         let cfg = Config::default();
@@ -267,8 +198,8 @@ mod tests {
         let rows = [row(1, 1000), row(2, 3000)];
         let out = b.step(&rows).unwrap();
         let cfg = Config::default();
-        let plant = Plant::from_timing("m", &cfg.timing, 128, 1);
-        assert_eq!(out.step_s, plant.step.step_s(2, 4000));
+        let step = StepModel::from_timing(&cfg.timing);
+        assert_eq!(out.step_s, step.step_s(2, 4000));
         assert_eq!(clock.now(), out.step_s);
     }
 
@@ -340,8 +271,8 @@ mod tests {
             })
             .unwrap();
         let cfg = Config::default();
-        let plant = Plant::from_timing("m", &cfg.timing, 128, 1);
-        assert_eq!(s, plant.transfer.transfer_s(500));
+        let transfer = TransferModel::from_timing(&cfg.timing);
+        assert_eq!(s, transfer.transfer_s(500));
         assert_eq!(clock.now(), s);
     }
 }

@@ -11,7 +11,7 @@ use std::cmp::Ordering;
 
 use serde::Serialize;
 
-use super::RequestId;
+use crate::ids::RequestId;
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct BatchLimits {

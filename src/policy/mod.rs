@@ -10,8 +10,5 @@ pub mod setup;
 pub mod stats;
 pub mod transfer;
 
-/// A request's id, unique on this worker. Assigned by the leader, identical on every rank.
-pub type RequestId = u64;
-
 pub use admission::{AdmissionParams, AdmissionPolicy, AdmissionQueue};
 pub use preemption::{GenPreemption, Mode, PreemptDecision, PreemptParams};

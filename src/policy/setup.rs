@@ -6,7 +6,14 @@ use serde::Serialize;
 
 use super::admission::AdmissionPolicy;
 use super::preemption::{paused_cap, Mode};
-use crate::pools::PoolReport;
+
+/// How many resident requests a pool can hold: what the decision asks of each pool (the
+/// pools answer with it; this module never sees a pool).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct PoolReport {
+    pub pool: &'static str,
+    pub resident_capacity: u64,
+}
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SetupInputs {

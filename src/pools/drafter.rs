@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::ops::Range;
 
 use super::{PoolError, PoolReport, PoolUsage};
-use crate::policy::RequestId;
+use crate::ids::RequestId;
 
 const NAME: &str = "drafter";
 

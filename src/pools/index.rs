@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::{PoolError, PoolReport, PoolUsage};
-use crate::policy::RequestId;
+use crate::ids::RequestId;
 
 #[derive(Debug, Clone)]
 pub struct IndexPool {

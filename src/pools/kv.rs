@@ -13,7 +13,7 @@ use serde::Serialize;
 use super::budget::KvBudget;
 use super::pages::{PageList, PageStore};
 use super::{PoolError, PoolReport, PoolUsage};
-use crate::policy::RequestId;
+use crate::ids::RequestId;
 
 const PAGES: &str = "kv_pages";
 const ROWS: &str = "kv_index";

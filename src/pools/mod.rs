@@ -21,7 +21,7 @@ pub use slot::{slot_pool, SlotPool};
 
 use serde::Serialize;
 
-use crate::policy::RequestId;
+use crate::ids::RequestId;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq, Clone)]
 pub enum PoolError {
@@ -43,9 +43,5 @@ pub struct PoolUsage {
     pub headroom: u64,
 }
 
-/// How many resident requests a pool can hold, for the setup decision (SPEC §4.4).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct PoolReport {
-    pub pool: &'static str,
-    pub resident_capacity: u64,
-}
+/// Each pool answers the setup decision (SPEC §4.4) in the decision's own terms.
+pub use crate::policy::setup::PoolReport;

@@ -31,7 +31,7 @@ impl RecurrentPool {
     }
 
     /// Bytes of a request's state in the backend's buffer, while it holds one.
-    pub fn range_of(&self, id: crate::policy::RequestId) -> Option<Range<u64>> {
+    pub fn range_of(&self, id: crate::ids::RequestId) -> Option<Range<u64>> {
         self.states
             .index_of(id)
             .map(|i| state_range(i, self.state_bytes))

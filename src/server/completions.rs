@@ -8,6 +8,8 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 
+use crate::metrics as m;
+
 use super::error::ApiError;
 use super::latency::{now_unix_s, record_rejection, RecordedRequest};
 use super::output::{timeout_message, End, Output};
@@ -186,16 +188,16 @@ async fn collect(
                 return Ok(setup.meta.full(&text, reason, setup.usage()));
             }
             Some(End::Failed(message)) => {
-                setup.record.on_fail("engine_failed");
+                setup.record.on_fail(m::FAILED_ENGINE);
                 return Err(ApiError::engine_failed(message));
             }
             Some(End::TimedOut(after)) => {
-                setup.record.on_fail("timeout");
+                setup.record.on_fail(m::FAILED_TIMEOUT);
                 return Err(ApiError::timed_out(timeout_message(after)));
             }
         }
     }
-    setup.record.on_fail("engine_failed");
+    setup.record.on_fail(m::FAILED_ENGINE);
     Err(ApiError::engine_failed(
         "the request ended without an answer".into(),
     ))

@@ -116,7 +116,7 @@ impl RecordedRequest {
 
 impl RecordedRequest {
     /// An accepted request ended without a finish reason; `reason` labels the metric
-    /// ("engine_failed", "timeout").
+    /// ([`m::FAILED_ENGINE`], [`m::FAILED_TIMEOUT`]).
     pub fn on_fail(&mut self, reason: &'static str) {
         self.ended = true;
         counter!(m::REQUESTS_FAILED_TOTAL, m::LABEL_REASON => reason).increment(1);
@@ -126,7 +126,7 @@ impl RecordedRequest {
 impl Drop for RecordedRequest {
     fn drop(&mut self) {
         if !self.ended {
-            counter!(m::REQUESTS_FAILED_TOTAL, m::LABEL_REASON => "cancelled").increment(1);
+            counter!(m::REQUESTS_FAILED_TOTAL, m::LABEL_REASON => m::FAILED_CANCELLED).increment(1);
         }
     }
 }

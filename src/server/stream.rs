@@ -13,6 +13,8 @@ use axum::response::{IntoResponse, Response};
 use futures::Stream;
 use serde_json::Value;
 
+use crate::metrics as m;
+
 use super::error::ApiError;
 use super::latency::RecordedRequest;
 use super::output::{timeout_message, End, Output};
@@ -111,11 +113,11 @@ impl Live {
                 }
             }
             Some(End::Failed(message)) => {
-                self.setup.record.on_fail("engine_failed");
+                self.setup.record.on_fail(m::FAILED_ENGINE);
                 out.push_back(data(&ApiError::engine_failed(message).body()));
             }
             Some(End::TimedOut(after)) => {
-                self.setup.record.on_fail("timeout");
+                self.setup.record.on_fail(m::FAILED_TIMEOUT);
                 out.push_back(data(&ApiError::timed_out(timeout_message(after)).body()));
             }
         }

@@ -10,7 +10,7 @@
 
 use serde::Serialize;
 
-use super::plant::StepModel;
+use crate::timing::StepModel;
 
 /// One measured step: batch size, total context tokens read (ΣL), milliseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]

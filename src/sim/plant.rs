@@ -1,65 +1,10 @@
-//! The modelled plant around the GEN worker (SPEC §8.2): context servers with a prefill
-//! model and prefix-cache hits, the KV transfer, and the decode step time `t(B, ΣL)`.
+//! The modelled plant around the GEN worker (SPEC §8.2): its timing models (the
+//! formulas live in `crate::timing`), the worker's shape, and the replay's knobs.
 
 use serde::Serialize;
 
 use crate::config::TimingConfig;
-
-/// Decode step time `t(B, ΣL) = base + B·per_request + ΣL·per_kv_token`, plus, when
-/// `B > jump_above`, `jump + (B − jump_above)·per_request_above` (a step jump and a steeper
-/// slope past it, as when a batch spills into a second wave of kernel tiles).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct StepModel {
-    pub base_ms: f64,
-    pub per_request_ms: f64,
-    pub per_kv_token_ns: f64,
-    pub jump_above: Option<u32>,
-    pub jump_ms: f64,
-    /// Extra ms per request past `jump_above`.
-    pub per_request_above_ms: f64,
-    /// Output tokens per request per step (> 1 with speculative decoding; fractional = mean).
-    pub tokens_per_step: f64,
-}
-
-impl StepModel {
-    pub fn step_s(&self, batch: usize, kv_tokens: u64) -> f64 {
-        let mut ms = self.base_ms
-            + batch as f64 * self.per_request_ms
-            + kv_tokens as f64 * self.per_kv_token_ns * 1e-6;
-        if let Some(j) = self.jump_above.filter(|&j| batch as u32 > j) {
-            ms += self.jump_ms + f64::from(batch as u32 - j) * self.per_request_above_ms;
-        }
-        ms * 1e-3
-    }
-}
-
-/// KV transfer from the context server: `base + tokens · per_token`.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct TransferModel {
-    pub base_ms: f64,
-    pub per_token_us: f64,
-}
-
-impl TransferModel {
-    pub fn transfer_s(&self, context_tokens: u32) -> f64 {
-        (self.base_ms + context_tokens as f64 * self.per_token_us * 1e-3) * 1e-3
-    }
-}
-
-/// Context (prefill) servers: `servers` in parallel, FIFO; a prefill costs
-/// `base + uncached tokens · per_token` (prefix-cache hits are free).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct ContextModel {
-    pub servers: u32,
-    pub base_ms: f64,
-    pub per_token_us: f64,
-}
-
-impl ContextModel {
-    pub fn prefill_s(&self, uncached_tokens: u32) -> f64 {
-        (self.base_ms + uncached_tokens as f64 * self.per_token_us * 1e-3) * 1e-3
-    }
-}
+use crate::timing::{ContextModel, StepModel, TransferModel};
 
 /// Everything the simulator models, plus the GEN worker's shape.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -83,19 +28,8 @@ impl Plant {
     pub fn from_timing(name: &str, t: &TimingConfig, max_batch_size: u32, kv_tokens: u64) -> Self {
         Plant {
             name: name.into(),
-            step: StepModel {
-                base_ms: t.base_ms,
-                per_request_ms: t.per_request_ms,
-                per_kv_token_ns: t.per_kv_token_ns,
-                jump_above: t.jump_above,
-                jump_ms: t.jump_ms,
-                per_request_above_ms: t.per_request_above_ms,
-                tokens_per_step: t.tokens_per_step,
-            },
-            transfer: TransferModel {
-                base_ms: t.transfer_base_ms,
-                per_token_us: t.transfer_per_token_us,
-            },
+            step: StepModel::from_timing(t),
+            transfer: TransferModel::from_timing(t),
             context: ContextModel {
                 servers: 8,
                 base_ms: 20.0,
@@ -107,29 +41,5 @@ impl Plant {
             idle_cap_s: 10.0,
             start_fraction: (0.0, 1.0),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn step_time_adds_the_jump_and_the_steeper_slope_only_above_the_threshold() {
-        let m = StepModel {
-            base_ms: 80.0,
-            per_request_ms: 0.05,
-            per_kv_token_ns: 0.5,
-            jump_above: Some(128),
-            jump_ms: 10.0,
-            per_request_above_ms: 0.5,
-            tokens_per_step: 1.0,
-        };
-        let at128 = m.step_s(128, 1_000_000);
-        let at129 = m.step_s(129, 1_000_000);
-        let at140 = m.step_s(140, 1_000_000);
-        assert!((at128 - (80.0 + 6.4 + 0.5) * 1e-3).abs() < 1e-12);
-        assert!((at129 - at128 - (0.05 + 10.0 + 0.5) * 1e-3).abs() < 1e-12);
-        assert!((at140 - at129 - 11.0 * (0.05 + 0.5) * 1e-3).abs() < 1e-12);
     }
 }

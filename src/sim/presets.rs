@@ -5,7 +5,8 @@
 
 use crate::config::Config;
 
-use super::plant::{ContextModel, Plant, StepModel, TransferModel};
+use super::plant::Plant;
+use crate::timing::{ContextModel, StepModel, TransferModel};
 
 pub const NAMES: &[&str] = &["reference", "h200-llama-8b", "default"];
 

@@ -13,9 +13,9 @@ use super::pass::PassMachine;
 use super::ports::RetainOp;
 use super::table::RowMut;
 use super::{BatchRow, FirstToken, PassOutput, Res};
+use crate::ids::RequestId;
 use crate::policy::batch::BatchLimits;
 use crate::policy::preemption::Resident;
-use crate::policy::RequestId;
 
 /// A batch row that outgrows its pages, until the KV pool answers.
 #[derive(Debug, Clone, Copy)]

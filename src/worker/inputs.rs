@@ -3,8 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::ids::RequestId;
 use crate::policy::preemption::Departure;
-use crate::policy::RequestId;
 
 /// A new request for the waiting queue.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]

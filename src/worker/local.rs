@@ -3,9 +3,9 @@
 
 use super::ports::{op, AdmitOutcome, Ports, QueueIngest, RetainOp, StepReply};
 use super::{PassInputs, WorkerParams};
+use crate::ids::RequestId;
 use crate::policy::admission::{AdmissionQueue, Popped, QueueFacts};
 use crate::policy::preemption::{GenPreemption, PreemptParams, StepView};
-use crate::policy::RequestId;
 use crate::pools::{AdmitBudget, DrafterArena, KvPool, PoolUsage, RecurrentPool, SlotPool};
 
 /// Every component core of one worker.
@@ -83,7 +83,8 @@ impl Ports for LocalPorts {
         mut budget: AdmitBudget,
         into: &mut Vec<Popped>,
     ) -> usize {
-        self.queue.pop_admissible(max, &mut budget, into);
+        self.queue
+            .pop_admissible(max, |w| budget.try_take(w.context_tokens), into);
         self.queue.len()
     }
 

@@ -29,10 +29,10 @@ use serde::Serialize;
 
 use futures::FutureExt;
 
+use crate::ids::RequestId;
 use crate::policy::admission::{AdmissionParams, AdmissionQueue};
 use crate::policy::preemption::victim::VictimKey;
 use crate::policy::preemption::{GenPreemption, Mode, Resident};
-use crate::policy::RequestId;
 use crate::pools::{DrafterArena, KvConfig, PoolUsage};
 
 /// Everything a worker is sized and configured with (resolved from the config and the

@@ -7,9 +7,9 @@
 use super::ports::{AdmitOutcome, Ports, QueueIngest, RetainOp};
 use super::table::ResidentTable;
 use super::{Admitted, PassInputs, PassOutput, Res, WorkerParams, WorkerTotals};
+use crate::ids::RequestId;
 use crate::policy::admission::Popped;
 use crate::policy::preemption::{Departure, PreemptDecision, Resident, StepView};
-use crate::policy::RequestId;
 use crate::pools::AdmitBudget;
 
 #[derive(Debug, Clone)]

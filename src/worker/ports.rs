@@ -8,9 +8,9 @@
 use serde::Serialize;
 
 use super::inputs::{Arrival, PassInputs};
+use crate::ids::RequestId;
 use crate::policy::admission::{AdmissionQueue, Popped, QueueError, QueueFacts, Waiter};
 use crate::policy::preemption::{GenPreemption, PreemptDecision, StepView};
-use crate::policy::RequestId;
 use crate::pools::{AdmitBudget, DrafterArena, IndexPool, KvPool};
 
 /// The queue's part of ingest, and the refresh that follows it.

@@ -3,9 +3,9 @@
 use serde::Serialize;
 
 use super::{PassMachine, WorkerCore};
+use crate::ids::RequestId;
 use crate::policy::admission::{AdmissionQueue, Head, Tier, TierCounts};
 use crate::policy::preemption::{GenPreemption, Mode, PausedView, Totals};
-use crate::policy::RequestId;
 use crate::pools::PoolUsage;
 
 #[derive(Debug, Clone, Serialize)]

@@ -15,8 +15,8 @@
 use std::cmp::Ordering;
 
 use super::Res;
+use crate::ids::RequestId;
 use crate::policy::preemption::{admission_order, Resident};
-use crate::policy::RequestId;
 
 /// Rows of gap at the front before the buffers are compacted (one move of every row).
 const GAP_LIMIT: usize = 64;

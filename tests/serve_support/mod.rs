@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use genslot::actors::{ActorEngine, StartOptions};
 use genslot::config::Config;
-use genslot::gpu::model::{Clock, ModelBackend, RealClock};
+use genslot::gpu::model::ModelBackend;
 use genslot::server::{App, Limits};
+use genslot::timing::{Clock, RealClock};
 use serde_json::Value;
 
 #[path = "../server_support/loopback.rs"]

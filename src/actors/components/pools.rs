@@ -5,8 +5,8 @@
 use actix::{Actor, ActorContext, Context, Handler, Message, MessageResult};
 
 use super::{describe, Describe, Halt};
+use crate::ids::RequestId;
 use crate::policy::admission::Popped;
-use crate::policy::RequestId;
 use crate::pools::{DrafterArena, IndexPool, KvBudget, KvPool, PoolUsage, RecurrentPool, SlotPool};
 use crate::worker::ports::{op, AdmitOutcome, RetainOp};
 use crate::worker::split_ids;

@@ -13,9 +13,9 @@ use super::pools::{
 use super::queue::{Ingest, ObserveTtft, PopAdmissible, QueueActor};
 use super::{Describe, Halt, NAMES};
 use crate::actors::messages::DisablePreemption;
+use crate::ids::RequestId;
 use crate::policy::admission::{Popped, QueueFacts};
 use crate::policy::preemption::StepView;
-use crate::policy::RequestId;
 use crate::pools::{
     AdmitBudget, DrafterArena, KvBudget, KvConfig, KvPool, PoolUsage, RecurrentPool, SlotPool,
 };

@@ -3,8 +3,8 @@
 use actix::{Actor, ActorContext, Context, Handler, Message, MessageResult};
 
 use super::{describe, Describe, Halt};
+use crate::ids::RequestId;
 use crate::policy::admission::{AdmissionQueue, Popped, QueueFacts};
-use crate::policy::RequestId;
 use crate::pools::AdmitBudget;
 use crate::worker::ports::{op, QueueIngest};
 use crate::worker::{Arrival, QueueView};
@@ -73,8 +73,9 @@ impl Handler<PopAdmissible> for QueueActor {
     type Result = MessageResult<PopAdmissible>;
     fn handle(&mut self, mut m: PopAdmissible, _: &mut Context<Self>) -> Self::Result {
         self.handled += 1;
+        let budget = &mut m.budget;
         self.core
-            .pop_admissible(m.max, &mut m.budget, &mut m.popped);
+            .pop_admissible(m.max, |w| budget.try_take(w.context_tokens), &mut m.popped);
         MessageResult((m.popped, self.core.len()))
     }
 }

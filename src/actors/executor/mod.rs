@@ -23,12 +23,12 @@ use super::components::{ActorPorts, Components};
 use super::gpu::GpuHandle;
 use super::messages::*;
 use super::record::{Leaving, Recorder};
-use crate::gpu::model::Clock;
 use crate::gpu::{ContextArrival, StepOutput, StepRow};
+use crate::ids::RequestId;
 use crate::metrics as m;
-use crate::policy::RequestId;
 use crate::sampling::SamplingParams;
 use crate::server::engine::{EngineEvent, FinishReason};
+use crate::timing::Clock;
 use crate::worker::ranks::RankGroup;
 use crate::worker::{
     Arrival, BatchRow, KvReady, PassInputs, PassMachine, PassOutput, WorkerParams,
@@ -375,9 +375,9 @@ impl Executor {
             self.gpu_send(GpuMsg::Pause(Pause(out.pauses.clone())));
         }
         if !out.resumes.is_empty() || !out.forced_resumes.is_empty() {
-            counter!(m::RESUMES_TOTAL, m::LABEL_FORCED => "false")
+            counter!(m::RESUMES_TOTAL, m::LABEL_FORCED => m::FORCED_NO)
                 .increment(out.resumes.len() as u64);
-            counter!(m::RESUMES_TOTAL, m::LABEL_FORCED => "true")
+            counter!(m::RESUMES_TOTAL, m::LABEL_FORCED => m::FORCED_YES)
                 .increment(out.forced_resumes.len() as u64);
             let ids = [out.resumes.as_slice(), out.forced_resumes.as_slice()].concat();
             self.gpu_send(GpuMsg::Resume(Resume(ids)));

@@ -27,7 +27,7 @@ use super::weights::{ModelSource, Weights};
 use crate::gpu::{
     BackendCapacity, BackendError, ContextArrival, ContextLane, StepBackend, StepOutput, StepRow,
 };
-use crate::policy::RequestId;
+use crate::ids::RequestId;
 use crate::pools::drafter::DrafterLayout;
 use crate::sampling::SampleRow;
 

@@ -19,7 +19,7 @@ use super::cpu_ref::{CpuCache, CpuModel};
 use super::draft::{self, DraftConfig, DraftStats, HostArena};
 use super::residents::Residents;
 use crate::gpu::{BackendCapacity, BackendError, ContextArrival, StepBackend, StepOutput, StepRow};
-use crate::policy::RequestId;
+use crate::ids::RequestId;
 use crate::pools::drafter::DrafterLayout;
 use crate::sampling::sample_row;
 

@@ -6,7 +6,7 @@
 //! retained-state checks compare the two, on the CPU reference and on the GPU.
 
 use crate::gpu::{BackendError, ContextArrival, StepBackend, StepRow};
-use crate::policy::RequestId;
+use crate::ids::RequestId;
 
 /// One request's tokens and how many steps computed it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 
 use crate::gpu::{BackendError, ContextArrival, StepRow};
-use crate::policy::RequestId;
+use crate::ids::RequestId;
 use crate::sampling::{SampleRow, SamplingParams};
 
 /// One resident request's sampling state.

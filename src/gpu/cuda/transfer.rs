@@ -18,7 +18,7 @@ use super::forward::KvCache;
 use super::residents::ReqState;
 use super::shape::ModelShape;
 use crate::gpu::{BackendError, ContextArrival, ContextLane};
-use crate::policy::RequestId;
+use crate::ids::RequestId;
 
 /// How a request's context (its prompt's KV) arrives on this worker.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -19,8 +19,7 @@ use serde::Serialize;
 
 use super::stats::{RunningMean, WindowPercentile};
 use super::transfer::{TransferEstimator, TransferLine};
-use super::RequestId;
-use crate::pools::AdmitBudget;
+use crate::ids::RequestId;
 use tiers::TierIndex;
 
 /// Re-key the queue after this many transfer observations (keys use a frozen line).
@@ -368,14 +367,20 @@ impl AdmissionQueue {
             .map(|e| e.waiter)
     }
 
-    /// The admission phase: pop up to `max` waiters in queue order while each fits in
-    /// `budget` (taking its share), stopping at the first head that does not fit, so the
-    /// next waiter waits for pool room in order (head-of-line). Everyone left queued then
-    /// had to wait for a slot.
-    pub fn pop_admissible(&mut self, max: u32, budget: &mut AdmitBudget, into: &mut Vec<Popped>) {
+    /// The admission phase: pop up to `max` waiters in queue order while `take_room` admits
+    /// each head (it answers whether the head fits in every pool, taking its share when it
+    /// does), stopping at the first head that does not fit, so the next waiter waits for pool
+    /// room in order (head-of-line). Everyone left queued then had to wait for a slot. The
+    /// pools' room is the caller's: the queue only asks.
+    pub fn pop_admissible(
+        &mut self,
+        max: u32,
+        mut take_room: impl FnMut(&Waiter) -> bool,
+        into: &mut Vec<Popped>,
+    ) {
         for _ in 0..max {
             let Some(head) = self.peek() else { break };
-            if !budget.try_take(head.context_tokens) {
+            if !take_room(&head) {
                 break;
             }
             let Some(p) = self.pop() else { break };

@@ -371,17 +371,16 @@ fn brute_tier_counts(q: &AdmissionQueue) -> TierCounts {
     n
 }
 
-fn budget(slots: u32, pages: u64) -> AdmitBudget {
-    AdmitBudget {
-        slots,
-        kv: crate::pools::KvBudget {
-            rows: slots,
-            pages,
-            tokens_per_block: 32,
-            swa_pages: 0,
-        },
-        recurrent: None,
-        drafter: None,
+/// Room of `pages` free 32-token pages: a head fits when its context's pages are free, and
+/// takes them.
+fn page_room(pages: &mut u64) -> impl FnMut(&Waiter) -> bool + '_ {
+    move |w| {
+        let need = u64::from(w.context_tokens.max(1).div_ceil(32));
+        let fits = need <= *pages;
+        if fits {
+            *pages -= need;
+        }
+        fits
     }
 }
 
@@ -396,16 +395,16 @@ fn pop_admissible_stops_at_the_first_head_that_does_not_fit() {
         q.push(x).unwrap();
     }
     q.refresh(10.0, None);
-    let mut b = budget(8, 50);
+    let mut pages = 50;
     let mut popped = Vec::new();
-    q.pop_admissible(8, &mut b, &mut popped);
+    q.pop_admissible(8, page_room(&mut pages), &mut popped);
     // 1 takes 32 pages, 2 needs 40 of the 18 left: 3 (which would fit) waits behind it.
     assert_eq!(popped.iter().map(|p| p.waiter.id).collect::<Vec<_>>(), [1]);
-    assert_eq!((b.slots, b.kv.pages), (7, 18));
+    assert_eq!(pages, 18);
     assert_eq!(q.len(), 2);
     // Those left behind waited for room; the next admission says so.
     let mut popped = Vec::new();
-    q.pop_admissible(8, &mut budget(8, 1000), &mut popped);
+    q.pop_admissible(8, page_room(&mut 1000), &mut popped);
     assert!(popped.iter().all(|p| p.waited));
     assert_eq!(popped.len(), 2);
 }
@@ -418,7 +417,7 @@ fn pop_admissible_takes_at_most_max() {
     }
     q.refresh(10.0, None);
     let mut popped = Vec::new();
-    q.pop_admissible(2, &mut budget(8, 1000), &mut popped);
+    q.pop_admissible(2, page_room(&mut 1000), &mut popped);
     assert_eq!(
         popped.iter().map(|p| p.waiter.id).collect::<Vec<_>>(),
         [0, 1]

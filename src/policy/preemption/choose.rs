@@ -8,7 +8,7 @@ use super::objective::RateState;
 use super::record::{may_pause, Record};
 use super::victim::{AdmissionEnd, Candidate, Eligibility, Tpot};
 use super::{GenPreemption, Mode, PauseKind, Resident, StepView};
-use crate::policy::RequestId;
+use crate::ids::RequestId;
 
 impl GenPreemption {
     /// The victim for this pass, if any request is eligible under the mode.

@@ -3,7 +3,7 @@
 //! in a few instructions per entry where a B-tree's iterator takes tens, and insertion and
 //! removal move at most a few kilobytes.
 
-use super::super::RequestId;
+use crate::ids::RequestId;
 
 /// A map from request id to `V`, kept in id order.
 #[derive(Debug, Clone)]

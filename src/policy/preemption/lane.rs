@@ -11,7 +11,7 @@ use super::record::Record;
 use super::{
     GenPreemption, Mode, PauseKind, Resident, StepView, SLACK_FORCED_RESUME_FRACTION_OF_D,
 };
-use crate::policy::RequestId;
+use crate::ids::RequestId;
 
 /// A paused request: where its row was found last pass, and its record as the pause left
 /// it. A record changes only when a pause starts or ends (or its request leaves, which ends

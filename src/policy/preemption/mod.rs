@@ -23,7 +23,7 @@ use serde::Serialize;
 
 use super::admission::{QueueFacts, GUARD_FRACTION_OF_D};
 use super::stats::RunningMean;
-use super::RequestId;
+use crate::ids::RequestId;
 use controller::WindowGain;
 use idmap::IdMap;
 use lane::{Paused, Resumes};

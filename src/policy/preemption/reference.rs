@@ -22,7 +22,7 @@ use super::{
     MIN_DECODE_BEFORE_D_S, MIN_DECODE_FRACTION_OF_D, SLACK_FORCED_RESUME_FRACTION_OF_D,
     SLACK_TIER_MIN_FRACTION_OF_D,
 };
-use crate::policy::RequestId;
+use crate::ids::RequestId;
 
 /// The controller by the SPEC's text: the same inputs and decisions as `GenPreemption`.
 #[derive(Debug, Clone)]

@@ -20,7 +20,7 @@ use super::objective::{deadline_slack_estimate, laxity, laxity_estimate, Estimat
 use super::record::PauseKind;
 use super::victim::{largest_slack_first, Candidate, Eligibility, Tpot};
 use super::{GenPreemption, StepView, SLACK_TIER_MIN_FRACTION_OF_D};
-use crate::policy::RequestId;
+use crate::ids::RequestId;
 
 /// The best tier-1 candidate so far: its laxity and id.
 type LaxityAndId = (f64, RequestId);

@@ -3,9 +3,9 @@
 
 use std::cmp::Ordering;
 
-use super::super::RequestId;
 use super::objective::own_tpot;
 use super::Resident;
+use crate::ids::RequestId;
 
 /// Decode iterations a request must run after a resume before it can be paused again.
 pub const MIN_ITERS_SINCE_RESUME: u32 = 64;
