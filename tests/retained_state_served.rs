@@ -1,6 +1,7 @@
-//! Served under a preemption load on the f32 CPU reference backend (no GPU): 16 closed-loop
+//! Served under a preemption load on the f32 CPU reference backend (no GPU): 12 closed-loop
 //! lanes on a batch of 4 with `tpot_budget` preemption, so the controller pauses requests and
-//! forced resumes displace others. Every request — the paused and displaced ones included —
+//! forced resumes displace others. Outputs are 96 tokens: a request becomes a victim only
+//! after 64 decode iterations (SPEC §4.3), so shorter ones are never paused. Every request — the paused and displaced ones included —
 //! answers exactly what it answers alone: with the drafter on (its window retained in the
 //! drafter arena's slot while out of the batch) and with the hybrid shape (its recurrent
 //! state retained in its slot).
@@ -22,9 +23,9 @@ use genslot::sampling::SamplingParams;
 use genslot::server::engine::{Engine, EngineEvent, FinishReason, GenRequest};
 use genslot::timing::{Clock, RealClock};
 
-const LANES: usize = 16;
-const ROUNDS: usize = 3;
-const TOKENS: u32 = 48;
+const LANES: usize = 12;
+const ROUNDS: usize = 2;
+const TOKENS: u32 = 96;
 
 const LOAD: &str = "max_batch_size: 4\nmax_context_tokens: 4096\n\
     kv_cache_config: { tokens_per_block: 32, max_tokens: 65536 }\n\

@@ -10,12 +10,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use genslot::actors::{ActorEngine, StartOptions};
-use genslot::gpu::model::{Clock, RealClock};
 use genslot::gpu::{
     BackendCapacity, BackendError, ContextArrival, StepBackend, StepOutput, StepRow,
 };
-use genslot::policy::RequestId;
+use genslot::ids::RequestId;
 use genslot::server::engine::{Engine, EngineEvent, GenRequest};
+use genslot::timing::{Clock, RealClock};
 use serve_support::*;
 
 /// Holds slot → request like a device-side state table; one token per row per step.

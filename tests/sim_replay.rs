@@ -272,3 +272,44 @@ fn a_malformed_recording_is_an_error_naming_its_line() {
     assert!(err.contains("bad.jsonl:2: "), "{err}");
     assert!(err.contains("unknown variant `finished`"), "{err}");
 }
+
+/// An open-loop trace has no lanes: its report is headed "open loop", not by the
+/// `--concurrency` default it ignores, and the JSON says concurrency 0.
+#[test]
+fn an_open_loop_trace_is_headed_open_loop_not_by_a_concurrency() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("out.json");
+    let out = genslot()
+        .args([
+            "sim",
+            "--preset",
+            "default",
+            "--trace",
+            "tests/fixtures/workload/azure.csv",
+        ])
+        .args([
+            "--seeds",
+            "1",
+            "--duration",
+            "60",
+            "--warmup",
+            "0",
+            "--arms",
+            "control",
+        ])
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .expect("run genslot sim");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("== open loop, preset default"), "{text}");
+    assert!(!text.contains("== c220"), "{text}");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(v["concurrency"], 0, "{v}");
+}

@@ -321,7 +321,14 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
     let threads = args
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let loads = if recording.is_some() {
+    // An open-loop load (a recording, or a trace of timed requests) has no lanes: its runs
+    // and charts are headed by what drives them, not by a concurrency it ignores.
+    let open_loop = match (&recording, &workload) {
+        (Some(_), _) => Some("replay"),
+        (None, Workload::Timed(..)) => Some("open loop"),
+        (None, _) => None,
+    };
+    let loads = if open_loop.is_some() {
         vec![0] // open loop: no lanes
     } else if args.sweep.is_empty() {
         vec![args.concurrency]
@@ -356,11 +363,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
                 w.unwrap_or(admission.target_window)
             ),
         };
-        let load = if recording.is_some() {
-            "replay".to_string()
-        } else {
-            format!("c{c}")
-        };
+        let load = open_loop.map_or_else(|| format!("c{c}"), str::to_string);
         println!(
             "\n== {load}, preset {}, {} seeds x {} s (first {} s unmeasured){queue}{} ==",
             r.preset,
@@ -397,14 +400,14 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         }
         if let Some(base) = &args.svg {
             let path = svg_path(base, c, loads.len() > 1);
-            let title = format!("TTFT CDF, c{c}, preset {}, {} seeds", r.preset, r.seeds);
+            let title = format!("TTFT CDF, {load}, preset {}, {} seeds", r.preset, r.seeds);
             std::fs::write(&path, svg::ttft_cdf(&title, &r.ttft_samples))
                 .with_context(|| format!("writing {}", path.display()))?;
         }
         match &args.timeline {
             Some(base) => {
                 let path = svg_path(base, c, loads.len() > 1);
-                let title = format!("Controller timeline, c{c}, preset {}, seed 0", r.preset);
+                let title = format!("Controller timeline, {load}, preset {}, seed 0", r.preset);
                 std::fs::write(&path, timeline::svg(&title, &r.timelines))
                     .with_context(|| format!("writing {}", path.display()))?;
             }
