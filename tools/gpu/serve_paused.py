@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""Paused or not, identical outputs, for any served model (stdlib only): N concurrent greedy
-completions (ignore_eos) on a server with preemption on and a small batch, then the same
-prompts one at a time; every output must be identical and the pause counter must have moved.
+"""Paused or not, identical outputs, for any served model (stdlib only): LANES closed-loop
+lanes of ROUNDS greedy completions each (ignore_eos) on a server with preemption on and a
+small batch, then the same prompts one at a time; every output must be identical and the
+pause counter must have moved. Lanes, not one burst: in a burst every later head waits past
+the X the earlier ones formed by more than W, and `tpot_budget` never sees a head at risk.
 tools/gpu/run.sh runs it against config/cuda-llama-hybrid-1b.yaml (the hybrid shape: each
 paused request keeps its recurrent state in its slot).
 
@@ -17,7 +19,9 @@ import urllib.request
 
 URL = sys.argv[1] if len(sys.argv) > 1 else "http://127.0.0.1:8000"
 OUT = sys.argv[2] if len(sys.argv) > 2 else None
-N = int(os.environ.get("SERVE_PAUSED_N", 16))
+LANES = int(os.environ.get("SERVE_PAUSED_LANES", 12))
+ROUNDS = int(os.environ.get("SERVE_PAUSED_ROUNDS", 3))
+N = LANES * ROUNDS
 MAX_TOKENS = int(os.environ.get("SERVE_PAUSED_TOKENS", 200))
 
 
@@ -58,13 +62,15 @@ prompts = [f"request {i} of the paused check: the words repeat, the words repeat
 out = [None] * N
 
 
-def run(i):
-    out[i] = complete(prompts[i])
+def lane(l):
+    for r in range(ROUNDS):
+        i = l * ROUNDS + r
+        out[i] = complete(prompts[i])
 
 
 before = pauses()
 t0 = time.time()
-threads = [threading.Thread(target=run, args=(i,)) for i in range(N)]
+threads = [threading.Thread(target=lane, args=(l,)) for l in range(LANES)]
 for t in threads:
     t.start()
 for t in threads:
@@ -73,7 +79,7 @@ t_load = time.time() - t0
 moved = pauses() - before
 solo = [complete(p) for p in prompts]
 same = sum(a == b for a, b in zip(out, solo))
-print(f"load: {N} requests x {MAX_TOKENS} tokens in {t_load:.1f} s; pauses {moved:.0f}; "
+print(f"load: {LANES} lanes x {ROUNDS} requests x {MAX_TOKENS} tokens in {t_load:.1f} s; pauses {moved:.0f}; "
       f"identical to solo: {same}/{N}")
 if OUT:
     json.dump({"n": N, "tokens": MAX_TOKENS, "pauses": moved, "identical": same,

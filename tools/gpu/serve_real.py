@@ -5,10 +5,13 @@ machine runs it against config/cuda-smollm2.yaml from tools/gpu/run.sh).
 1. Chat completion "What is the capital of France?", greedy (temperature 0), non-streaming
    and streaming: the text contains EXPECT ("Paris"); the stream ends with a usage chunk and
    [DONE], and its text equals the non-streaming one.
-2. Under a load that pauses requests (preemption on, small batch): N concurrent greedy
-   requests (ignore_eos, so the load lasts), then the same prompts one at a time; every
-   answer (the text up to the model's end token) must be identical and the server's pause
-   counter must have moved. Whole outputs, past the end token, are compared and reported.
+2. Under a load that pauses requests (preemption on, small batch): LANES closed-loop lanes
+   of ROUNDS greedy requests each (ignore_eos, so the load lasts), then the same prompts one
+   at a time; every answer (the text up to the model's end token) must be identical and the
+   server's pause counter must have moved. Whole outputs, past the end token, are compared
+   and reported. Lanes, not one burst: in a burst every later head of the queue waits longer
+   than the X the earlier ones formed, so it is late by more than W and `tpot_budget` never
+   sees a head at risk (SPEC §4.3); closed-loop lanes keep the waits around X.
 3. Seeded sampled requests (temperature 1, top_p 0.9, top_k 50): the same seeds sent twice,
    each time among concurrent others, give the same text; other seeds give other text.
 
@@ -26,8 +29,11 @@ URL = sys.argv[1] if len(sys.argv) > 1 else "http://127.0.0.1:8000"
 OUT = sys.argv[2] if len(sys.argv) > 2 else None
 EXPECT = "Paris"
 EOS_TEXT = "<|im_end|>"  # SmolLM2's end token as the server decodes it
-# SERVE_REAL_N / SERVE_REAL_TOKENS shrink the load for a dry run against the timing model.
-N = int(os.environ.get("SERVE_REAL_N", 16))
+# SERVE_REAL_LANES / _ROUNDS / _TOKENS size the load (a dry run against the timing model
+# shrinks it). A request is a pause victim only after 64 decode iterations (SPEC §4.3).
+LANES = int(os.environ.get("SERVE_REAL_LANES", 12))
+ROUNDS = int(os.environ.get("SERVE_REAL_ROUNDS", 3))
+N = LANES * ROUNDS
 MAX_TOKENS = int(os.environ.get("SERVE_REAL_TOKENS", 200))
 report = {}
 
@@ -121,11 +127,19 @@ if finish != "stop":
 topics = ["the sea", "a city at night", "bread", "a long journey", "winter", "music",
           "a lighthouse", "mountains", "rain", "a library", "the moon", "gardens",
           "trains", "a market", "clocks", "rivers"]
-prompts = [f"<|im_start|>user\nWrite about {topics[i % len(topics)]}.<|im_end|>\n"
+styles = ["", " in verse", " for a child", " as a letter"]
+prompts = [f"<|im_start|>user\nWrite about {topics[i % len(topics)]}"
+           f"{styles[(i // len(topics)) % len(styles)]}.<|im_end|>\n"
            f"<|im_start|>assistant\n" for i in range(N)]
 before = metrics()
 t0 = time.time()
-loaded = concurrent([lambda p=p: complete(p, temperature=0) for p in prompts])
+
+
+def lane(l):
+    return [complete(prompts[l * ROUNDS + r], temperature=0) for r in range(ROUNDS)]
+
+
+loaded = [out for outs in concurrent([lambda l=l: lane(l) for l in range(LANES)]) for out in outs]
 t_load = time.time() - t0
 after = metrics()
 pauses = after.get("genslot_pauses_total", 0) - before.get("genslot_pauses_total", 0)
@@ -135,7 +149,7 @@ same = sum(a == b for a, b in zip(loaded, solo))
 # model runs outside what it was trained on, where the two best tokens can nearly tie.
 answer = lambda t: t.split(EOS_TEXT)[0]
 same_answer = sum(answer(a[0]) == answer(b[0]) for a, b in zip(loaded, solo))
-print(f"load: {N} requests x {MAX_TOKENS} tokens in {t_load:.1f} s; pauses {pauses:.0f}; "
+print(f"load: {LANES} lanes x {ROUNDS} requests x {MAX_TOKENS} tokens in {t_load:.1f} s; pauses {pauses:.0f}; "
       f"identical to solo: {same}/{N} whole outputs, {same_answer}/{N} up to the end token")
 for i, (a, b) in enumerate(zip(loaded, solo)):
     if a != b:
