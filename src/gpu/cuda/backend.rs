@@ -498,6 +498,17 @@ impl CudaBackend {
         Ok(())
     }
 
+    /// A step's rows, before anything reaches the device: each row's pages hold its next
+    /// position, its input token is in the vocabulary and its slot is in range.
+    fn check_rows(&self, rows: &[StepRow]) -> Result<(), BackendError> {
+        for r in rows {
+            self.check_pages(r.id, &r.pages, r.context_len as usize + 1)?;
+            self.check_token(r.id, r.last_token)?;
+            self.check_slot(r.id, r.slot)?;
+        }
+        Ok(())
+    }
+
     fn check_token(&self, id: RequestId, t: u32) -> Result<(), BackendError> {
         if t as usize >= self.shape.vocab {
             return Err(BackendError::Failed(format!(
@@ -657,11 +668,7 @@ impl CudaBackend {
                 samples.len()
             )));
         }
-        for r in rows {
-            self.check_pages(r.id, &r.pages, r.context_len as usize + 1)?;
-            self.check_token(r.id, r.last_token)?;
-            self.check_slot(r.id, r.slot)?;
-        }
+        self.check_rows(rows)?;
         self.gpu
             .ctx
             .bind_to_thread()
@@ -772,11 +779,7 @@ impl CudaBackend {
         }
         let (ps, tw, mc) = (self.kv.page_size, self.table_width, self.cfg.max_context);
         let k = per - 1;
-        for r in rows {
-            self.check_pages(r.id, &r.pages, r.context_len as usize + 1)?;
-            self.check_token(r.id, r.last_token)?;
-            self.check_slot(r.id, r.slot)?;
-        }
+        self.check_rows(rows)?;
         self.gpu
             .ctx
             .bind_to_thread()
