@@ -46,6 +46,12 @@ pub const REQUESTS_FAILED_TOTAL: &str = "genslot_requests_failed_total";
 pub const PROMPT_TOKENS_TOTAL: &str = "genslot_prompt_tokens_total";
 /// Counter: tokens sent to clients. HTTP layer.
 pub const GENERATION_TOKENS_TOTAL: &str = "genslot_generation_tokens_total";
+/// A decode step as the backend timed it (its rows in, their tokens out).
+pub const STEP_SECONDS: &str = "genslot_step_seconds";
+/// Between steps while the batch stays non-empty: a step's tokens reaching the executor to
+/// the next step's dispatch (the scheduling pass and the executor's bookkeeping). With
+/// [`STEP_SECONDS`] it splits the served inter-token interval into the GPU's part and ours.
+pub const STEP_GAP_SECONDS: &str = "genslot_step_gap_seconds";
 
 pub const LABEL_FORCED: &str = "forced";
 pub const LABEL_POOL: &str = "pool";
@@ -75,6 +81,12 @@ pub const REQUEST_LATENCY_BUCKETS: &[f64] = &[
     480.0, 960.0, 1920.0, 7680.0,
 ];
 
+/// For a step and the gap between steps: 0.1 ms to 1 s.
+pub const STEP_BUCKETS: &[f64] = &[
+    0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025, 0.03,
+    0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0,
+];
+
 /// How often [`spawn_upkeep`] drains histogram samples so memory stays bounded between scrapes.
 pub const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
 
@@ -101,7 +113,9 @@ fn builder() -> Result<PrometheusBuilder, BuildError> {
         .set_buckets_for_metric(
             Matcher::Full(E2E_REQUEST_LATENCY_SECONDS.into()),
             REQUEST_LATENCY_BUCKETS,
-        )
+        )?
+        .set_buckets_for_metric(Matcher::Full(STEP_SECONDS.into()), STEP_BUCKETS)?
+        .set_buckets_for_metric(Matcher::Full(STEP_GAP_SECONDS.into()), STEP_BUCKETS)
 }
 
 static INSTALLED: Mutex<Option<PrometheusHandle>> = Mutex::new(None);
@@ -168,6 +182,16 @@ fn describe_all() {
         E2E_REQUEST_LATENCY_SECONDS,
         Unit::Seconds,
         "Arrival to the last token."
+    );
+    describe_histogram!(
+        STEP_SECONDS,
+        Unit::Seconds,
+        "A decode step as the backend timed it: its rows in, their tokens out."
+    );
+    describe_histogram!(
+        STEP_GAP_SECONDS,
+        Unit::Seconds,
+        "A step's tokens back at the executor to the next step's dispatch, while the batch stays non-empty."
     );
     describe_gauge!(POOL_USED, "Units of the pool in use.");
     describe_gauge!(POOL_CAPACITY, "Units the pool holds.");

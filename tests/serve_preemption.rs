@@ -65,6 +65,20 @@ async fn under_a_full_slot_load_requests_pause_and_every_one_resumes_with_all_it
         metrics.contains(&format!("genslot_pauses_total {pauses}")),
         "{metrics}"
     );
+    // Every step is timed, and so is the executor's gap between back-to-back steps.
+    let count = |name: &str| -> u64 {
+        let prefix = format!("{name}_count ");
+        (metrics.lines())
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    let (steps, gaps) = (
+        count("genslot_step_seconds"),
+        count("genslot_step_gap_seconds"),
+    );
+    assert!(steps > 100, "{steps} steps timed");
+    assert!(gaps > 0 && gaps < steps, "{gaps} gaps for {steps} steps");
     let used = s.pools_used().await;
     assert!(used.iter().all(|(_, u)| *u == 0), "{used:?}");
 }

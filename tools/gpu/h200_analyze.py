@@ -77,6 +77,12 @@ def served_run(genslot, tarball, cfg, work):
         "forced": metric(end, "genslot_resumes_total", 'forced="true"')
         - metric(warm, "genslot_resumes_total", 'forced="true"'),
     }
+    # The measured window's mean step (as the backend timed it) and mean gap between steps
+    # (the executor's share of the inter-token interval); absent from older recordings.
+    for key, name in (("step_ms", "genslot_step_seconds"), ("gap_ms", "genslot_step_gap_seconds")):
+        n = metric(end, name + "_count") - metric(warm, name + "_count")
+        total = metric(end, name + "_sum") - metric(warm, name + "_sum")
+        counts[key] = 1e3 * total / n if n > 0 else None
     return {"run": run, "served": rep["served"], "counters": counts,
             "replay": {a["name"]: a for a in rep["arms"]}, "name": d.name}
 
@@ -119,6 +125,16 @@ def main():
               f"{s['ttft_p90_s']:.2f} | {s['ttft_p99_s']:.2f} | {s['ttft_mean_s']:.2f} | "
               f"{s['mean_tpot_ms']:.2f} | {s['e2e_p90_s']:.2f} | {s['total_tps']:.0f} | "
               f"{c['pauses']:.0f} | {c['resumes']:.0f} | {c['forced']:.0f} |")
+    timed = [r for r in runs if r["counters"].get("step_ms") is not None]
+    if timed:
+        print("\nThe inter-token interval split (measured window, means): the backend's step, "
+              "and the executor's gap before the next one.\n")
+        print("| run | mean TPOT ms | step ms | gap ms |")
+        print("|---|---|---|---|")
+        for r in timed:
+            c = r["counters"]
+            gap = f"{c['gap_ms']:.3f}" if c.get("gap_ms") is not None else "-"
+            print(f"| {r['name']} | {r['served']['mean_tpot_ms']:.2f} | {c['step_ms']:.3f} | {gap} |")
 
     by = {(r["run"]["repeat"], r["run"]["arm"]): r for r in runs}
     pairs = [(by[(k, "control")], by[(k, "tpot")])

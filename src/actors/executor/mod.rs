@@ -151,6 +151,9 @@ pub struct Executor {
     spare_rows: Vec<StepRow>,
     /// The last step's output buffers; its token vectors come back from the pass inputs.
     spare_out: StepOutput,
+    /// When the last step's result came back, while the next one is still to be sent: the
+    /// start of the gap `STEP_GAP_SECONDS` measures (cleared when a pass sends no step).
+    last_step_back: Option<std::time::Instant>,
     pass_queued: bool,
     poll_queued: bool,
     last_step: Option<(f64, usize)>,
@@ -190,6 +193,7 @@ impl Executor {
             spare_batch: Vec::new(),
             spare_rows: Vec::new(),
             spare_out: StepOutput::default(),
+            last_step_back: None,
             pass_queued: false,
             poll_queued: false,
             last_step: None,
@@ -431,20 +435,27 @@ impl Executor {
             batch.extend_from_slice(&out.batch);
             self.stepping = Some((out.pass, batch));
             let out_buf = std::mem::take(&mut self.spare_out);
+            if let Some(back) = self.last_step_back.take() {
+                histogram!(m::STEP_GAP_SECONDS).record(back.elapsed().as_secs_f64());
+            }
             self.gpu_send(GpuMsg::Step(Step {
                 pass: out.pass,
                 rows,
                 out: out_buf,
             }));
-        } else if (st.machine.resident_count() > 0 || out.queue_len > 0)
-            && !self.poll_queued
-            && !self.stopped
-        {
-            self.poll_queued = true;
-            ctx.run_later(POLL, |act, ctx| {
-                act.poll_queued = false;
-                act.kick(ctx);
-            });
+        } else {
+            // No step this pass: the time until the next one is idle, not a gap.
+            self.last_step_back = None;
+            if (st.machine.resident_count() > 0 || out.queue_len > 0)
+                && !self.poll_queued
+                && !self.stopped
+            {
+                self.poll_queued = true;
+                ctx.run_later(POLL, |act, ctx| {
+                    act.poll_queued = false;
+                    act.kick(ctx);
+                });
+            }
         }
     }
 
@@ -615,7 +626,11 @@ impl Executor {
             return;
         }
         match msg.result {
-            Ok(out) if out.tokens.len() == batch.len() => self.stepped(&batch, out),
+            Ok(out) if out.tokens.len() == batch.len() => {
+                histogram!(m::STEP_SECONDS).record(out.step_s);
+                self.last_step_back = Some(std::time::Instant::now());
+                self.stepped(&batch, out)
+            }
             Ok(out) => {
                 let why = format!(
                     "the backend returned {} rows for a batch of {}",
