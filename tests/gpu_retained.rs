@@ -7,7 +7,7 @@ use genslot::gpu::cuda::cpu_ref::CpuModel;
 use genslot::gpu::cuda::draft::DraftConfig;
 use genslot::gpu::cuda::draft_sets::synthetic;
 use genslot::gpu::cuda::parity;
-use genslot::gpu::cuda::retained_check::{drafted_vs_plain, paused_vs_solo};
+use genslot::gpu::cuda::retained_check::{drafted_vs_plain, mixed_sampling, paused_vs_solo};
 use genslot::gpu::cuda::{CudaBackend, CudaConfig, Launch, LibraryProbe, ModelShape, ModelSource};
 use genslot::gpu::ContextArrival;
 use genslot::sampling::SamplingParams;
@@ -87,21 +87,12 @@ fn paused_requests_equal_their_solo_runs_with_the_drafter_and_with_the_hybrid_sh
     if !gpu() {
         return;
     }
-    let seeded = |i: usize| match i % 3 {
-        2 => SamplingParams {
-            temperature: 1.0,
-            top_p: 0.9,
-            top_k: 0,
-            seed: Some(i as u64),
-        },
-        _ => SamplingParams::GREEDY,
-    };
     for (shape, draft) in [("tiny", Some(DRAFT)), ("tiny-hybrid", None)] {
         let r = paused_vs_solo(
             shape,
             &mut backend(shape, true, draft),
             &mut backend(shape, true, None),
-            &reqs(6, seeded),
+            &reqs(6, mixed_sampling),
             40,
             &pages,
         )

@@ -17,7 +17,7 @@ use genslot::gpu::cuda::cpu_ref::CpuModel;
 use genslot::gpu::cuda::draft::DraftConfig;
 use genslot::gpu::cuda::draft_sets::{synthetic, NON_REPETITIVE, REPETITIVE};
 use genslot::gpu::cuda::model_files::ModelFiles;
-use genslot::gpu::cuda::retained_check::{drafted_vs_plain, paused_vs_solo};
+use genslot::gpu::cuda::retained_check::{drafted_vs_plain, mixed_sampling, paused_vs_solo};
 use genslot::gpu::cuda::shape::ModelShape;
 use genslot::gpu::{BackendCapacity, ContextArrival};
 use genslot::sampling::SamplingParams;
@@ -125,18 +125,7 @@ fn drafted_seeded_sampling_equals_plain_seeded_sampling() {
 /// of two steps in five, against each alone on a plain backend.
 fn interleaving_keeps_solo_outputs(m: &Arc<CpuModel>, b: &mut CpuRefBackend) {
     let reqs: Vec<ContextArrival> = (0..6)
-        .map(|i| {
-            let sampling = match i % 3 {
-                2 => SamplingParams {
-                    temperature: 1.0,
-                    top_p: 0.9,
-                    top_k: 0,
-                    seed: Some(i as u64),
-                },
-                _ => SamplingParams::GREEDY,
-            };
-            arrival(i, synthetic(i % 2 == 0, 1024, i as u32), sampling)
-        })
+        .map(|i| arrival(i, synthetic(i % 2 == 0, 1024, i as u32), mixed_sampling(i)))
         .collect();
     let r = paused_vs_solo("cpu", b, &mut plain(m, None), &reqs, 40, &no_pages).unwrap();
     eprintln!("{}", serde_json::to_string(&r).unwrap());

@@ -11,6 +11,21 @@ use serde::Serialize;
 
 use super::drive::{interleaved, solo, PageFor};
 use crate::gpu::{BackendError, ContextArrival, StepBackend};
+use crate::sampling::SamplingParams;
+
+/// The sampling mix the paused-vs-solo checks run: every third request sampled (temperature 1,
+/// top-p 0.9) with its index as the seed, the others greedy, so both kinds are checked.
+pub fn mixed_sampling(i: usize) -> SamplingParams {
+    match i % 3 {
+        2 => SamplingParams {
+            temperature: 1.0,
+            top_p: 0.9,
+            top_k: 0,
+            seed: Some(i as u64),
+        },
+        _ => SamplingParams::GREEDY,
+    }
+}
 
 /// One prompt set, plain against drafted.
 #[derive(Debug, Clone, Serialize)]

@@ -15,7 +15,9 @@ use super::cpu_ref::CpuModel;
 use super::draft::DraftConfig;
 use super::draft_sets::{synthetic, NON_REPETITIVE, REPETITIVE};
 use super::parity::{self, ParityReport};
-use super::retained_check::{drafted_vs_plain, paused_vs_solo, DraftedReport, PausedReport};
+use super::retained_check::{
+    drafted_vs_plain, mixed_sampling, paused_vs_solo, DraftedReport, PausedReport,
+};
 use super::shape::ModelShape;
 use super::weights::ModelSource;
 use crate::gpu::{BackendError, ContextArrival};
@@ -83,18 +85,6 @@ fn pages_of(id: u64) -> Vec<u32> {
     (i * 128..(i + 1) * 128).collect()
 }
 
-fn mixed(i: usize) -> SamplingParams {
-    match i % 3 {
-        2 => SamplingParams {
-            temperature: 1.0,
-            top_p: 0.9,
-            top_k: 0,
-            seed: Some(i as u64),
-        },
-        _ => SamplingParams::GREEDY,
-    }
-}
-
 pub fn run(o: &RetainedOptions) -> Result<RetainedReport, BackendError> {
     let n = o.tokens;
     let d = o.draft;
@@ -132,7 +122,7 @@ pub fn run(o: &RetainedOptions) -> Result<RetainedReport, BackendError> {
         "tiny drafted",
         &mut drafted,
         &mut plain,
-        &arrivals(&six, &mixed),
+        &arrivals(&six, &mixed_sampling),
         n,
         &pages,
     )?);
@@ -179,7 +169,7 @@ pub fn run(o: &RetainedOptions) -> Result<RetainedReport, BackendError> {
             &format!("{name} drafted"),
             &mut drafted,
             &mut plain,
-            &arrivals(&prompts, &mixed),
+            &arrivals(&prompts, &mixed_sampling),
             n,
             &pages,
         )?);
@@ -216,7 +206,7 @@ pub fn run(o: &RetainedOptions) -> Result<RetainedReport, BackendError> {
         "tiny-hybrid",
         &mut b,
         &mut alone,
-        &arrivals(&six, &mixed),
+        &arrivals(&six, &mixed_sampling),
         n,
         &pages,
     )?);
