@@ -6,35 +6,18 @@
 3. The same prompts again one at a time (nothing to pause), and the outputs compared:
    a paused-then-resumed request must produce exactly the tokens it produces unpaused.
 """
-import json, sys, threading, time, urllib.request
+import json, sys, threading, time
+from functools import partial
+
+import serve_client
 
 URL = sys.argv[1] if len(sys.argv) > 1 else "http://127.0.0.1:8000"
 N, MAX_TOKENS = 24, 400
+post = partial(serve_client.post, URL)
+metrics = partial(serve_client.counters, URL)
 
 
-def post(path, body, stream=False):
-    req = urllib.request.Request(URL + path, data=json.dumps(body).encode(), headers={"content-type": "application/json"})
-    return urllib.request.urlopen(req, timeout=600)
-
-
-def metrics():
-    text = urllib.request.urlopen(URL + "/metrics", timeout=30).read().decode()
-    out = {}
-    for line in text.splitlines():
-        if line.startswith("genslot_pauses_total") or line.startswith("genslot_resumes_total"):
-            k, v = line.rsplit(" ", 1)
-            out[k] = float(v)
-    return out
-
-
-for _ in range(600):
-    try:
-        urllib.request.urlopen(URL + "/health", timeout=2)
-        break
-    except Exception:
-        time.sleep(0.5)
-else:
-    sys.exit("server never became healthy")
+serve_client.wait_healthy(URL, 600)
 
 # 1. Streaming.
 r = post("/v1/completions", {"prompt": "The H200 machine says hello", "max_tokens": 16, "stream": True,

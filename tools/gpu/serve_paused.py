@@ -14,8 +14,9 @@ import os
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
+from functools import partial
+
+import serve_client
 
 URL = sys.argv[1] if len(sys.argv) > 1 else "http://127.0.0.1:8000"
 OUT = sys.argv[2] if len(sys.argv) > 2 else None
@@ -23,23 +24,11 @@ LANES = int(os.environ.get("SERVE_PAUSED_LANES", 12))
 ROUNDS = int(os.environ.get("SERVE_PAUSED_ROUNDS", 3))
 N = LANES * ROUNDS
 MAX_TOKENS = int(os.environ.get("SERVE_PAUSED_TOKENS", 200))
-
-
-def post(path, body):
-    req = urllib.request.Request(URL + path, data=json.dumps(body).encode(),
-                                 headers={"content-type": "application/json"})
-    try:
-        return urllib.request.urlopen(req, timeout=600)
-    except urllib.error.HTTPError as e:  # the server's reason, not just the status
-        raise RuntimeError(f"{path}: HTTP {e.code}: {e.read().decode(errors='replace')}") from None
+post = partial(serve_client.post, URL)
 
 
 def pauses():
-    text = urllib.request.urlopen(URL + "/metrics", timeout=30).read().decode()
-    for line in text.splitlines():
-        if line.startswith("genslot_pauses_total"):
-            return float(line.rsplit(" ", 1)[1])
-    return 0.0
+    return serve_client.counters(URL).get("genslot_pauses_total", 0.0)
 
 
 def complete(prompt):
@@ -48,14 +37,7 @@ def complete(prompt):
     return b["choices"][0]["text"]
 
 
-for _ in range(1200):
-    try:
-        urllib.request.urlopen(URL + "/health", timeout=2)
-        break
-    except Exception:
-        time.sleep(0.5)
-else:
-    sys.exit("server never became healthy")
+serve_client.wait_healthy(URL, 1200)
 
 prompts = [f"request {i} of the paused check: the words repeat, the words repeat {i}"
            for i in range(N)]

@@ -22,8 +22,9 @@ import os
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
+from functools import partial
+
+import serve_client
 
 URL = sys.argv[1] if len(sys.argv) > 1 else "http://127.0.0.1:8000"
 OUT = sys.argv[2] if len(sys.argv) > 2 else None
@@ -36,25 +37,8 @@ ROUNDS = int(os.environ.get("SERVE_REAL_ROUNDS", 3))
 N = LANES * ROUNDS
 MAX_TOKENS = int(os.environ.get("SERVE_REAL_TOKENS", 200))
 report = {}
-
-
-def post(path, body):
-    req = urllib.request.Request(URL + path, data=json.dumps(body).encode(),
-                                 headers={"content-type": "application/json"})
-    try:
-        return urllib.request.urlopen(req, timeout=600)
-    except urllib.error.HTTPError as e:  # the server's reason, not just the status
-        raise RuntimeError(f"{path}: HTTP {e.code}: {e.read().decode(errors='replace')}") from None
-
-
-def metrics():
-    text = urllib.request.urlopen(URL + "/metrics", timeout=30).read().decode()
-    out = {}
-    for line in text.splitlines():
-        if line.startswith(("genslot_pauses_total", "genslot_resumes_total")):
-            k, v = line.rsplit(" ", 1)
-            out[k] = float(v)
-    return out
+post = partial(serve_client.post, URL)
+metrics = partial(serve_client.counters, URL)
 
 
 def chat(content, stream=False, **params):
@@ -73,16 +57,6 @@ def chat(content, stream=False, **params):
     usage = [c["usage"] for c in chunks if c.get("usage")]
     assert lines[-1] == "data: [DONE]", f"stream ends with {lines[-1]!r}"
     return text, next((f for f in reversed(finish) if f), None), usage[-1] if usage else None
-
-
-def wait_healthy():
-    for _ in range(1200):
-        try:
-            urllib.request.urlopen(URL + "/health", timeout=2)
-            return
-        except Exception:
-            time.sleep(0.5)
-    sys.exit("server never became healthy")
 
 
 def concurrent(jobs):
@@ -105,7 +79,7 @@ def complete(prompt, ignore_eos=True, **params):
     return b["choices"][0]["text"], b["usage"]["completion_tokens"]
 
 
-wait_healthy()
+serve_client.wait_healthy(URL, 1200)
 failures = []
 
 # 1. The capital of France, greedy, both ways.

@@ -1,0 +1,39 @@
+"""What the served GPU checks (serve_check.py, serve_real.py, serve_paused.py) share: a JSON
+POST that reports the server's error body, the wait for /health, and the pause and resume
+counters from /metrics. Stdlib only; tools/gpu/stage.sh copies it beside the scripts."""
+import json
+import sys
+import time
+import urllib.error
+import urllib.request
+
+
+def post(url, path, body):
+    req = urllib.request.Request(url + path, data=json.dumps(body).encode(),
+                                 headers={"content-type": "application/json"})
+    try:
+        return urllib.request.urlopen(req, timeout=600)
+    except urllib.error.HTTPError as e:  # the server's reason, not just the status
+        raise RuntimeError(f"{path}: HTTP {e.code}: {e.read().decode(errors='replace')}") from None
+
+
+def wait_healthy(url, tries):
+    """Polls /health every half second, `tries` times; exits the script if it never answers."""
+    for _ in range(tries):
+        try:
+            urllib.request.urlopen(url + "/health", timeout=2)
+            return
+        except Exception:
+            time.sleep(0.5)
+    sys.exit("server never became healthy")
+
+
+def counters(url):
+    """genslot_pauses_total and every genslot_resumes_total sample, by their metric line's name."""
+    text = urllib.request.urlopen(url + "/metrics", timeout=30).read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line.startswith(("genslot_pauses_total", "genslot_resumes_total")):
+            k, v = line.rsplit(" ", 1)
+            out[k] = float(v)
+    return out
