@@ -222,7 +222,7 @@ fn register_at_zero() {
     for name in [PAUSES_TOTAL, PROMPT_TOKENS_TOTAL, GENERATION_TOKENS_TOTAL] {
         counter!(name).increment(0);
     }
-    for forced in ["true", "false"] {
+    for forced in [FORCED_YES, FORCED_NO] {
         counter!(RESUMES_TOTAL, LABEL_FORCED => forced).increment(0);
     }
 }
