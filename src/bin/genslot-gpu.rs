@@ -142,6 +142,27 @@ enum Cmd {
         /// Share of free device memory given to the KV cache (smaller under a profiler).
         #[arg(long, default_value_t = 0.85)]
         kv_fraction: f64,
+        /// One more eager step per point inside cuProfilerStart/Stop, for
+        /// `ncu --profile-from-start off` (tools/gpu/ncu_summary.py sums it per kernel).
+        #[arg(long)]
+        profile: bool,
+    },
+    /// Each weight product of a decode step through cuBLAS and each weight-streaming GEMM
+    /// variant: checked against cuBLAS, timed with its weights read from HBM.
+    GemmBench {
+        #[arg(long, default_value = "llama-8b")]
+        shape: String,
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "1,2,4,8,16,24,32,48,64,96,128"
+        )]
+        rows: Vec<usize>,
+        /// Launches per timing (the median of five timings is kept).
+        #[arg(long, default_value_t = 40)]
+        iters: usize,
+        #[arg(long)]
+        json: Option<PathBuf>,
     },
 }
 
@@ -307,6 +328,7 @@ fn main() -> Result<()> {
             batches,
             contexts,
             kv_fraction,
+            profile,
         } => {
             let mut cfg = CudaConfig::new(ModelSource::Seeded { shape, seed: 1 });
             cfg.max_batch_size = batches.iter().copied().max().unwrap_or(1).max(112);
@@ -318,10 +340,25 @@ fn main() -> Result<()> {
                 batches,
                 contexts,
                 iters,
+                profile,
                 ..Default::default()
             };
             let rep = bench::run(&mut b, &opts)?;
             print!("{}", bench::table(&rep));
+            if let Some(p) = json {
+                std::fs::write(&p, serde_json::to_string_pretty(&rep)?)
+                    .with_context(|| format!("writing {}", p.display()))?;
+            }
+        }
+        Cmd::GemmBench {
+            shape,
+            rows,
+            iters,
+            json,
+        } => {
+            let s = genslot::gpu::cuda::shape::ModelShape::named(&shape)?;
+            let rep = genslot::gpu::cuda::gemm_bench::run(&s, &rows, iters.max(1))?;
+            print!("{}", genslot::gpu::cuda::gemm_bench::table(&rep));
             if let Some(p) = json {
                 std::fs::write(&p, serde_json::to_string_pretty(&rep)?)
                     .with_context(|| format!("writing {}", p.display()))?;

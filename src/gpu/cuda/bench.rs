@@ -22,6 +22,9 @@ pub struct BenchOptions {
     pub copy_bytes: usize,
     /// (batch, context, paused) of the pause comparison.
     pub paused: (usize, usize, usize),
+    /// After timing each point, one more eager step between cuProfilerStart and
+    /// cuProfilerStop: `ncu --profile-from-start off` then sees exactly one step per point.
+    pub profile: bool,
 }
 
 impl Default for BenchOptions {
@@ -33,6 +36,7 @@ impl Default for BenchOptions {
             warmup: 3,
             copy_bytes: 4 << 30,
             paused: (64, 4096, 48),
+            profile: false,
         }
     }
 }
@@ -150,6 +154,21 @@ fn time_steps(
     Ok(median(t))
 }
 
+/// One eager step inside the profiler's capture range.
+fn profiled_step(b: &mut CudaBackend, rows: &[StepRow]) -> Result<(), BackendError> {
+    b.gpu().sync(Which::Decode)?;
+    // SAFETY: plain driver calls on the current context; they only toggle the profiler.
+    unsafe { sys::cuProfilerStart() }
+        .result()
+        .map_err(drv("cuProfilerStart"))?;
+    b.decode(rows, Launch::Eager, false)?;
+    b.gpu().sync(Which::Decode)?;
+    // SAFETY: as above.
+    unsafe { sys::cuProfilerStop() }
+        .result()
+        .map_err(drv("cuProfilerStop"))
+}
+
 /// Runs the whole benchmark on a backend whose KV cache holds seeded values.
 pub fn run(b: &mut CudaBackend, o: &BenchOptions) -> Result<BenchReport, BackendError> {
     let bw = copy_bandwidth(b, o.copy_bytes)?;
@@ -164,6 +183,9 @@ pub fn run(b: &mut CudaBackend, o: &BenchOptions) -> Result<BenchReport, Backend
             let (rows, aliased) = rows_for(b, &ids, batch, ctx);
             let graph_ms = time_steps(b, &rows, Launch::Graph, o)?;
             let eager_ms = time_steps(b, &rows, Launch::Eager, o)?;
+            if o.profile {
+                profiled_step(b, &rows)?;
+            }
             // A hybrid's recurrent layers read and write each row's state once.
             let bytes = weights_read
                 + (batch * s.hidden * 2) as u64
