@@ -147,23 +147,6 @@ enum Cmd {
         #[arg(long)]
         profile: bool,
     },
-    /// Each weight product of a decode step through cuBLAS and each weight-streaming GEMM
-    /// variant: checked against cuBLAS, timed with its weights read from HBM.
-    GemmBench {
-        #[arg(long, default_value = "llama-8b")]
-        shape: String,
-        #[arg(
-            long,
-            value_delimiter = ',',
-            default_value = "1,2,4,8,16,24,32,48,64,96,128"
-        )]
-        rows: Vec<usize>,
-        /// Launches per timing (the median of five timings is kept).
-        #[arg(long, default_value_t = 40)]
-        iters: usize,
-        #[arg(long)]
-        json: Option<PathBuf>,
-    },
 }
 
 fn main() -> Result<()> {
@@ -345,20 +328,6 @@ fn main() -> Result<()> {
             };
             let rep = bench::run(&mut b, &opts)?;
             print!("{}", bench::table(&rep));
-            if let Some(p) = json {
-                std::fs::write(&p, serde_json::to_string_pretty(&rep)?)
-                    .with_context(|| format!("writing {}", p.display()))?;
-            }
-        }
-        Cmd::GemmBench {
-            shape,
-            rows,
-            iters,
-            json,
-        } => {
-            let s = genslot::gpu::cuda::shape::ModelShape::named(&shape)?;
-            let rep = genslot::gpu::cuda::gemm_bench::run(&s, &rows, iters.max(1))?;
-            print!("{}", genslot::gpu::cuda::gemm_bench::table(&rep));
             if let Some(p) = json {
                 std::fs::write(&p, serde_json::to_string_pretty(&rep)?)
                     .with_context(|| format!("writing {}", p.display()))?;

@@ -5,7 +5,7 @@
 # (binaries built on the CPU machine) and, for the SmolLM2 stages, the GGUF that
 # tools/gpu/stage_model.sh assembled (GGUF, default .gpu-model/ beside .gpu/; its stages
 # skip with a message without it). STAGES picks a subset of
-#   "probe kernels tests tiny smollm2 parity serve-smollm2 bench serve retained gemm ncu".
+#   "probe kernels tests tiny smollm2 parity serve-smollm2 bench serve retained ncu".
 # GENSLOT_ATTN_KERNEL=simt|tc picks the attention kernel (default tc); BENCH_KERNELS lists the
 # kernels the bench stage times one after the other; PARITY_SHAPES the parity models.
 # Logs and JSON go to a work folder, then into $OUT/gpu-results.tar.gz with a summary
@@ -112,41 +112,28 @@ if has serve-smollm2 && have_gguf; then
   serve_and_check smollm2 "$G/cuda-smollm2.yaml" 18001 "$G/serve_real.py"
 fi
 if has bench; then
-  # BENCH_GEMM: the GEMM paths timed one after the other (GENSLOT_GEMM: auto, cublas, stream).
   for kern in ${BENCH_KERNELS:-tc}; do
-    for gp in ${BENCH_GEMM:-auto}; do
-      stage "bench ($kern attention, $gp GEMM)"
-      GENSLOT_GEMM=$gp GENSLOT_ATTN_KERNEL=$kern "$G/genslot-gpu" bench --shape llama-8b \
-        --json "$W/bench-llama-8b-$kern-$gp.json" ${BENCH_ARGS:-} 2>&1 | tee -a "$W/summary.txt" || fail "bench $kern $gp"
-      # A small model shows what graph replay saves on launch overhead.
-      GENSLOT_GEMM=$gp GENSLOT_ATTN_KERNEL=$kern "$G/genslot-gpu" bench --shape llama-1b --batches 1,32 --contexts 4096 \
-        --json "$W/bench-llama-1b-$kern-$gp.json" 2>&1 || fail "bench llama-1b $kern $gp"
-    done
+    stage "bench ($kern attention)"
+    GENSLOT_ATTN_KERNEL=$kern "$G/genslot-gpu" bench --shape llama-8b \
+      --json "$W/bench-llama-8b-$kern.json" ${BENCH_ARGS:-} 2>&1 | tee -a "$W/summary.txt" || fail "bench $kern"
+    # A small model shows what graph replay saves on launch overhead.
+    GENSLOT_ATTN_KERNEL=$kern "$G/genslot-gpu" bench --shape llama-1b --batches 1,32 --contexts 4096 \
+      --json "$W/bench-llama-1b-$kern.json" 2>&1 || fail "bench llama-1b $kern"
   done
-fi
-if has gemm; then
-  # Every weight product of a step through cuBLAS and each weight-streaming variant, checked
-  # against cuBLAS and timed from HBM: the table behind gemm::choose.
-  stage "gemm-bench"
-  "$G/genslot-gpu" gemm-bench --shape llama-8b --json "$W/gemm-llama-8b.json" 2>&1 \
-    | tee -a "$W/summary.txt" || fail gemm-bench
 fi
 if has ncu; then
-  # One eager llama-8b step per batch (4k context) under ncu, per GEMM path (NCU_GEMM):
-  # kernel time by role (tools/gpu/ncu_summary.py). NCU_ATTN=1 adds the attention kernel's
-  # memory and occupancy sections.
+  # One eager llama-8b step per batch (4k context) under ncu: kernel time by role
+  # (tools/gpu/ncu_summary.py). NCU_ATTN=1 adds the attention kernel's memory and occupancy
+  # sections.
   stage ncu
   nb=${NCU_BATCHES:-1,64,128}
-  for gp in ${NCU_GEMM:-cublas auto}; do
-    echo "GEMM path: $gp" | tee -a "$W/summary.txt"
-    GENSLOT_GEMM=$gp /usr/local/cuda/bin/ncu --clock-control none --profile-from-start off \
-      --csv --page raw --print-units base \
-      --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
-      "$G/genslot-gpu" bench --shape llama-8b --batches "$nb" --contexts 4096 --iters 2 \
-      --kv-fraction 0.6 --profile > "$W/ncu-step-$gp.csv" 2> "$W/ncu-step-$gp.log" || fail "ncu $gp"
-    python3 "$G/ncu_summary.py" "$W/ncu-step-$gp.csv" $(echo "$nb" | sed 's/\([0-9]*\)/b\1/g; s/,/ /g') \
-      --json "$W/ncu-step-$gp.json" 2>&1 | tee -a "$W/summary.txt" || fail "ncu summary $gp"
-  done
+  /usr/local/cuda/bin/ncu --clock-control none --profile-from-start off \
+    --csv --page raw --print-units base \
+    --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
+    "$G/genslot-gpu" bench --shape llama-8b --batches "$nb" --contexts 4096 --iters 2 \
+    --kv-fraction 0.6 --profile > "$W/ncu-step.csv" 2> "$W/ncu-step.log" || fail "ncu step"
+  python3 "$G/ncu_summary.py" "$W/ncu-step.csv" $(echo "$nb" | sed 's/\([0-9]*\)/b\1/g; s/,/ /g') \
+    --json "$W/ncu-step.json" 2>&1 | tee -a "$W/summary.txt" || fail "ncu summary"
   if [ -n "${NCU_ATTN:-}" ]; then
     for kern in ${BENCH_KERNELS:-tc}; do
       GENSLOT_ATTN_KERNEL=$kern /usr/local/cuda/bin/ncu --clock-control none --kernel-name regex:paged_attn \

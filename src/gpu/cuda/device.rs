@@ -23,7 +23,6 @@ const ATTENTION_TC: &str = include_str!("kernels/attention_tc.cu");
 const SAMPLE: &str = include_str!("kernels/sample.cu");
 const DRAFT: &str = include_str!("kernels/draft.cu");
 const RECURRENT: &str = include_str!("kernels/recurrent.cu");
-const GEMM: &str = include_str!("kernels/gemm.cu");
 
 /// (head_dim, query heads per kv head) of one attention kernel instance.
 pub type AttnShape = (usize, usize);
@@ -49,7 +48,6 @@ pub fn kernel_source(attn: &[AttnShape]) -> String {
         SAMPLE,
         DRAFT,
         RECURRENT,
-        GEMM,
     ]
     .join("\n");
     for &(d, g) in attn {
@@ -102,7 +100,6 @@ pub fn kernel_names(attn: &[AttnShape]) -> Vec<String> {
     .map(|s| s.to_string())
     .collect();
     v.extend(head_dims(attn).into_iter().map(recurrent_kernel_name));
-    v.extend(super::gemm::VARIANTS.iter().map(|v| v.kernel_name()));
     for &(d, g) in attn {
         for kind in [AttnKernel::Simt, AttnKernel::TensorCore] {
             v.push(attn_kernel_name(kind, d, g));
@@ -266,9 +263,6 @@ pub(crate) struct Kernels {
     pub draft_accept: CudaFunction,
     /// The recurrent layer of the model's head_dim (`recurrent.cu`).
     pub recurrent: CudaFunction,
-    /// The weight-streaming GEMM of each `gemm::VARIANTS` entry, in that order (`gemm.cu`).
-    pub stream_gemm: Vec<CudaFunction>,
-    pub gemm_path: super::gemm::GemmPath,
 }
 
 pub(crate) struct Gpu {
@@ -338,11 +332,6 @@ impl Gpu {
             draft_lookup: f("draft_lookup")?,
             draft_accept: f("draft_accept")?,
             recurrent: f(&recurrent_kernel_name(d))?,
-            stream_gemm: super::gemm::VARIANTS
-                .iter()
-                .map(|v| f(&v.kernel_name()))
-                .collect::<Result<_, _>>()?,
-            gemm_path: super::gemm::GemmPath::from_env()?,
         };
         let blas_decode = CudaBlas::new(decode.clone()).map_err(blas_err("cuBLAS handle"))?;
         let blas_prefill = CudaBlas::new(prefill.clone()).map_err(blas_err("cuBLAS handle"))?;
@@ -483,71 +472,6 @@ impl Gpu {
             )
         }
         .map_err(blas_err("cuBLAS GEMM"))
-    }
-
-    /// Y (+)= X · Wᵀ for the weights of a layer: the weight-streaming kernel where
-    /// `gemm::choose` picks it for this many rows, cuBLAS otherwise. Same arguments as `gemm`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn linear(
-        &self,
-        w: Which,
-        out: usize,
-        rows: usize,
-        inp: usize,
-        weight: u64,
-        x: u64,
-        y: u64,
-        accumulate: bool,
-        y_f32: bool,
-    ) -> Result<(), BackendError> {
-        match super::gemm::choose(self.k.gemm_path, rows, inp) {
-            Some(v) => self.stream_gemm(w, v, out, rows, inp, weight, x, y, accumulate, y_f32),
-            None => self.gemm(w, out, rows, inp, weight, x, y, accumulate, y_f32),
-        }
-    }
-
-    /// One launch of the weight-streaming GEMM variant `v` (`gemm.cu`).
-    #[allow(clippy::too_many_arguments)]
-    pub fn stream_gemm(
-        &self,
-        w: Which,
-        v: super::gemm::Variant,
-        out: usize,
-        rows: usize,
-        inp: usize,
-        weight: u64,
-        x: u64,
-        y: u64,
-        accumulate: bool,
-        y_f32: bool,
-    ) -> Result<(), BackendError> {
-        let i = super::gemm::VARIANTS
-            .iter()
-            .position(|&c| c == v)
-            .ok_or_else(|| BackendError::Failed(format!("no GEMM kernel {}", v.kernel_name())))?;
-        if rows > v.max_rows() || !inp.is_multiple_of(32) {
-            return Err(BackendError::Failed(format!(
-                "{} takes up to {} rows and inp a multiple of 32 (got {rows} x {inp})",
-                v.kernel_name(),
-                v.max_rows()
-            )));
-        }
-        self.launch(
-            w,
-            &self.k.stream_gemm[i],
-            (v.blocks(out), 1, 1),
-            super::gemm::THREADS,
-            &[
-                A::P(weight),
-                A::P(x),
-                A::P(y),
-                A::I(out as i32),
-                A::I(rows as i32),
-                A::I(inp as i32),
-                A::I(accumulate as i32),
-                A::I(y_f32 as i32),
-            ],
-        )
     }
 
     pub fn htod<T>(&self, w: Which, dst: u64, src: &[T]) -> Result<(), BackendError> {

@@ -290,7 +290,7 @@ pub(crate) fn enqueue(
                 A::F(eps),
             ],
         )?;
-        gpu.linear(
+        gpu.gemm(
             w,
             s.qkv_dim(),
             p.rows,
@@ -386,7 +386,7 @@ pub(crate) fn enqueue(
                 A::F(eps),
             ],
         )?;
-        gpu.linear(
+        gpu.gemm(
             w,
             s.vocab,
             p.logits_rows,
@@ -426,7 +426,7 @@ fn mlp(
     let k = &gpu.k;
     let r = p.rows as u32;
     let (hid, hdim) = (s.hidden, s.heads * s.head_dim);
-    gpu.linear(
+    gpu.gemm(
         w,
         hid,
         p.rows,
@@ -450,7 +450,7 @@ fn mlp(
             A::F(s.rms_eps),
         ],
     )?;
-    gpu.linear(
+    gpu.gemm(
         w,
         2 * s.ffn,
         p.rows,
@@ -469,7 +469,7 @@ fn mlp(
         256,
         &[A::P(sc.gu.ptr), A::P(sc.act.ptr), A::I(s.ffn as i32)],
     )?;
-    gpu.linear(
+    gpu.gemm(
         w, hid, p.rows, s.ffn, lw.down, sc.act.ptr, sc.x.ptr, true, true,
     )
 }

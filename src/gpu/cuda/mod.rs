@@ -22,8 +22,6 @@ pub mod draft;
 pub mod draft_sets;
 pub mod drive;
 mod forward;
-pub mod gemm;
-pub mod gemm_bench;
 pub mod init;
 pub mod model_files;
 pub mod parity;
