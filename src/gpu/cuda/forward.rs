@@ -229,14 +229,32 @@ pub(crate) struct Pass {
     pub segments: usize,
 }
 
+/// Threads of the RMSNorm block for a row of `hidden`: a float4 a thread where it fits
+/// (`RMS_VEC` in layers.cu lets a thread hold up to four).
+pub(crate) fn rms_threads(hidden: usize) -> u32 {
+    (hidden.div_ceil(4).div_ceil(32) * 32).clamp(32, 1024) as u32
+}
+
+const ROPE_THREADS: u32 = 256;
+
+/// Blocks per row of `rope_kv_write`: one thread per rotated pair of q and k and per element
+/// of v.
+fn rope_blocks(s: &ModelShape) -> u32 {
+    let items = (s.heads + s.kv_heads) * s.head_dim / 2 + s.kv_heads * s.head_dim;
+    items.div_ceil(ROPE_THREADS as usize) as u32
+}
+
 /// Attention splits for a pass of `rows` rows: about eight blocks per multiprocessor, so
 /// loads of some blocks overlap the arithmetic of others. The kernel gives each split at
 /// least 256 tokens, so short contexts leave the extra splits idle.
 pub(crate) fn splits_for(rows: usize, kv_heads: usize, sm_count: u32) -> usize {
     (8 * sm_count as usize)
         .div_ceil(kv_heads * rows.max(1))
-        .clamp(1, 128)
+        .clamp(1, MAX_SPLITS)
 }
+
+/// The most attention splits of a row (`COMBINE_MAX_SPLITS` in attention.cu).
+pub(crate) const MAX_SPLITS: usize = 128;
 
 /// Enqueues the pass on `w`'s stream. Inputs (tokens, pos, lens, table, samp) must already
 /// be in the scratch; outputs are `logits` and `out_tok` of the logit rows.
@@ -281,7 +299,7 @@ pub(crate) fn enqueue(
             w,
             &k.rmsnorm,
             (r, 1, 1),
-            256,
+            rms_threads(hid),
             &[
                 A::P(sc.x.ptr),
                 A::P(lw.attn_norm),
@@ -314,8 +332,8 @@ pub(crate) fn enqueue(
         gpu.launch(
             w,
             &k.rope_kv,
-            (r, 1, 1),
-            256,
+            (r, rope_blocks(s), 1),
+            ROPE_THREADS,
             &[
                 A::P(sc.qkv.ptr),
                 A::P(sc.pos.ptr),
@@ -377,7 +395,7 @@ pub(crate) fn enqueue(
             w,
             &k.rmsnorm,
             (p.logits_rows as u32, 1, 1),
-            256,
+            rms_threads(hid),
             &[
                 A::P(x0),
                 A::P(wt.final_norm),
@@ -441,7 +459,7 @@ fn mlp(
         w,
         &k.rmsnorm,
         (r, 1, 1),
-        256,
+        rms_threads(hid),
         &[
             A::P(sc.x.ptr),
             A::P(lw.ffn_norm),
@@ -461,7 +479,9 @@ fn mlp(
         false,
         false,
     )?;
-    let gx = s.ffn.div_ceil(256).min(64) as u32;
+    // Eight elements a thread where ffn allows (silu_mul in layers.cu).
+    let per_thread = if s.ffn.is_multiple_of(8) { 8 } else { 1 };
+    let gx = s.ffn.div_ceil(per_thread * 256).min(64) as u32;
     gpu.launch(
         w,
         &k.silu_mul,
@@ -521,6 +541,25 @@ fn recurrent(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rmsnorm_blocks_hold_the_row_in_registers_up_to_16k_hidden() {
+        // layers.cu keeps up to RMS_VEC = 4 float4s a thread; beyond that it loops.
+        for hidden in [256, 576, 2048, 4096, 8192, 16384] {
+            let t = rms_threads(hidden) as usize;
+            assert_eq!(t % 32, 0);
+            assert!(t * 4 * 4 >= hidden, "{hidden}: {t} threads");
+            assert!(t <= 1024);
+        }
+        assert_eq!(rms_threads(4096), 1024);
+        assert_eq!(rms_threads(256), 64);
+    }
+
+    #[test]
+    fn the_split_cap_matches_the_combine_kernels_shared_memory() {
+        let src = include_str!("kernels/attention.cu");
+        assert!(src.contains(&format!("#define COMBINE_MAX_SPLITS {MAX_SPLITS}\n")));
+    }
 
     #[test]
     fn splits_fill_the_chip_for_small_batches_and_stay_bounded() {

@@ -220,24 +220,42 @@ __device__ __forceinline__ void attn_partial(const bf16_t* __restrict__ q, int q
     }
 
 // Merges the S partial outputs of each (row, head); block = D threads, grid = (H, rows).
+// Only the splits that `split_range` gave tokens are read (a short row of a small batch has S
+// up to 128 but a handful of live ones), each split's (max, sum) once into shared memory by
+// as many threads, and the partial outputs four at a time: at batch 1 this kernel's cost is
+// its chain of trips to memory. S <= COMBINE_MAX_SPLITS (`forward::MAX_SPLITS`).
+#define COMBINE_MAX_SPLITS 128
 extern "C" __global__ void attn_combine(const float* part_o, const float* part_ml,
                                         const int* lens, bf16_t* out, int H, int D, int S) {
+    __shared__ float m_s[COMBINE_MAX_SPLITS], l_s[COMBINE_MAX_SPLITS];
     int h = blockIdx.x, r = blockIdx.y, d = threadIdx.x;
     u64 o = (u64)r * H * D + (u64)h * D + d;
-    if (lens[r] <= 0) { out[o] = 0; return; }
+    const int len = lens[r];
+    if (len <= 0) { out[o] = 0; return; }
+    int start, end, live = 0;
+    for (int s = 0; s < S; ++s) {  // arithmetic only: split s is live iff it starts before len
+        split_range(len, S, s, start, end);
+        if (start >= len) break;
+        live = s + 1;
+    }
+    live = min(live, COMBINE_MAX_SPLITS);
     u64 b = ((u64)r * H + h) * S;
+    for (int s = threadIdx.x; s < live; s += blockDim.x) {
+        m_s[s] = part_ml[(b + s) * 2];
+        l_s[s] = part_ml[(b + s) * 2 + 1];
+    }
+    __syncthreads();
     float mx = NEG_INF;
-    for (int s = 0; s < S; ++s) {
-        if (part_ml[(b + s) * 2 + 1] > 0.0f) mx = fmaxf(mx, part_ml[(b + s) * 2]);
+    for (int s = 0; s < live; ++s) {
+        if (l_s[s] > 0.0f) mx = fmaxf(mx, m_s[s]);
     }
     float num = 0.0f, den = 0.0f;
-    for (int s = 0; s < S; ++s) {
-        float l = part_ml[(b + s) * 2 + 1];
-        if (l > 0.0f) {
-            float w = l * __expf(part_ml[(b + s) * 2] - mx);
-            num += w * part_o[(b + s) * D + d];
-            den += w;
-        }
+#pragma unroll 4
+    for (int s = 0; s < live; ++s) {
+        float l = l_s[s];
+        float w = l > 0.0f ? l * __expf(m_s[s] - mx) : 0.0f;
+        num += w * part_o[(b + s) * D + d];
+        den += w;
     }
     out[o] = f2bf(den > 0.0f ? num / den : 0.0f);
 }

@@ -15,11 +15,41 @@ extern "C" __global__ void embed_rows(const bf16_t* table, const int* tokens, fl
 // RMSNorm of the float32 residual stream, rounded to bf16 once (the GEMMs' input).
 // The residual stays in float32 for the whole pass: a bf16 residual loses about 2^-9 of |x|
 // at each of the 2 x layers additions, which dominated our error against float32.
+// One block per row, sized so that each thread holds at most RMS_VEC float4s of the row in
+// registers between the sum and the scaling: every load of a row is in flight at once, one
+// trip to memory instead of a loop of dependent ones (a decode step runs this 2 x layers
+// times, and at batch 1 its latency is all it costs).
+#define RMS_VEC 4
 extern "C" __global__ void rmsnorm(const float* x, const bf16_t* w, bf16_t* out, int hidden,
                                    float eps) {
     const float* xr = x + (u64)blockIdx.x * hidden;
     bf16_t* yr = out + (u64)blockIdx.x * hidden;
+    const int n4 = hidden >> 2;
     float ss = 0.0f;
+    if ((hidden & 3) == 0 && n4 <= RMS_VEC * (int)blockDim.x) {
+        float4 v[RMS_VEC];
+#pragma unroll
+        for (int k = 0; k < RMS_VEC; k++) {
+            int i = threadIdx.x + k * blockDim.x;
+            v[k] = i < n4 ? ((const float4*)xr)[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            ss += v[k].x * v[k].x + v[k].y * v[k].y + v[k].z * v[k].z + v[k].w * v[k].w;
+        }
+        ss = block_sum(ss);
+        const float inv = rsqrtf(ss / (float)hidden + eps);
+#pragma unroll
+        for (int k = 0; k < RMS_VEC; k++) {
+            int i = threadIdx.x + k * blockDim.x;
+            if (i < n4) {
+                uint2 wv = ((const uint2*)w)[i];
+                unsigned lo = (unsigned)f2bf(v[k].x * inv * bf2f((bf16_t)(wv.x & 0xffffu))) |
+                              ((unsigned)f2bf(v[k].y * inv * bf2f((bf16_t)(wv.x >> 16))) << 16);
+                unsigned hi = (unsigned)f2bf(v[k].z * inv * bf2f((bf16_t)(wv.y & 0xffffu))) |
+                              ((unsigned)f2bf(v[k].w * inv * bf2f((bf16_t)(wv.y >> 16))) << 16);
+                ((uint2*)yr)[i] = make_uint2(lo, hi);
+            }
+        }
+        return;
+    }
     for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
         float v = xr[i];
         ss += v * v;
@@ -36,6 +66,8 @@ extern "C" __global__ void rmsnorm(const float* x, const bf16_t* w, bf16_t* out,
 // [page][kv_head][slot][D]. Rows with lens[r] <= 0 are padding and are skipped.
 // table_stride 0 lets all rows of one prefill share one page table. inv_freq[D/2] holds the
 // rotary frequencies (base and scaling applied on the host, `ModelShape::inv_freq`).
+// Grid (rows, blocks): one thread per rotated pair or copied v element, so a row's work is
+// spread over (H + KV) * D / 2 + KV * D threads instead of looping in one block.
 extern "C" __global__ void rope_kv_write(bf16_t* qkv, const int* pos, const int* lens,
                                          const int* page_table, int table_stride, bf16_t* kc,
                                          bf16_t* vc, int H, int KV, int D, int P,
@@ -48,7 +80,9 @@ extern "C" __global__ void rope_kv_write(bf16_t* qkv, const int* pos, const int*
     u64 page = (u64)table[p / P];
     int slot = p % P;
     int half = D / 2;
-    for (int idx = threadIdx.x; idx < (H + KV) * half; idx += blockDim.x) {
+    int idx = blockIdx.y * blockDim.x + threadIdx.x;
+    int pairs = (H + KV) * half;
+    if (idx < pairs) {
         int head = idx / half, i = idx % half;
         float s, c;
         sincosf((float)p * inv_freq[i], &s, &c);
@@ -62,22 +96,41 @@ extern "C" __global__ void rope_kv_write(bf16_t* qkv, const int* pos, const int*
             kc[base + i] = y0;
             kc[base + i + half] = y1;
         }
-    }
-    const bf16_t* v = row + (H + KV) * D;
-    for (int idx = threadIdx.x; idx < KV * D; idx += blockDim.x) {
-        int kh = idx / D, d = idx % D;
-        vc[((page * KV + kh) * P + slot) * D + d] = v[idx];
+    } else if (idx < pairs + KV * D) {
+        int e = idx - pairs, kh = e / D, d = e % D;
+        vc[((page * KV + kh) * P + slot) * D + d] = row[(H + KV) * D + e];
     }
 }
 
 // SwiGLU: gu row is [gate | up]; silu(gate) is rounded to bf16 before the product, as in HF.
+__device__ __forceinline__ bf16_t swiglu(bf16_t g, bf16_t u) {
+    float x = bf2f(g);
+    float sg = bf2f(f2bf(x / (1.0f + __expf(-x))));
+    return f2bf(sg * bf2f(u));
+}
+
+// Grid (blocks, rows). Eight elements a thread through 16-byte loads and stores where ffn
+// allows (it is a multiple of 8 for every shape we load), one otherwise.
 extern "C" __global__ void silu_mul(const bf16_t* gu, bf16_t* out, int ffn) {
     int r = blockIdx.y;
     const bf16_t* g = gu + (u64)r * 2 * ffn;
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < ffn; i += gridDim.x * blockDim.x) {
-        float x = bf2f(g[i]);
-        float sg = bf2f(f2bf(x / (1.0f + __expf(-x))));
-        out[(u64)r * ffn + i] = f2bf(sg * bf2f(g[ffn + i]));
+    bf16_t* y = out + (u64)r * ffn;
+    const int step = gridDim.x * blockDim.x;
+    if ((ffn & 7) == 0) {
+        for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < ffn / 8; i += step) {
+            uint4 gv = ((const uint4*)g)[i], uv = ((const uint4*)(g + ffn))[i];
+            unsigned gw[4] = {gv.x, gv.y, gv.z, gv.w}, uw[4] = {uv.x, uv.y, uv.z, uv.w}, yw[4];
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                yw[k] = (unsigned)swiglu((bf16_t)(gw[k] & 0xffffu), (bf16_t)(uw[k] & 0xffffu)) |
+                        ((unsigned)swiglu((bf16_t)(gw[k] >> 16), (bf16_t)(uw[k] >> 16)) << 16);
+            }
+            ((uint4*)y)[i] = make_uint4(yw[0], yw[1], yw[2], yw[3]);
+        }
+        return;
+    }
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < ffn; i += step) {
+        y[i] = swiglu(g[i], g[ffn + i]);
     }
 }
 
