@@ -541,7 +541,7 @@ fn cpu_check(
         }
         println!(
             "cpu f32 model, prompt {k} ({} tokens), {per} positions: max rel err vs reference bf16 \
-             {vs16:.5}, vs reference float32 {vs32:.5}",
+             {vs16:.5}, vs reference float32 {vs32:.2e}",
             r.meta.prompts[k].len()
         );
     }

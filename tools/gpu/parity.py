@@ -3,9 +3,10 @@
 
 Builds LlamaForCausalLM from a LlamaConfig with a fixed seed for a named shape (or loads an
 existing Hugging Face checkpoint with --checkpoint, e.g. SmolLM2 exported from its GGUF by
-`genslot-gpu export-hf`), saves it as a Hugging Face checkpoint (model.safetensors +
-config.json), then for several prompts of different lengths runs the prefill and N greedy
-decode steps in bf16 on the GPU and writes:
+`genslot-gpu export-hf`); a hybrid shape (tiny-hybrid, llama-hybrid-1b) is the plain-PyTorch
+model of hybrid_model.py instead (transformers is not needed for it). Saves it as a Hugging
+Face checkpoint (model.safetensors + config.json), then for several prompts of different
+lengths runs the prefill and N greedy decode steps in bf16 on the GPU and writes:
   REF/meta.json   {"prompts": [[ids]], "steps": N, "vocab": V, "tokens": [[t_0..t_N]]}
   REF/logits.f32  little-endian float32 [prompts][N + 1][V] (row 0: last prompt position)
 """
@@ -16,7 +17,8 @@ import time
 
 import numpy as np
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+
+from hybrid_model import HybridForCausalLM, hybrid_config
 
 # Must match src/gpu/cuda/shape.rs.
 SHAPES = {
@@ -34,9 +36,24 @@ SHAPES = {
                        num_hidden_layers=8, num_attention_heads=8, num_key_value_heads=2,
                        head_dim=64, theta=500000.0, tie_word_embeddings=True),
 }
+# The hybrids: a recurrent layer where (l + 1) % attention_every != 0 (hybrid_model.py).
+SHAPES["tiny-hybrid"] = dict(SHAPES["tiny"], num_hidden_layers=4, attention_every=2)
+SHAPES["llama-hybrid-1b"] = dict(SHAPES["llama-1b"], attention_every=4)
+
+
+class HfRunner:
+    """A transformers model behind hybrid_model's interface: (logits, cache) = m(ids, cache)."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def __call__(self, ids, cache=None):
+        out = self.model(ids, past_key_values=cache, use_cache=True)
+        return out.logits.float(), out.past_key_values
 
 
 def make_config(shape):
+    from transformers import LlamaConfig
     kw = dict(SHAPES[shape])
     theta = kw.pop("theta")
     rope = kw.pop("rope", dict(rope_type="default"))
@@ -91,44 +108,59 @@ def main():
     torch.backends.cuda.matmul.allow_tf32 = False  # float32 reference means IEEE float32
     torch.backends.cudnn.allow_tf32 = False
     torch.manual_seed(a.seed)
-    if a.checkpoint:
-        try:  # transformers 5 names it dtype, 4 torch_dtype
-            model = LlamaForCausalLM.from_pretrained(a.checkpoint, dtype=torch.float32)
-        except TypeError:
-            model = LlamaForCausalLM.from_pretrained(a.checkpoint, torch_dtype=torch.float32)
-        cfg = model.config
+    hybrid = (a.checkpoint and "layer_types" in json.load(
+        open(os.path.join(a.checkpoint, "config.json")))) or "attention_every" in SHAPES[a.shape]
+    if hybrid:
+        if a.checkpoint:
+            model = HybridForCausalLM.load(a.checkpoint)
+        else:
+            model = HybridForCausalLM(hybrid_config(**SHAPES[a.shape]))
+            model.init_weights(0.02)  # transformers' initializer_range
+        layers, vocab = model.model.layers, model.cfg["vocab_size"]
+        std = 0.02 / (2 * len(layers)) ** 0.5
     else:
-        cfg = make_config(a.shape)
-        model = LlamaForCausalLM(cfg)
-    if a.init == "scaled" and not a.checkpoint:
+        from transformers import LlamaForCausalLM
+        if a.checkpoint:
+            try:  # transformers 5 names it dtype, 4 torch_dtype
+                model = LlamaForCausalLM.from_pretrained(a.checkpoint, dtype=torch.float32)
+            except TypeError:
+                model = LlamaForCausalLM.from_pretrained(a.checkpoint, torch_dtype=torch.float32)
+        else:
+            model = LlamaForCausalLM(make_config(a.shape))
+        cfg = model.config
+        layers, vocab = model.model.layers, cfg.vocab_size
         std = cfg.initializer_range / (2 * cfg.num_hidden_layers) ** 0.5
+    if a.init == "scaled" and not a.checkpoint:
         with torch.no_grad():
-            for layer in model.model.layers:
+            for layer in layers:
                 layer.self_attn.o_proj.weight.normal_(0.0, std)
                 layer.mlp.down_proj.weight.normal_(0.0, std)
     restore_rope = keep_rope_fp32(model)
     model = model.to(torch.bfloat16).to(a.device).eval()
-    if not a.no_rope_fix:
+    if not a.no_rope_fix and not hybrid:  # the hybrid keeps its frequencies out of .to()
         print(f"rotary inv_freq dtypes after restoring: {restore_rope(a.device)}")
     mdir, rdir = os.path.join(a.out, "model"), os.path.join(a.out, "ref")
     os.makedirs(rdir, exist_ok=True)
-    model.save_pretrained(mdir, safe_serialization=True)
+    if hybrid:
+        model.save(mdir)
+    else:
+        model.save_pretrained(mdir, safe_serialization=True)
     theta = json.load(open(os.path.join(mdir, "config.json")))
     print(f"saved {a.checkpoint or a.shape} to {mdir} ({time.time() - t0:.1f}s); "
           f"config keys: {sorted(theta)}")
+    run = model if hybrid else HfRunner(model)
     g = torch.Generator().manual_seed(a.seed + 1)
-    prompts = [torch.randint(0, cfg.vocab_size, (int(n),), generator=g).tolist()
+    prompts = [torch.randint(0, vocab, (int(n),), generator=g).tolist()
                for n in a.lengths.split(",")]
     all_logits, all_tokens = [], []
     with torch.no_grad():
         for p in prompts:
-            out = model(torch.tensor([p], device=a.device), use_cache=True)
-            past, last = out.past_key_values, out.logits[0, -1].float()
+            logits, past = run(torch.tensor([p], device=a.device))
+            last = logits[0, -1]
             toks, rows = [int(last.argmax())], [last.cpu().numpy()]
             for _ in range(a.steps):
-                out = model(torch.tensor([[toks[-1]]], device=a.device), past_key_values=past,
-                            use_cache=True)
-                past, last = out.past_key_values, out.logits[0, -1].float()
+                logits, past = run(torch.tensor([[toks[-1]]], device=a.device), past)
+                last = logits[0, -1]
                 toks.append(int(last.argmax()))
                 rows.append(last.cpu().numpy())
             all_tokens.append(toks)
@@ -141,10 +173,10 @@ def main():
     with torch.no_grad():
         for p, toks in zip(prompts, all_tokens):
             ids = torch.tensor([p + toks[:-1]], device=a.device)
-            out = model(ids).logits[0, len(p) - 1:].float()
+            out = run(ids)[0][0, len(p) - 1:]
             f32_logits.append(out.cpu().numpy())
     np.stack(f32_logits).astype("<f4").tofile(os.path.join(rdir, "logits32.f32"))
-    json.dump({"prompts": prompts, "steps": a.steps, "vocab": cfg.vocab_size,
+    json.dump({"prompts": prompts, "steps": a.steps, "vocab": vocab,
                "tokens": all_tokens}, open(os.path.join(rdir, "meta.json"), "w"))
     print(f"reference for {len(prompts)} prompts x {a.steps} steps in {time.time() - t0:.1f}s")
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One call on the H200 machine: GPU tests, the CPU-reference checks (tiny, SmolLM2), parity
-# against PyTorch (tiny, llama-1b, SmolLM2), the served SmolLM2 check, the llama-8b decode
-# bench and the served llama-1b check. Expects the files tools/gpu/stage.sh puts in .gpu/
-# (binaries built on the CPU machine) and, for the SmolLM2 stages, the GGUF that
+# against PyTorch (tiny, tiny-hybrid, llama-1b, SmolLM2), the served SmolLM2 check, the
+# llama-8b decode bench and the served llama-1b check. Expects the files tools/gpu/stage.sh
+# puts in .gpu/ (binaries built on the CPU machine) and, for the SmolLM2 stages, the GGUF that
 # tools/gpu/stage_model.sh assembled (GGUF, default .gpu-model/ beside .gpu/; its stages
 # skip with a message without it). STAGES picks a subset of
 #   "probe kernels tests tiny smollm2 parity serve-smollm2 bench serve retained ncu".
@@ -78,9 +78,10 @@ if has smollm2 && have_gguf; then
 fi
 if has parity; then
   # PARITY_INITS: hf (transformers' default init) and/or scaled (see parity.py --init);
-  # PARITY_KERNELS: the attention kernels compared against each reference.
+  # PARITY_KERNELS: the attention kernels compared against each reference. The hybrid
+  # shapes (tiny-hybrid, llama-hybrid-1b) take PyTorch from hybrid_model.py.
   tables=()
-  for shape in ${PARITY_SHAPES:-tiny llama-1b smollm2}; do
+  for shape in ${PARITY_SHAPES:-tiny tiny-hybrid llama-1b smollm2}; do
     for init in ${PARITY_INITS:-hf}; do
       stage "parity $shape (init $init)"
       P=/tmp/parity-$shape-$init

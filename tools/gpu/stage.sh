@@ -22,8 +22,9 @@ for line in sys.stdin:
         print(m["executable"])' | tail -1)
   cp "$exe" "$DEST/$name"
 done
-cp tools/gpu/run.sh tools/gpu/parity.py tools/gpu/parity_table.py tools/gpu/serve_check.py \
-  tools/gpu/serve_real.py tools/gpu/serve_paused.py tools/gpu/serve_client.py tools/gpu/ncu_summary.py config/cuda-llama-1b.yaml \
+cp tools/gpu/run.sh tools/gpu/parity.py tools/gpu/hybrid_model.py tools/gpu/parity_table.py \
+  tools/gpu/serve_check.py tools/gpu/serve_real.py tools/gpu/serve_paused.py \
+  tools/gpu/serve_client.py tools/gpu/ncu_summary.py config/cuda-llama-1b.yaml \
   config/cuda-smollm2.yaml config/cuda-smollm2-draft.yaml config/cuda-llama-hybrid-1b.yaml "$DEST/"
 strip "$DEST/genslot-gpu" "$DEST/genslot" "$DEST"/gpu_* 2>/dev/null || true
 # The same folder compressed (about a quarter of its size): what a device call carries, beside

@@ -365,6 +365,13 @@ pub fn write_hf_checkpoint_with(
         }
     };
     cfg["rope_scaling"] = scaling;
+    if shape.recurrent_layers() > 0 {
+        // Not a Llama any more: a name transformers does not know makes it refuse the
+        // checkpoint instead of loading it as attention layers with unused decay weights.
+        cfg["architectures"] = serde_json::json!(["GenslotHybridForCausalLM"]);
+        cfg["model_type"] = "genslot_hybrid".into();
+        cfg["layer_types"] = serde_json::json!(shape.mix.layer_types(shape.layers));
+    }
     std::fs::create_dir_all(dir)?;
     std::fs::write(dir.join("config.json"), serde_json::to_string_pretty(&cfg)?)?;
     let mut tensors: Vec<(String, Vec<usize>, Vec<u16>)> = Vec::new();
@@ -616,6 +623,38 @@ mod tests {
             cpu.forward(&mut cpu.new_cache(), &p),
             seeded.forward(&mut seeded.new_cache(), &p)
         );
+    }
+
+    #[test]
+    fn a_hybrid_checkpoint_reopens_as_the_hybrid_with_its_decay_weights() {
+        let s = ModelShape::named("tiny-hybrid").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        write_hf_checkpoint(dir.path(), &s, 5).unwrap();
+        let f = ModelFiles::open(dir.path()).unwrap();
+        assert_eq!(f.shape.mix, s.mix);
+        assert_eq!(f.shape.recurrent_layers(), 2);
+        let want: Vec<u16> = init_tensor_f32(&s, 5, Tensor::DecayBias(2))
+            .into_iter()
+            .map(f32_to_bf16_bits)
+            .collect();
+        assert_eq!(f.tensor_bf16(Tensor::DecayBias(2)).unwrap(), want);
+        let cpu = f.cpu_model(false).unwrap();
+        let seeded = CpuModel::seeded(&s, 5);
+        let p = [4u32, 800, 15, 15, 2];
+        let (mut c1, mut c2) = (cpu.new_cache(), seeded.new_cache());
+        assert_eq!(cpu.forward(&mut c1, &p), seeded.forward(&mut c2, &p));
+        assert_eq!(c1.states().count(), 2);
+        // Without layer_types the decay tensors are not part of the (attention-only) layout.
+        let cfg = dir.path().join("config.json");
+        let mut v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&cfg).unwrap()).unwrap();
+        v.as_object_mut().unwrap().remove("layer_types");
+        std::fs::write(&cfg, v.to_string()).unwrap();
+        let e = ModelFiles::open(dir.path())
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(e.contains("linear_attn.decay_proj"), "{e}");
     }
 
     #[test]

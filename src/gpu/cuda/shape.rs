@@ -44,6 +44,64 @@ pub enum LayerMix {
     Hybrid { attention_every: usize },
 }
 
+impl LayerMix {
+    /// Whether layer `l` is a gated linear-attention recurrence (else softmax attention).
+    pub fn is_recurrent(self, l: usize) -> bool {
+        match self {
+            LayerMix::Attention => false,
+            LayerMix::Hybrid { attention_every } => !(l + 1).is_multiple_of(attention_every.max(1)),
+        }
+    }
+
+    /// The layer kinds in the `layer_types` form of recent Hugging Face configs:
+    /// "linear_attention" for a recurrent layer, "full_attention" for softmax attention.
+    pub fn layer_types(self, layers: usize) -> Vec<&'static str> {
+        (0..layers)
+            .map(|l| match self.is_recurrent(l) {
+                true => "linear_attention",
+                false => "full_attention",
+            })
+            .collect()
+    }
+
+    /// Reads `layer_types` back; only the patterns `LayerMix` can express are accepted (the
+    /// kernels know no other kind, so anything else must not load as attention silently).
+    pub fn from_layer_types(v: &Value, layers: usize) -> Result<Self, String> {
+        let kinds: Vec<&str> = v
+            .as_array()
+            .and_then(|a| a.iter().map(Value::as_str).collect())
+            .ok_or("layer_types must be a list of strings")?;
+        if kinds.len() != layers {
+            return Err(format!(
+                "layer_types lists {} layers, num_hidden_layers is {layers}",
+                kinds.len()
+            ));
+        }
+        if let Some(k) = kinds
+            .iter()
+            .find(|k| !matches!(**k, "full_attention" | "linear_attention"))
+        {
+            return Err(format!(
+                "layer type {k:?} is not supported (supported: full_attention, linear_attention)"
+            ));
+        }
+        let mix = match kinds.iter().position(|k| *k == "full_attention") {
+            _ if !kinds.contains(&"linear_attention") => LayerMix::Attention,
+            Some(first) => LayerMix::Hybrid {
+                attention_every: first + 1,
+            },
+            None => return Err("layer_types has no full_attention layer".into()),
+        };
+        if mix.layer_types(layers) != kinds {
+            return Err(format!(
+                "layer_types {kinds:?}: only full_attention at every k-th layer (layers k-1, \
+                 2k-1, ..) with linear_attention between is supported"
+            ));
+        }
+        Ok(mix)
+    }
+}
+
 /// Most query heads per kv head the attention kernels take (the MMA's 16 rows).
 pub const MAX_GROUP: usize = 16;
 
@@ -249,7 +307,10 @@ impl ModelShape {
                 .get("tie_word_embeddings")
                 .and_then(Value::as_bool)
                 .unwrap_or(false),
-            mix: LayerMix::Attention,
+            mix: match v.get("layer_types") {
+                None | Some(Value::Null) => LayerMix::Attention,
+                Some(t) => LayerMix::from_layer_types(t, int("num_hidden_layers")?).map_err(err)?,
+            },
         };
         shape.validate()?;
         Ok(shape)
@@ -327,10 +388,7 @@ impl ModelShape {
 
     /// Whether layer `l` is a gated linear-attention recurrence (else softmax attention).
     pub fn is_recurrent(&self, l: usize) -> bool {
-        match self.mix {
-            LayerMix::Attention => false,
-            LayerMix::Hybrid { attention_every } => !(l + 1).is_multiple_of(attention_every.max(1)),
-        }
+        self.mix.is_recurrent(l)
     }
 
     pub fn recurrent_layers(&self) -> usize {
@@ -546,6 +604,54 @@ mod tests {
             e.contains("num_attention_heads") && e.contains("config.json"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn hf_config_layer_types_give_the_hybrid_mix_and_refuse_other_patterns() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("config.json");
+        let cfg = |types: &str| {
+            format!(
+                r#"{{"hidden_size":256,"intermediate_size":512,"num_hidden_layers":4,
+                   "num_attention_heads":8,"num_key_value_heads":2,"head_dim":64,
+                   "vocab_size":1024,"layer_types":{types}}}"#
+            )
+        };
+        let hybrid = LayerMix::Hybrid { attention_every: 2 };
+        let types = serde_json::to_string(&hybrid.layer_types(4)).unwrap();
+        assert_eq!(
+            types,
+            r#"["linear_attention","full_attention","linear_attention","full_attention"]"#
+        );
+        std::fs::write(&p, cfg(&types)).unwrap();
+        let s = ModelShape::from_hf_config(&p).unwrap();
+        assert_eq!(s.mix, hybrid);
+        assert_eq!((s.recurrent_layers(), s.state_layer(2)), (2, Some(1)));
+        let all = r#"["full_attention","full_attention","full_attention","full_attention"]"#;
+        std::fs::write(&p, cfg(all)).unwrap();
+        assert_eq!(
+            ModelShape::from_hf_config(&p).unwrap().mix,
+            LayerMix::Attention
+        );
+        for (types, says) in [
+            (
+                r#"["full_attention","linear_attention","linear_attention","full_attention"]"#,
+                "only full_attention at every k-th layer",
+            ),
+            (
+                r#"["linear_attention","sliding_attention","linear_attention","full_attention"]"#,
+                "\"sliding_attention\" is not supported",
+            ),
+            (r#"["linear_attention","full_attention"]"#, "lists 2 layers"),
+            (
+                r#"["linear_attention","linear_attention","linear_attention","linear_attention"]"#,
+                "no full_attention",
+            ),
+        ] {
+            std::fs::write(&p, cfg(types)).unwrap();
+            let e = ModelShape::from_hf_config(&p).unwrap_err().to_string();
+            assert!(e.contains(says), "{types}: {e}");
+        }
     }
 
     #[test]
