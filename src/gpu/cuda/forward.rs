@@ -431,6 +431,87 @@ pub(crate) fn enqueue(
     Ok(())
 }
 
+/// One weight product of a decode pass of `rows` rows, over every layer's copy of the weight:
+/// what `Gpu::tune_gemm` times before the graphs are captured.
+pub(crate) struct Product {
+    pub key: super::lt::Key,
+    pub weights: Vec<u64>,
+    pub x: u64,
+    pub y: u64,
+    pub accumulate: bool,
+}
+
+/// The products `enqueue` issues for a pass of `rows` rows whose logits are all computed, with
+/// the same shapes, inputs and outputs: QKV, O, gate-up, down per layer, and the LM head.
+pub(crate) fn weight_products(
+    s: &ModelShape,
+    wt: &Weights,
+    sc: &Scratch,
+    rows: usize,
+) -> Vec<Product> {
+    let (hid, hdim) = (s.hidden, s.heads * s.head_dim);
+    let all = |f: fn(&super::weights::LayerPtrs) -> u64| wt.layers.iter().map(f).collect();
+    let key = |out, inp, y_f32| super::lt::Key {
+        out,
+        rows,
+        inp,
+        y_f32,
+    };
+    vec![
+        Product {
+            key: key(s.qkv_dim(), hid, false),
+            weights: all(|l| l.qkv),
+            x: sc.h.ptr,
+            y: sc.qkv.ptr,
+            accumulate: false,
+        },
+        Product {
+            key: key(hid, hdim, true),
+            weights: all(|l| l.o),
+            x: sc.attn.ptr,
+            y: sc.x.ptr,
+            accumulate: true,
+        },
+        Product {
+            key: key(2 * s.ffn, hid, false),
+            weights: all(|l| l.gate_up),
+            x: sc.h.ptr,
+            y: sc.gu.ptr,
+            accumulate: false,
+        },
+        Product {
+            key: key(hid, s.ffn, true),
+            weights: all(|l| l.down),
+            x: sc.act.ptr,
+            y: sc.x.ptr,
+            accumulate: true,
+        },
+        Product {
+            key: key(s.vocab, hid, true),
+            weights: vec![wt.lm_head],
+            x: sc.h.ptr,
+            y: sc.logits.ptr,
+            accumulate: false,
+        },
+    ]
+}
+
+/// Fills the products' inputs with seeded values so that their timing sees real data.
+pub(crate) fn fill_product_inputs(gpu: &Gpu, sc: &Scratch) -> Result<(), BackendError> {
+    for (i, b) in [&sc.h, &sc.attn, &sc.act].into_iter().enumerate() {
+        gpu.init_uniform(
+            Which::Decode,
+            b.ptr,
+            (b.bytes / 2) as u64,
+            5,
+            i as u32,
+            1.0,
+            0.0,
+        )?;
+    }
+    gpu.sync(Which::Decode)
+}
+
 /// The rest of a layer after its token mixer wrote `attn`: o_proj into the residual, then
 /// RMSNorm and the SwiGLU MLP.
 fn mlp(
