@@ -310,42 +310,9 @@ impl CudaBackend {
             draft,
         };
         if b.cfg.cuda_graphs {
-            b.tune_products()?;
             b.capture_graphs()?;
         }
         Ok(b)
-    }
-
-    /// Times each weight product at every row count a captured graph runs, so that the
-    /// graphs capture the fastest matching GEMM (`Gpu::tune_gemm`, `lt.rs`).
-    fn tune_products(&self) -> Result<(), BackendError> {
-        if self.gpu.lt.is_none() {
-            return Ok(());
-        }
-        self.gpu
-            .ctx
-            .bind_to_thread()
-            .map_err(super::device::drv("bind context"))?;
-        super::forward::fill_product_inputs(&self.gpu, &self.dec)?;
-        let per = self.cfg.drafter.map_or(1, |d| d.max_draft_len as usize + 1);
-        let mut rows: Vec<usize> = buckets(self.cfg.max_batch_size)
-            .into_iter()
-            .flat_map(|b| [b, b * per])
-            .filter(|&r| r <= self.dec.rows)
-            .collect();
-        rows.sort_unstable();
-        rows.dedup();
-        for r in rows {
-            for p in super::forward::weight_products(&self.shape, &self.weights, &self.dec, r) {
-                self.gpu.tune_gemm(&p)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// (weight products tuned, of which on a cuBLASLt plan rather than cuBLAS's default).
-    pub fn gemm_plans(&self) -> (usize, usize) {
-        self.gpu.lt.as_ref().map_or((0, 0), |lt| lt.summary())
     }
 
     pub fn shape(&self) -> &ModelShape {

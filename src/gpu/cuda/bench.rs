@@ -74,8 +74,6 @@ pub struct BenchReport {
     pub kv_pages: usize,
     pub tokens_per_block: usize,
     pub copy_bandwidth_gbs: f64,
-    /// Weight products tuned at start-up and how many run on a cuBLASLt plan (`lt.rs`).
-    pub gemm_plans: (usize, usize),
     pub steps: Vec<StepRowResult>,
     pub pause: PauseResult,
 }
@@ -220,7 +218,6 @@ pub fn run(b: &mut CudaBackend, o: &BenchOptions) -> Result<BenchReport, Backend
         kv_pages: b.kv_pages(),
         tokens_per_block: b.capacity_page_size(),
         copy_bandwidth_gbs: bw,
-        gemm_plans: b.gemm_plans(),
         steps,
         pause: PauseResult {
             batch: pb,
@@ -235,15 +232,12 @@ pub fn run(b: &mut CudaBackend, o: &BenchOptions) -> Result<BenchReport, Backend
 /// A readable table of the report.
 pub fn table(r: &BenchReport) -> String {
     let mut s = format!(
-        "{} {}  weights {:.2} GB  copy bandwidth {:.0} GB/s (read+write)  \
-         GEMMs on cuBLASLt plans {}/{}\n\
+        "{} {}  weights {:.2} GB  copy bandwidth {:.0} GB/s (read+write)\n\
          batch  context   graph_ms   eager_ms  roofline_ms  x_roofline  aliased\n",
         r.device,
         r.shape,
         r.weight_bytes as f64 / 1e9,
-        r.copy_bandwidth_gbs,
-        r.gemm_plans.1,
-        r.gemm_plans.0
+        r.copy_bandwidth_gbs
     );
     for x in &r.steps {
         s += &format!(

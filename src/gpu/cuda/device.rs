@@ -151,20 +151,6 @@ const TC_WARPS: usize = 4;
 const TC_STAGES: usize = 3;
 const TC_TILE: usize = 16;
 
-/// ‖a − b‖ / ‖b‖; infinite when `a` holds a non-finite value.
-fn rel_l2(a: &[f32], b: &[f32]) -> f64 {
-    if a.iter().any(|v| !v.is_finite()) {
-        return f64::INFINITY;
-    }
-    let (mut num, mut den) = (0.0f64, 0.0f64);
-    for (x, y) in a.iter().zip(b) {
-        let (x, y) = (*x as f64, *y as f64);
-        num += (x - y) * (x - y);
-        den += y * y;
-    }
-    (num / den.max(f64::MIN_POSITIVE)).sqrt()
-}
-
 pub(crate) fn drv(what: &str) -> impl Fn(DriverError) -> BackendError + '_ {
     move |e| BackendError::Failed(format!("{what}: {e:?}"))
 }
@@ -289,30 +275,11 @@ pub(crate) struct Gpu {
     pub blas_decode: CudaBlas,
     pub blas_prefill: CudaBlas,
     _workspaces: Vec<DevBuf>,
-    /// Tuned cuBLASLt plans for the decode stream's weight products (None under
-    /// `GENSLOT_GEMM=cublas`).
-    pub lt: Option<super::lt::LtGemm>,
     pub sm_count: u32,
     pub name: String,
 }
 
 const BLAS_WORKSPACE: usize = 32 << 20;
-
-/// `GENSLOT_GEMM=tuned|cublas`: decode products on the tuned cuBLASLt plans (default), or all
-/// through cuBLAS's default GEMM (the earlier path, for comparisons).
-fn tuned_gemms() -> Result<bool, BackendError> {
-    parse_gemm_path(std::env::var("GENSLOT_GEMM").ok().as_deref())
-}
-
-fn parse_gemm_path(v: Option<&str>) -> Result<bool, BackendError> {
-    match v {
-        None | Some("tuned") => Ok(true),
-        Some("cublas") => Ok(false),
-        Some(other) => Err(BackendError::Failed(format!(
-            "GENSLOT_GEMM={other}: expected `tuned` or `cublas`"
-        ))),
-    }
-}
 
 impl Gpu {
     /// Creates the context (event tracking off before any allocation), three non-default
@@ -377,7 +344,6 @@ impl Gpu {
             blas_decode,
             blas_prefill,
             _workspaces: Vec::new(),
-            lt: None,
             sm_count,
             name,
         };
@@ -396,14 +362,6 @@ impl Gpu {
                 .result()
                 .map_err(blas_err("cuBLAS math mode"))?;
             gpu._workspaces.push(ws);
-        }
-        if tuned_gemms()? {
-            let ws = gpu.alloc(BLAS_WORKSPACE, Which::Decode)?;
-            // Without cuBLASLt every product stays on cuBLAS's default: slower, not wrong.
-            match super::lt::LtGemm::new(ws) {
-                Ok(lt) => gpu.lt = Some(lt),
-                Err(e) => tracing::warn!("cuBLASLt unavailable, GEMMs untuned: {e}"),
-            }
         }
         Ok(gpu)
     }
@@ -468,38 +426,7 @@ impl Gpu {
     /// y[rows, out] = x[rows, inp] @ W[out, inp]^T (+ y when `accumulate`), bf16 in, f32
     /// compute; y is bf16, or f32 when `y_f32`.
     #[allow(clippy::too_many_arguments)]
-    /// y (+)= x · Wᵀ: the decode stream's tuned cuBLASLt plan for this shape where
-    /// `tune_gemm` found one faster than cuBLAS's default, the default otherwise.
-    #[allow(clippy::too_many_arguments)]
     pub fn gemm(
-        &self,
-        w: Which,
-        out: usize,
-        rows: usize,
-        inp: usize,
-        weight: u64,
-        x: u64,
-        y: u64,
-        accumulate: bool,
-        y_f32: bool,
-    ) -> Result<(), BackendError> {
-        if let (Which::Decode, Some(lt)) = (w, &self.lt) {
-            let key = super::lt::Key {
-                out,
-                rows,
-                inp,
-                y_f32,
-            };
-            if lt.run_tuned(key, self.decode.cu_stream() as _, weight, x, y, accumulate)? {
-                return Ok(());
-            }
-        }
-        self.gemm_default(w, out, rows, inp, weight, x, y, accumulate, y_f32)
-    }
-
-    /// cuBLAS's GEMM with its default algorithm choice.
-    #[allow(clippy::too_many_arguments)]
-    fn gemm_default(
         &self,
         w: Which,
         out: usize,
@@ -545,94 +472,6 @@ impl Gpu {
             )
         }
         .map_err(blas_err("cuBLAS GEMM"))
-    }
-
-    /// Times cuBLAS's default GEMM and cuBLASLt's candidate algorithms for `p` on the decode
-    /// stream (a pass over every layer's weight, so that nothing stays in L2; median of three
-    /// passes after a warm one) and records the fastest whose output matches the default's
-    /// (relative L2 1e-4 with a float32 output, 1e-2 with bf16). A no-op under
-    /// `GENSLOT_GEMM=cublas` and for a shape already tuned.
-    pub(crate) fn tune_gemm(&self, p: &super::forward::Product) -> Result<(), BackendError> {
-        use super::lt::Choice;
-        let Some(lt) = &self.lt else { return Ok(()) };
-        let k = p.key;
-        if lt.is_tuned(k) || p.weights.is_empty() {
-            return Ok(());
-        }
-        let stream = self.decode.cu_stream() as cudarc::cublaslt::sys::cudaStream_t;
-        let w = Which::Decode;
-        let n = k.rows * k.out;
-        let read = || -> Result<Vec<f32>, BackendError> {
-            if k.y_f32 {
-                let mut h = vec![0f32; n];
-                self.dtoh(w, &mut h, p.y)?;
-                Ok(h)
-            } else {
-                let mut h = vec![0u16; n];
-                self.dtoh(w, &mut h, p.y)?;
-                Ok(h.iter()
-                    .map(|&b| f32::from_bits((b as u32) << 16))
-                    .collect())
-            }
-        };
-        let ev = || {
-            self.ctx
-                .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
-                .map_err(drv("event"))
-        };
-        let (e0, e1) = (ev()?, ev()?);
-        let launches = p.weights.len().max(8);
-        let time = |f: &dyn Fn(u64) -> Result<(), BackendError>| -> Result<f64, BackendError> {
-            let mut t = Vec::new();
-            for pass in 0..4 {
-                e0.record(&self.decode).map_err(drv("event record"))?;
-                for i in 0..launches {
-                    f(p.weights[i % p.weights.len()])?;
-                }
-                e1.record(&self.decode).map_err(drv("event record"))?;
-                self.sync(w)?;
-                if pass > 0 {
-                    t.push(e0.elapsed_ms(&e1).map_err(drv("event time"))? as f64);
-                }
-            }
-            t.sort_by(|a, b| a.total_cmp(b));
-            Ok(t[t.len() / 2] / launches as f64)
-        };
-        let default = |wt: u64, acc: bool| {
-            self.gemm_default(w, k.out, k.rows, k.inp, wt, p.x, p.y, acc, k.y_f32)
-        };
-        default(p.weights[0], false)?;
-        let reference = read()?;
-        let t_default = time(&|wt| default(wt, p.accumulate))?;
-        let tol = if k.y_f32 { 1e-4 } else { 1e-2 };
-        let mut best: Option<(f64, super::lt::Plan)> = None;
-        // A heuristic that offers nothing leaves the default in place.
-        for plan in lt.candidates(k).unwrap_or_default() {
-            if lt
-                .run(&plan, stream, p.weights[0], p.x, p.y, false)
-                .is_err()
-            {
-                continue;
-            }
-            self.sync(w)?;
-            if rel_l2(&read()?, &reference) > tol {
-                continue;
-            }
-            // A candidate that fails to launch is skipped, not fatal.
-            let Ok(t) = time(&|wt| lt.run(&plan, stream, wt, p.x, p.y, p.accumulate)) else {
-                continue;
-            };
-            if best.as_ref().is_none_or(|(bt, _)| t < *bt) {
-                best = Some((t, plan));
-            }
-        }
-        // Within 2 % of the default is noise: keep the default.
-        let choice = match best {
-            Some((t, plan)) if t < 0.98 * t_default => Choice::Lt(plan),
-            _ => Choice::Default,
-        };
-        lt.insert(k, choice);
-        Ok(())
     }
 
     pub fn htod<T>(&self, w: Which, dst: u64, src: &[T]) -> Result<(), BackendError> {
@@ -690,21 +529,6 @@ pub(crate) enum Which {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_gemm_path_defaults_to_tuned_plans_and_rejects_typos() {
-        assert!(parse_gemm_path(None).unwrap());
-        assert!(parse_gemm_path(Some("tuned")).unwrap());
-        assert!(!parse_gemm_path(Some("cublas")).unwrap());
-        assert!(parse_gemm_path(Some("cuBLAS")).is_err());
-    }
-
-    #[test]
-    fn relative_error_is_infinite_on_a_non_finite_output() {
-        assert_eq!(rel_l2(&[1.0, 2.0], &[1.0, 2.0]), 0.0);
-        assert!((rel_l2(&[1.0, 0.0], &[0.0, 1.0]) - 2f64.sqrt()).abs() < 1e-12);
-        assert!(rel_l2(&[f32::NAN, 0.0], &[1.0, 1.0]).is_infinite());
-    }
 
     #[test]
     fn every_loaded_kernel_is_defined_in_the_source() {

@@ -23,7 +23,6 @@ pub mod draft_sets;
 pub mod drive;
 mod forward;
 pub mod init;
-mod lt;
 pub mod model_files;
 pub mod parity;
 mod probe;
