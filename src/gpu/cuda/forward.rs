@@ -4,7 +4,7 @@
 //! a decode pass can be captured into a CUDA graph. The residual stream `x` is float32 (the o
 //! and down GEMMs accumulate into it with a float32 C); everything a GEMM reads is bf16.
 
-use super::device::{AttnKernel, DevBuf, Gpu, Which, A};
+use super::device::{DevBuf, Gpu, Which, A};
 use super::shape::ModelShape;
 use super::weights::Weights;
 use crate::gpu::BackendError;
@@ -155,9 +155,6 @@ pub(crate) struct Scratch {
     pub logits: DevBuf,
     part_o: DevBuf,
     part_ml: DevBuf,
-    /// Per (row, kv head): how many of its attention splits have finished in the current
-    /// launch (the last one merges them and puts the count back to zero).
-    arrivals: DevBuf,
     /// One `SampleRow` per logit row.
     pub samp: DevBuf,
     pub out_tok: DevBuf,
@@ -197,7 +194,6 @@ impl Scratch {
             logits: a(logit_rows * s.vocab * 4)?,
             part_o: a(part_rows_splits * hd * 4)?,
             part_ml: a(part_rows_splits * s.heads * 2 * 4)?,
-            arrivals: a(rows * s.kv_heads * 4)?,
             samp: a(logit_rows.max(1) * std::mem::size_of::<crate::sampling::SampleRow>())?,
             out_tok: a(logit_rows.max(1) * 4)?,
             seg_slot: a(rows * 4)?,
@@ -353,52 +349,43 @@ pub(crate) fn enqueue(
                 A::P(wt.inv_freq),
             ],
         )?;
-        let mut args = vec![
-            A::P(sc.qkv.ptr),
-            A::I(s.qkv_dim() as i32),
-            A::P(kv.k(kl)),
-            A::P(kv.v(kl)),
-            A::P(sc.lens.ptr),
-            A::P(sc.table.ptr),
-            A::I(p.table_stride as i32),
-            A::I(s.kv_heads as i32),
-            A::I(kv.page_size as i32),
-            A::I(p.splits as i32),
-            A::F(scale),
-            A::P(sc.part_o.ptr),
-            A::P(sc.part_ml.ptr),
-        ];
-        // The tensor-core kernel merges its splits itself (the last block of each row and kv
-        // head, attention_tc.cu); the CUDA-core one leaves that to `attn_combine`.
-        let fused = k.attn_kind == AttnKernel::TensorCore;
-        if fused {
-            args.extend([A::P(sc.arrivals.ptr), A::P(sc.attn.ptr)]);
-        }
         gpu.launch_smem(
             w,
             attn_fn,
             (s.kv_heads as u32, r, p.splits as u32),
             k.attn_kind.threads(),
             k.attn_kind.smem_bytes(s.head_dim),
-            &args,
+            &[
+                A::P(sc.qkv.ptr),
+                A::I(s.qkv_dim() as i32),
+                A::P(kv.k(kl)),
+                A::P(kv.v(kl)),
+                A::P(sc.lens.ptr),
+                A::P(sc.table.ptr),
+                A::I(p.table_stride as i32),
+                A::I(s.kv_heads as i32),
+                A::I(kv.page_size as i32),
+                A::I(p.splits as i32),
+                A::F(scale),
+                A::P(sc.part_o.ptr),
+                A::P(sc.part_ml.ptr),
+            ],
         )?;
-        if !fused {
-            gpu.launch(
-                w,
-                &k.combine,
-                (s.heads as u32, r, 1),
-                s.head_dim as u32,
-                &[
-                    A::P(sc.part_o.ptr),
-                    A::P(sc.part_ml.ptr),
-                    A::P(sc.lens.ptr),
-                    A::P(sc.attn.ptr),
-                    A::I(s.heads as i32),
-                    A::I(s.head_dim as i32),
-                    A::I(p.splits as i32),
-                ],
-            )?;
-        }
+        gpu.launch(
+            w,
+            &k.combine,
+            (s.heads as u32, r, 1),
+            s.head_dim as u32,
+            &[
+                A::P(sc.part_o.ptr),
+                A::P(sc.part_ml.ptr),
+                A::P(sc.lens.ptr),
+                A::P(sc.attn.ptr),
+                A::I(s.heads as i32),
+                A::I(s.head_dim as i32),
+                A::I(p.splits as i32),
+            ],
+        )?;
         mlp(gpu, w, s, lw, sc, p)?;
     }
     if p.logits_rows > 0 {

@@ -82,7 +82,7 @@ struct TcSmem {
 // G query heads (1..16) per kv head. Lane l holds head qh = l / 4 in the MMA's top rows and,
 // when G > 8, head qh + 8 in its bottom rows (R = 2 row halves); rows >= G are zero.
 template <int D, int G>
-__device__ __forceinline__ void attn_tc_split(const bf16_t* __restrict__ q, int q_stride,
+__device__ __forceinline__ void attn_tc(const bf16_t* __restrict__ q, int q_stride,
                                         const bf16_t* __restrict__ kc,
                                         const bf16_t* __restrict__ vc,
                                         const int* __restrict__ lens,
@@ -294,89 +294,12 @@ __device__ __forceinline__ void attn_tc_split(const bf16_t* __restrict__ q, int 
     }
 }
 
-// The block that finishes last among a (row, kv head)'s S splits merges them, so no separate
-// `attn_combine` launch runs: every block makes its partials visible (a fence by each writer,
-// then the block's barrier) and counts itself in; the block that sees S - 1 before it resets
-// the counter for the next launch and merges the live splits in split order, as
-// `attn_combine` does (the same arithmetic, so the same bits). Padding rows (lens <= 0)
-// get zeros.
-template <int D, int G>
-__device__ __forceinline__ void attn_tc(const bf16_t* __restrict__ q, int q_stride,
-                                        const bf16_t* __restrict__ kc,
-                                        const bf16_t* __restrict__ vc,
-                                        const int* __restrict__ lens,
-                                        const int* __restrict__ page_table, int table_stride,
-                                        int KV, int P, int S, float scale,
-                                        float* __restrict__ part_o, float* __restrict__ part_ml,
-                                        int* __restrict__ arrivals, bf16_t* __restrict__ out) {
-    attn_tc_split<D, G>(q, q_stride, kc, vc, lens, page_table, table_stride, KV, P, S, scale,
-                        part_o, part_ml);
-    __shared__ int last;
-    __threadfence();
-    __syncthreads();
-    const int kvh = blockIdx.x, r = blockIdx.y;
-    if (threadIdx.x == 0) {
-        int* a = arrivals + (u64)r * KV + kvh;
-        last = atomicAdd(a, 1) == S - 1;
-        if (last) *a = 0;
-    }
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    const int H = KV * G;
-    const int len = lens[r];
-    bf16_t* o = out + ((u64)r * H + (u64)kvh * G) * D;
-    if (len <= 0) {
-        for (int i = threadIdx.x; i < G * D; i += blockDim.x) o[i] = 0;
-        return;
-    }
-    int start, end, live = 0;
-    for (int s = 0; s < S; ++s) {
-        split_range(len, S, s, start, end);
-        if (start >= len) break;
-        live = s + 1;
-    }
-    // (max, sum) of each (head, live split) into the ring's shared memory, read past L1: the
-    // other blocks wrote them.
-    extern __shared__ __align__(16) unsigned char tc_smem[];
-    static_assert(2 * G * COMBINE_MAX_SPLITS * 4 <= TcSmem<D>::BYTES, "merge fits in the ring");
-    float* m_s = (float*)tc_smem;
-    float* l_s = m_s + G * COMBINE_MAX_SPLITS;
-    live = min(live, COMBINE_MAX_SPLITS);
-    const u64 b0 = ((u64)r * H + (u64)kvh * G) * S;
-    for (int i = threadIdx.x; i < G * live; i += blockDim.x) {
-        const int g = i / live, s = i % live;
-        m_s[g * COMBINE_MAX_SPLITS + s] = __ldcg(part_ml + (b0 + (u64)g * S + s) * 2);
-        l_s[g * COMBINE_MAX_SPLITS + s] = __ldcg(part_ml + (b0 + (u64)g * S + s) * 2 + 1);
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < G * D; i += blockDim.x) {
-        const int g = i / D, d = i % D;
-        const float* ms = m_s + g * COMBINE_MAX_SPLITS;
-        const float* ls = l_s + g * COMBINE_MAX_SPLITS;
-        float mx = NEG_INF;
-        for (int s = 0; s < live; ++s) {
-            if (ls[s] > 0.0f) mx = fmaxf(mx, ms[s]);
-        }
-        float num = 0.0f, den = 0.0f;
-#pragma unroll 4
-        for (int s = 0; s < live; ++s) {
-            const float l = ls[s];
-            const float w = l > 0.0f ? l * __expf(ms[s] - mx) : 0.0f;
-            num += w * __ldcg(part_o + (b0 + (u64)g * S + s) * D + d);
-            den += w;
-        }
-        o[i] = f2bf(den > 0.0f ? num / den : 0.0f);
-    }
-}
-
 #define ATTN_TC_INSTANCE(D, G)                                                                 \
     extern "C" __global__ void __launch_bounds__(TC_WARPS * 32)                               \
         paged_attn_tc_d##D##_g##G(const bf16_t* q, int q_stride, const bf16_t* kc,            \
                                   const bf16_t* vc, const int* lens, const int* page_table,   \
                                   int table_stride, int KV, int P, int S, float scale,        \
-                                  float* part_o, float* part_ml, int* arrivals,               \
-                                  bf16_t* out) {                                              \
+                                  float* part_o, float* part_ml) {                            \
         attn_tc<D, G>(q, q_stride, kc, vc, lens, page_table, table_stride, KV, P, S, scale,   \
-                      part_o, part_ml, arrivals, out);                                        \
+                      part_o, part_ml);                                                       \
     }
