@@ -231,6 +231,16 @@ mod tests {
 
     const LINE: &str = r#"{"id":7,"run_start_unix":100.5,"arrival_s":12.5,"context_tokens":2224,"max_tokens":169,"output_tokens":169,"first_token_s":12.75,"finish_s":16.95,"pauses":1,"outcome":"completed"}"#;
 
+    #[test]
+    fn a_unix_start_time_reads_back_to_the_bit_it_was_written_with() {
+        // serde_json's default float parser is off by an ulp on values like this one (seen
+        // in a CI run: ...2849615 read back as ...2849617); the recording needs them exact.
+        let t: f64 = "1796184536.2849615".parse().unwrap();
+        let line = LINE.replace("100.5", &serde_json::to_string(&t).unwrap());
+        let back = parse_recording_str(&line, Path::new("x.jsonl")).unwrap();
+        assert_eq!(back.run_start_unix.to_bits(), t.to_bits());
+    }
+
     fn parse(text: &str) -> Result<Recording, WorkloadError> {
         parse_recording_str(text, Path::new("rec.jsonl"))
     }
