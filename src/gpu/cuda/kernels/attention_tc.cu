@@ -55,6 +55,17 @@ __device__ __forceinline__ void mma_top(float& d0, float& d1, unsigned a0, unsig
           "f"(0.0f));
 }
 
+// D += A(16x16) * B(16x8), all 16 rows.
+__device__ __forceinline__ void mma_full(float& d0, float& d1, float& d2, float& d3, unsigned a0,
+                                         unsigned a1, unsigned a2, unsigned a3, unsigned b0,
+                                         unsigned b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
 // d[2R] += A * B, where a[R][2] holds the A fragments of R row halves (rows qh and qh + 8) for
 // columns qc and qc + 8: one half uses the MMA's top rows only.
 template <int R>

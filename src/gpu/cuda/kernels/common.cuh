@@ -43,15 +43,3 @@ __device__ float block_sum(float v) {
     __syncthreads();
     return red[0];
 }
-
-// Tensor cores: D += A(16x16, row) * B(16x8, col), bf16 in, float32 accumulate
-// (mma.sync m16n8k16; a0..a3 and b0, b1 in the PTX fragment order).
-__device__ __forceinline__ void mma_full(float& d0, float& d1, float& d2, float& d3, unsigned a0,
-                                         unsigned a1, unsigned a2, unsigned a3, unsigned b0,
-                                         unsigned b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
