@@ -8,13 +8,25 @@
 #define ATTN_THREADS 128
 #define ATTN_MIN_CHUNK 256
 
-// The context range [start, end) of split s of a row of `len` tokens: whole ATTN_TILE
-// tiles, at least ATTN_MIN_CHUNK tokens per split. Both attention kernels split this way.
-__device__ __forceinline__ void split_range(int len, int S, int s, int& start, int& end) {
+// Tokens per split of a row of `len` tokens over S splits: whole ATTN_TILE tiles, at least
+// ATTN_MIN_CHUNK. Both attention kernels split this way.
+__device__ __forceinline__ int split_chunk(int len, int S) {
     const int per = max((len + S - 1) / S, ATTN_MIN_CHUNK);
-    const int chunk = (per + ATTN_TILE - 1) / ATTN_TILE * ATTN_TILE;
+    return (per + ATTN_TILE - 1) / ATTN_TILE * ATTN_TILE;
+}
+
+// The context range [start, end) of split s.
+__device__ __forceinline__ void split_range(int len, int S, int s, int& start, int& end) {
+    const int chunk = split_chunk(len, S);
     start = s * chunk;
     end = min(len, start + chunk);
+}
+
+// How many of the S splits get tokens (the rest are empty).
+__device__ __forceinline__ int live_splits(int len, int S) {
+    if (len <= 0) return 0;
+    const int chunk = split_chunk(len, S);
+    return min(S, (len + chunk - 1) / chunk);
 }
 
 // An empty split's partials for the G heads at `ob` (the first head's (row, head, split)):
@@ -232,13 +244,7 @@ extern "C" __global__ void attn_combine(const float* part_o, const float* part_m
     u64 o = (u64)r * H * D + (u64)h * D + d;
     const int len = lens[r];
     if (len <= 0) { out[o] = 0; return; }
-    int start, end, live = 0;
-    for (int s = 0; s < S; ++s) {  // arithmetic only: split s is live iff it starts before len
-        split_range(len, S, s, start, end);
-        if (start >= len) break;
-        live = s + 1;
-    }
-    live = min(live, COMBINE_MAX_SPLITS);
+    const int live = min(live_splits(len, S), COMBINE_MAX_SPLITS);
     u64 b = ((u64)r * H + h) * S;
     for (int s = threadIdx.x; s < live; s += blockDim.x) {
         m_s[s] = part_ml[(b + s) * 2];
