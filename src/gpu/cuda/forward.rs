@@ -479,9 +479,8 @@ fn mlp(
         false,
         false,
     )?;
-    // Eight elements a thread where ffn allows (silu_mul in layers.cu).
-    let per_thread = if s.ffn.is_multiple_of(8) { 8 } else { 1 };
-    let gx = s.ffn.div_ceil(per_thread * 256).min(64) as u32;
+    // Eight elements a thread (silu_mul in layers.cu; ffn is a multiple of 8).
+    let gx = s.ffn.div_ceil(8 * 256).min(64) as u32;
     gpu.launch(
         w,
         &k.silu_mul,

@@ -109,28 +109,21 @@ __device__ __forceinline__ bf16_t swiglu(bf16_t g, bf16_t u) {
     return f2bf(sg * bf2f(u));
 }
 
-// Grid (blocks, rows). Eight elements a thread through 16-byte loads and stores where ffn
-// allows (it is a multiple of 8 for every shape we load), one otherwise.
+// Grid (blocks, rows). Eight elements a thread through 16-byte loads and stores: ffn is a
+// multiple of 8 (`ModelShape::validate` refuses other shapes).
 extern "C" __global__ void silu_mul(const bf16_t* gu, bf16_t* out, int ffn) {
     int r = blockIdx.y;
     const bf16_t* g = gu + (u64)r * 2 * ffn;
     bf16_t* y = out + (u64)r * ffn;
-    const int step = gridDim.x * blockDim.x;
-    if ((ffn & 7) == 0) {
-        for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < ffn / 8; i += step) {
-            uint4 gv = ((const uint4*)g)[i], uv = ((const uint4*)(g + ffn))[i];
-            unsigned gw[4] = {gv.x, gv.y, gv.z, gv.w}, uw[4] = {uv.x, uv.y, uv.z, uv.w}, yw[4];
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < ffn / 8; i += gridDim.x * blockDim.x) {
+        uint4 gv = ((const uint4*)g)[i], uv = ((const uint4*)(g + ffn))[i];
+        unsigned gw[4] = {gv.x, gv.y, gv.z, gv.w}, uw[4] = {uv.x, uv.y, uv.z, uv.w}, yw[4];
 #pragma unroll
-            for (int k = 0; k < 4; k++) {
-                yw[k] = (unsigned)swiglu((bf16_t)(gw[k] & 0xffffu), (bf16_t)(uw[k] & 0xffffu)) |
-                        ((unsigned)swiglu((bf16_t)(gw[k] >> 16), (bf16_t)(uw[k] >> 16)) << 16);
-            }
-            ((uint4*)y)[i] = make_uint4(yw[0], yw[1], yw[2], yw[3]);
+        for (int k = 0; k < 4; k++) {
+            yw[k] = (unsigned)swiglu((bf16_t)(gw[k] & 0xffffu), (bf16_t)(uw[k] & 0xffffu)) |
+                    ((unsigned)swiglu((bf16_t)(gw[k] >> 16), (bf16_t)(uw[k] >> 16)) << 16);
         }
-        return;
-    }
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < ffn; i += step) {
-        y[i] = swiglu(g[i], g[ffn + i]);
+        ((uint4*)y)[i] = make_uint4(yw[0], yw[1], yw[2], yw[3]);
     }
 }
 
