@@ -63,26 +63,21 @@ def steps(rows):
 
 def roles(step):
     """The weight product each GEMM kernel serves, from the next own kernel after it."""
-    nxt = {"rope_kv_write": "qkv", "recurrent_scan": "qkv", "rmsnorm": "o", "silu_mul": "gate_up",
+    nxt = {"rope_kv_write": "qkv", "recurrent_scan": "qkv", "silu_mul": "gate_up",
            "sample_rows": "lm_head"}
     named = []
     for i, r in enumerate(step):
         if not is_gemm(r["name"]):
             named.append(short(r["name"]))
             continue
-        role = "gemm"
-        for later in step[i + 1:]:
-            if is_gemm(later["name"]):
-                continue
-            s = short(later["name"])
-            # After down comes the next layer's rmsnorm or the final one; after o the
-            # ffn's rmsnorm: tell them apart by the own kernel before this GEMM.
+        after = next((short(p["name"]) for p in step[i + 1:] if not is_gemm(p["name"])), "")
+        if after == "rmsnorm":
+            # After o comes the ffn's rmsnorm, after down the next layer's (or the final one):
+            # the own kernel before this GEMM tells them apart.
             before = next((short(p["name"]) for p in reversed(step[:i]) if not is_gemm(p["name"])), "")
-            if s == "rmsnorm":
-                role = "down" if before == "silu_mul" else "o"
-            else:
-                role = next((v for k, v in nxt.items() if s.startswith(k)), "gemm")
-            break
+            role = "down" if before == "silu_mul" else "o"
+        else:
+            role = next((v for k, v in nxt.items() if after.startswith(k)), "gemm")
         named.append(f"{role} [{short(r['name'])}]")
     return named
 
