@@ -227,6 +227,37 @@ fn graph_replay_and_eager_launch_compute_the_same_step() {
 }
 
 #[test]
+fn programmatic_launch_computes_the_same_tokens_as_plain_launch() {
+    if !gpu() {
+        return;
+    }
+    // With PDL a kernel's blocks start while its predecessor drains; a kernel that read before
+    // its PDL_BEGIN would see a stale residual or q|k|v, and its tokens would drift.
+    let run = |pdl: bool| {
+        let mut b = tiny_with(true, |c| c.programmatic_launch = Some(pdl));
+        let both: &[bool] = &[true, true];
+        let a_only: &[bool] = &[true, false];
+        let toks = decode_pattern(&mut b, &[both, a_only, both, both, both, both]);
+        let p = prompt(50, 3);
+        let pages: Vec<u32> = (20..24).collect();
+        let (t0, _) = b.prefill(7, &p, &pages).unwrap();
+        let rows: Vec<StepRow> = (0..3).map(|_| row(7, p.len(), t0, &pages)).collect();
+        let (_, graph_logits) = b.decode(&rows, Launch::Graph, true).unwrap();
+        let (_, eager_logits) = b.decode(&rows, Launch::Eager, true).unwrap();
+        (toks, graph_logits, eager_logits)
+    };
+    let (plain_toks, plain_graph, plain_eager) = run(false);
+    let (pdl_toks, pdl_graph, pdl_eager) = run(true);
+    assert_eq!(pdl_toks, plain_toks);
+    for (a, b) in pdl_graph.iter().zip(&plain_graph) {
+        assert!(rel_errors(a, b).0 < 1e-4, "graph logits differ");
+    }
+    for (a, b) in pdl_eager.iter().zip(&plain_eager) {
+        assert!(rel_errors(a, b).0 < 1e-4, "eager logits differ");
+    }
+}
+
+#[test]
 fn kernels_compile_with_nvrtc_for_sm_90_for_every_head_dim_and_group() {
     if !LibraryProbe::run().nvrtc {
         eprintln!("skipping: no CUDA (libnvrtc)");

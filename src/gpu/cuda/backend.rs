@@ -58,6 +58,9 @@ pub struct CudaConfig {
     pub context: ContextMode,
     /// Speculative decoding by prompt lookup; `None` = one token per step.
     pub drafter: Option<DraftConfig>,
+    /// Programmatic dependent launch of the row-wise and attention kernels; `None` reads
+    /// `GENSLOT_PDL` (off unless it is 1).
+    pub programmatic_launch: Option<bool>,
 }
 
 impl CudaConfig {
@@ -76,6 +79,7 @@ impl CudaConfig {
             eos_token: None,
             context: ContextMode::Prefill,
             drafter: None,
+            programmatic_launch: None,
         }
     }
 }
@@ -230,7 +234,11 @@ impl CudaBackend {
                 )));
             }
         }
-        let gpu = Gpu::new(cfg.device, (shape.head_dim, shape.group()))?;
+        let gpu = Gpu::new(
+            cfg.device,
+            (shape.head_dim, shape.group()),
+            cfg.programmatic_launch,
+        )?;
         let weights = Weights::alloc(&gpu, &shape)?;
         match (&cfg.model, &files) {
             (_, Some(f)) => weights.fill_from(&gpu, f)?,
@@ -320,6 +328,15 @@ impl CudaBackend {
     }
     pub fn device_name(&self) -> &str {
         &self.gpu.name
+    }
+    /// The launch choices the environment made: attention kernel and programmatic launch.
+    pub fn launch_mode(&self) -> String {
+        let attn = match self.gpu.k.attn_kind {
+            super::device::AttnKernel::TensorCore => "tc",
+            super::device::AttnKernel::Simt => "simt",
+        };
+        let pdl = if self.gpu.k.pdl { "on" } else { "off" };
+        format!("attention {attn}, PDL {pdl}")
     }
     pub fn weight_bytes(&self) -> usize {
         self.weights.bytes

@@ -70,6 +70,8 @@ pub struct PauseResult {
 pub struct BenchReport {
     pub device: String,
     pub shape: String,
+    /// `CudaBackend::launch_mode`: attention kernel and programmatic launch.
+    pub launch: String,
     pub weight_bytes: usize,
     pub kv_pages: usize,
     pub tokens_per_block: usize,
@@ -214,6 +216,7 @@ pub fn run(b: &mut CudaBackend, o: &BenchOptions) -> Result<BenchReport, Backend
     Ok(BenchReport {
         device: b.device_name().to_string(),
         shape: s.name.clone(),
+        launch: b.launch_mode(),
         weight_bytes: b.weight_bytes(),
         kv_pages: b.kv_pages(),
         tokens_per_block: b.capacity_page_size(),
@@ -232,10 +235,11 @@ pub fn run(b: &mut CudaBackend, o: &BenchOptions) -> Result<BenchReport, Backend
 /// A readable table of the report.
 pub fn table(r: &BenchReport) -> String {
     let mut s = format!(
-        "{} {}  weights {:.2} GB  copy bandwidth {:.0} GB/s (read+write)\n\
+        "{} {} ({})  weights {:.2} GB  copy bandwidth {:.0} GB/s (read+write)\n\
          batch  context   graph_ms   eager_ms  roofline_ms  x_roofline  aliased\n",
         r.device,
         r.shape,
+        r.launch,
         r.weight_bytes as f64 / 1e9,
         r.copy_bandwidth_gbs
     );

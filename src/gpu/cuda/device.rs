@@ -221,7 +221,54 @@ fn compiled(attn: AttnShape) -> Result<cudarc::nvrtc::Ptx, BackendError> {
     Ok(ptx)
 }
 
-/// Launches `f` on `stream` with `smem` bytes of dynamic shared memory.
+/// The kernels that begin with `PDL_BEGIN()` (common.cuh), besides every attention kernel
+/// (`paged_attn*`): only these may be launched programmatically (`Gpu::launch_dep`).
+pub const PDL_KERNELS: &[&str] = &[
+    "rmsnorm",
+    "rope_kv_write",
+    "silu_mul",
+    "attn_combine",
+    "sample_rows",
+];
+
+fn pdl_ready(name: &str) -> bool {
+    PDL_KERNELS.contains(&name) || name.starts_with("paged_attn")
+}
+
+/// A kernel that waits for its predecessor on the stream itself (`PDL_BEGIN`), so it may be
+/// launched while that predecessor drains.
+pub(crate) struct DepKernel(CudaFunction);
+
+impl DepKernel {
+    fn new(f: CudaFunction, name: &str) -> Result<Self, BackendError> {
+        if pdl_ready(name) {
+            Ok(DepKernel(f))
+        } else {
+            Err(BackendError::Failed(format!(
+                "kernel {name} does not begin with PDL_BEGIN"
+            )))
+        }
+    }
+}
+
+/// Programmatic dependent launch: `GENSLOT_PDL=1` launches the `DepKernel`s with the
+/// programmatic-serialization attribute; `0` or unset launches them plainly.
+pub fn pdl_from_env() -> Result<bool, BackendError> {
+    parse_pdl(std::env::var("GENSLOT_PDL").ok().as_deref())
+}
+
+fn parse_pdl(v: Option<&str>) -> Result<bool, BackendError> {
+    match v {
+        None | Some("0") => Ok(false),
+        Some("1") => Ok(true),
+        Some(other) => Err(BackendError::Failed(format!(
+            "GENSLOT_PDL={other}: expected 0 or 1"
+        ))),
+    }
+}
+
+/// Launches `f` on `stream` with `smem` bytes of dynamic shared memory; `programmatic` adds
+/// the programmatic-serialization attribute (the kernel must begin with `PDL_BEGIN`).
 pub(crate) fn launch_on(
     stream: &CudaStream,
     f: &CudaFunction,
@@ -230,7 +277,22 @@ pub(crate) fn launch_on(
     smem: u32,
     args: &[A],
 ) -> Result<(), BackendError> {
-    let vals: Vec<u64> = args.iter().map(|a| a.bits()).collect();
+    launch_with(stream, f, grid, block, smem, args, false)
+}
+
+fn launch_with(
+    stream: &CudaStream,
+    f: &CudaFunction,
+    grid: (u32, u32, u32),
+    block: u32,
+    smem: u32,
+    args: &[A],
+    programmatic: bool,
+) -> Result<(), BackendError> {
+    let mut vals: Vec<u64> = args.iter().map(|a| a.bits()).collect();
+    if programmatic {
+        return launch_programmatic(stream, f, grid, block, smem, &mut vals);
+    }
     let mut b = stream.launch_builder(f);
     for v in &vals {
         b.arg(v);
@@ -246,18 +308,69 @@ pub(crate) fn launch_on(
     Ok(())
 }
 
+/// `cuLaunchKernelEx` with `CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION`; under
+/// stream capture it becomes a programmatic edge of the graph.
+fn launch_programmatic(
+    stream: &CudaStream,
+    f: &CudaFunction,
+    grid: (u32, u32, u32),
+    block: u32,
+    smem: u32,
+    vals: &mut [u64],
+) -> Result<(), BackendError> {
+    stream
+        .context()
+        .bind_to_thread()
+        .map_err(drv("binding the context"))?;
+    // SAFETY: an all-zero attribute is a valid `CUlaunchAttribute` (a plain C struct and
+    // union); its id and value are set next.
+    let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+    attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmaticStreamSerializationAllowed = 1;
+    let config = sys::CUlaunchConfig {
+        gridDimX: grid.0,
+        gridDimY: grid.1,
+        gridDimZ: grid.2,
+        blockDimX: block,
+        blockDimY: 1,
+        blockDimZ: 1,
+        sharedMemBytes: smem,
+        hStream: stream.cu_stream(),
+        attrs: &mut attr,
+        numAttrs: 1,
+    };
+    let mut params: Vec<*mut std::ffi::c_void> = vals
+        .iter_mut()
+        .map(|v| v as *mut u64 as *mut std::ffi::c_void)
+        .collect();
+    // SAFETY: as in `launch_with`: the argument slots match the kernel's signature; `attr`,
+    // `vals` and `params` outlive the call, which copies them.
+    unsafe {
+        sys::cuLaunchKernelEx(
+            &config,
+            f.cu_function(),
+            params.as_mut_ptr(),
+            std::ptr::null_mut(),
+        )
+    }
+    .result()
+    .map_err(drv("kernel launch (programmatic)"))
+}
+
 pub(crate) struct Kernels {
     pub init: CudaFunction,
     pub embed: CudaFunction,
-    pub rmsnorm: CudaFunction,
-    pub rope_kv: CudaFunction,
-    pub silu_mul: CudaFunction,
-    pub sample: CudaFunction,
+    pub rmsnorm: DepKernel,
+    pub rope_kv: DepKernel,
+    pub silu_mul: DepKernel,
+    pub sample: DepKernel,
     pub fill_pages: CudaFunction,
-    pub combine: CudaFunction,
+    pub combine: DepKernel,
     /// The model's attention kernel of `attn_kind` (its head_dim and group size).
-    pub attn: CudaFunction,
+    pub attn: DepKernel,
     pub attn_kind: AttnKernel,
+    /// Whether `launch_dep` launches programmatically (`pdl_from_env`).
+    pub pdl: bool,
     /// Prompt lookup and verification (`draft.cu`).
     pub draft_lookup: CudaFunction,
     pub draft_accept: CudaFunction,
@@ -286,7 +399,8 @@ impl Gpu {
     /// streams (decode, prefill, KV transfer), compiles the kernels for sm_90 with the
     /// attention kernels of `attn` = (head_dim, group), and sets up one cuBLAS handle per
     /// compute stream.
-    pub fn new(ordinal: usize, attn: AttnShape) -> Result<Self, BackendError> {
+    /// `pdl` forces programmatic launch on or off; `None` reads `GENSLOT_PDL`.
+    pub fn new(ordinal: usize, attn: AttnShape, pdl: Option<bool>) -> Result<Self, BackendError> {
         super::probe::probe_libraries()?;
         let ctx = CudaContext::new(ordinal).map_err(drv("creating the CUDA context"))?;
         // SAFETY: called before any allocation; we synchronise streams by hand from here on.
@@ -308,7 +422,8 @@ impl Gpu {
         };
         let attn_kind = AttnKernel::from_env()?;
         let (d, g) = attn;
-        let attn_fn = f(&attn_kernel_name(attn_kind, d, g))?;
+        let attn_name = attn_kernel_name(attn_kind, d, g);
+        let attn_fn = f(&attn_name)?;
         let smem = attn_kind.smem_bytes(d);
         if smem > 48 << 10 {
             attn_fn
@@ -318,17 +433,22 @@ impl Gpu {
                 )
                 .map_err(drv("attention shared-memory limit"))?;
         }
+        let dep = |n: &str| DepKernel::new(f(n)?, n);
         let k = Kernels {
             init: f("init_uniform_bf16")?,
             embed: f("embed_rows")?,
-            rmsnorm: f("rmsnorm")?,
-            rope_kv: f("rope_kv_write")?,
-            silu_mul: f("silu_mul")?,
-            sample: f("sample_rows")?,
+            rmsnorm: dep("rmsnorm")?,
+            rope_kv: dep("rope_kv_write")?,
+            silu_mul: dep("silu_mul")?,
+            sample: dep("sample_rows")?,
             fill_pages: f("fill_kv_pages")?,
-            combine: f("attn_combine")?,
-            attn: attn_fn,
+            combine: dep("attn_combine")?,
+            attn: DepKernel::new(attn_fn, &attn_name)?,
             attn_kind,
+            pdl: match pdl {
+                Some(on) => on,
+                None => pdl_from_env()?,
+            },
             draft_lookup: f("draft_lookup")?,
             draft_accept: f("draft_accept")?,
             recurrent: f(&recurrent_kernel_name(d))?,
@@ -421,6 +541,20 @@ impl Gpu {
         args: &[A],
     ) -> Result<(), BackendError> {
         launch_on(self.stream(w), f, grid, block, smem, args)
+    }
+
+    /// Launches a kernel that waits for its predecessor itself: programmatically when PDL is
+    /// on, so its launch overlaps the predecessor's last blocks.
+    pub fn launch_dep(
+        &self,
+        w: Which,
+        f: &DepKernel,
+        grid: (u32, u32, u32),
+        block: u32,
+        smem: u32,
+        args: &[A],
+    ) -> Result<(), BackendError> {
+        launch_with(self.stream(w), &f.0, grid, block, smem, args, self.k.pdl)
     }
 
     /// y[rows, out] = x[rows, inp] @ W[out, inp]^T (+ y when `accumulate`), bf16 in, f32
@@ -597,5 +731,67 @@ mod tests {
         // The tensor-core ring for head_dim 128 needs more than the 48 KiB default.
         assert_eq!(AttnKernel::TensorCore.smem_bytes(128), 104_448);
         assert_eq!(AttnKernel::Simt.smem_bytes(128), 0);
+    }
+
+    /// The body of the kernel whose signature starts at `sig`: the text after its first `{`.
+    fn body_after<'a>(src: &'a str, sig: &str) -> &'a str {
+        let at = src
+            .find(sig)
+            .unwrap_or_else(|| panic!("{sig} not in the source"));
+        let open = src[at..].find('{').expect("a kernel body") + at + 1;
+        &src[open..]
+    }
+
+    fn first_statement(body: &str) -> &str {
+        body.trim_start_matches(|c: char| c.is_whitespace() || c == '\\')
+            .split(';')
+            .next()
+            .unwrap_or("")
+    }
+
+    #[test]
+    fn every_programmatically_launched_kernel_waits_for_its_predecessor_first() {
+        // A kernel launched with the programmatic attribute may start while its predecessor
+        // still runs: unless PDL_BEGIN comes before its first read, it reads stale values.
+        let src = kernel_source(&[(128, 4)]);
+        for name in PDL_KERNELS {
+            let body = body_after(&src, &format!("{name}("));
+            let skip_decls = body
+                .split(';')
+                .find(|s| !s.trim_start().starts_with("__shared__"))
+                .unwrap_or("");
+            assert_eq!(
+                skip_decls.trim(),
+                "PDL_BEGIN()",
+                "{name} does not begin with PDL_BEGIN"
+            );
+        }
+        for sig in ["paged_attn_d##D##_g##G(", "paged_attn_tc_d##D##_g##G("] {
+            assert_eq!(
+                first_statement(body_after(&src, sig)).trim(),
+                "PDL_BEGIN()",
+                "{sig}"
+            );
+        }
+        // The rest launch plainly: `DepKernel` refuses them.
+        for name in [
+            "embed_rows",
+            "draft_accept",
+            "recurrent_scan_d128",
+            "fill_kv_pages",
+        ] {
+            assert!(!pdl_ready(name), "{name}");
+        }
+        assert!(pdl_ready(&attn_kernel_name(AttnKernel::TensorCore, 128, 4)));
+        assert!(pdl_ready(&attn_kernel_name(AttnKernel::Simt, 64, 1)));
+    }
+
+    #[test]
+    fn pdl_is_off_unless_asked_for_and_refuses_other_values() {
+        assert!(!parse_pdl(None).unwrap());
+        assert!(!parse_pdl(Some("0")).unwrap());
+        assert!(parse_pdl(Some("1")).unwrap());
+        let e = parse_pdl(Some("on")).unwrap_err().to_string();
+        assert!(e.contains("GENSLOT_PDL=on"), "{e}");
     }
 }

@@ -295,11 +295,12 @@ pub(crate) fn enqueue(
     let attn_fn = &k.attn;
     let scale = 1.0 / (s.head_dim as f32).sqrt();
     for (l, lw) in wt.layers.iter().enumerate() {
-        gpu.launch(
+        gpu.launch_dep(
             w,
             &k.rmsnorm,
             (r, 1, 1),
             rms_threads(hid),
+            0,
             &[
                 A::P(sc.x.ptr),
                 A::P(lw.attn_norm),
@@ -329,11 +330,12 @@ pub(crate) fn enqueue(
                 "layer {l} is recurrent and the backend holds no recurrent states"
             )));
         };
-        gpu.launch(
+        gpu.launch_dep(
             w,
             &k.rope_kv,
             (r, rope_blocks(s), 1),
             ROPE_THREADS,
+            0,
             &[
                 A::P(sc.qkv.ptr),
                 A::P(sc.pos.ptr),
@@ -349,7 +351,7 @@ pub(crate) fn enqueue(
                 A::P(wt.inv_freq),
             ],
         )?;
-        gpu.launch_smem(
+        gpu.launch_dep(
             w,
             attn_fn,
             (s.kv_heads as u32, r, p.splits as u32),
@@ -371,11 +373,12 @@ pub(crate) fn enqueue(
                 A::P(sc.part_ml.ptr),
             ],
         )?;
-        gpu.launch(
+        gpu.launch_dep(
             w,
             &k.combine,
             (s.heads as u32, r, 1),
             s.head_dim as u32,
+            0,
             &[
                 A::P(sc.part_o.ptr),
                 A::P(sc.part_ml.ptr),
@@ -391,11 +394,12 @@ pub(crate) fn enqueue(
     if p.logits_rows > 0 {
         let x0 = sc.x.at(p.logits_row0 * hid * 4);
         let h0 = sc.h.at(p.logits_row0 * hid * 2);
-        gpu.launch(
+        gpu.launch_dep(
             w,
             &k.rmsnorm,
             (p.logits_rows as u32, 1, 1),
             rms_threads(hid),
+            0,
             &[
                 A::P(x0),
                 A::P(wt.final_norm),
@@ -415,11 +419,12 @@ pub(crate) fn enqueue(
             false,
             true,
         )?;
-        gpu.launch(
+        gpu.launch_dep(
             w,
             &k.sample,
             (p.logits_rows as u32, 1, 1),
             1024,
+            0,
             &[
                 A::P(sc.logits.ptr),
                 A::I(s.vocab as i32),
@@ -455,11 +460,12 @@ fn mlp(
         true,
         true,
     )?;
-    gpu.launch(
+    gpu.launch_dep(
         w,
         &k.rmsnorm,
         (r, 1, 1),
         rms_threads(hid),
+        0,
         &[
             A::P(sc.x.ptr),
             A::P(lw.ffn_norm),
@@ -481,11 +487,12 @@ fn mlp(
     )?;
     // Eight elements a thread (silu_mul in layers.cu; ffn is a multiple of 8).
     let gx = s.ffn.div_ceil(8 * 256).min(64) as u32;
-    gpu.launch(
+    gpu.launch_dep(
         w,
         &k.silu_mul,
         (gx, r, 1),
         256,
+        0,
         &[A::P(sc.gu.ptr), A::P(sc.act.ptr), A::I(s.ffn as i32)],
     )?;
     gpu.gemm(

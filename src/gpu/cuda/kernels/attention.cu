@@ -227,6 +227,7 @@ __device__ __forceinline__ void attn_partial(const bf16_t* __restrict__ q, int q
                                const bf16_t* vc, const int* lens, const int* page_table,      \
                                int table_stride, int KV, int P, int S, float scale,           \
                                float* part_o, float* part_ml) {                               \
+        PDL_BEGIN();                                                                           \
         attn_partial<D, G>(q, q_stride, kc, vc, lens, page_table, table_stride, KV, P, S,     \
                            scale, part_o, part_ml);                                           \
     }
@@ -239,6 +240,7 @@ __device__ __forceinline__ void attn_partial(const bf16_t* __restrict__ q, int q
 #define COMBINE_MAX_SPLITS 128
 extern "C" __global__ void attn_combine(const float* part_o, const float* part_ml,
                                         const int* lens, bf16_t* out, int H, int D, int S) {
+    PDL_BEGIN();
     __shared__ float m_s[COMBINE_MAX_SPLITS], l_s[COMBINE_MAX_SPLITS];
     int h = blockIdx.x, r = blockIdx.y, d = threadIdx.x;
     u64 o = (u64)r * H * D + (u64)h * D + d;

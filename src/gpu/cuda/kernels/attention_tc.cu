@@ -311,6 +311,7 @@ __device__ __forceinline__ void attn_tc(const bf16_t* __restrict__ q, int q_stri
                                   const bf16_t* vc, const int* lens, const int* page_table,   \
                                   int table_stride, int KV, int P, int S, float scale,        \
                                   float* part_o, float* part_ml) {                            \
+        PDL_BEGIN();                                                                           \
         attn_tc<D, G>(q, q_stride, kc, vc, lens, page_table, table_stride, KV, P, S, scale,   \
                       part_o, part_ml);                                                       \
     }

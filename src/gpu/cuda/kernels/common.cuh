@@ -5,6 +5,14 @@ typedef unsigned long long u64;
 
 #define NEG_INF (-__int_as_float(0x7f800000))
 
+// Programmatic dependent launch (sm_90). A kernel that begins with PDL_BEGIN may be launched
+// with the programmatic-serialization attribute (`Gpu::launch_dep`): its blocks are then
+// scheduled while the previous kernel on the stream drains, and `griddepcontrol.wait` holds
+// them until that kernel has finished and its writes are visible, so nothing it reads is
+// early. It then lets the next such kernel launch at once. Launched plainly, both are no-ops.
+// Every kernel in `device::PDL_KERNELS` must begin with it (a test checks).
+#define PDL_BEGIN() asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory")
+
 __device__ __forceinline__ float bf2f(bf16_t h) { return __uint_as_float(((unsigned)h) << 16); }
 
 // Round to nearest even, the same rule as the host-side `f32_to_bf16_bits`.

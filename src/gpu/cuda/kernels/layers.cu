@@ -22,6 +22,7 @@ extern "C" __global__ void embed_rows(const bf16_t* table, const int* tokens, fl
 #define RMS_VEC 4
 extern "C" __global__ void rmsnorm(const float* x, const bf16_t* w, bf16_t* out, int hidden,
                                    float eps) {
+    PDL_BEGIN();
     const float* xr = x + (u64)blockIdx.x * hidden;
     bf16_t* yr = out + (u64)blockIdx.x * hidden;
     const int n4 = hidden >> 2;
@@ -72,6 +73,7 @@ extern "C" __global__ void rope_kv_write(bf16_t* qkv, const int* pos, const int*
                                          const int* page_table, int table_stride, bf16_t* kc,
                                          bf16_t* vc, int H, int KV, int D, int P,
                                          const float* inv_freq) {
+    PDL_BEGIN();
     int r = blockIdx.x;
     if (lens[r] <= 0) return;
     int p = pos[r];
@@ -112,6 +114,7 @@ __device__ __forceinline__ bf16_t swiglu(bf16_t g, bf16_t u) {
 // Grid (blocks, rows). Eight elements a thread through 16-byte loads and stores: ffn is a
 // multiple of 8 (`ModelShape::validate` refuses other shapes).
 extern "C" __global__ void silu_mul(const bf16_t* gu, bf16_t* out, int ffn) {
+    PDL_BEGIN();
     int r = blockIdx.y;
     const bf16_t* g = gu + (u64)r * 2 * ffn;
     bf16_t* y = out + (u64)r * ffn;

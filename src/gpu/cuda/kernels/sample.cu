@@ -150,6 +150,7 @@ __device__ unsigned select_key(const float* l, int vocab, int banned, float t, f
 
 extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS)
     sample_rows(const float* logits, int vocab, const SampleRow* rows, int* out) {
+    PDL_BEGIN();
     __shared__ unsigned long long hist[256];
     const float* l = logits + (u64)blockIdx.x * vocab;
     const SampleRow p = rows[blockIdx.x];
