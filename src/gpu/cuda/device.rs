@@ -276,17 +276,6 @@ pub(crate) fn launch_on(
     block: u32,
     smem: u32,
     args: &[A],
-) -> Result<(), BackendError> {
-    launch_with(stream, f, grid, block, smem, args, false)
-}
-
-fn launch_with(
-    stream: &CudaStream,
-    f: &CudaFunction,
-    grid: (u32, u32, u32),
-    block: u32,
-    smem: u32,
-    args: &[A],
     programmatic: bool,
 ) -> Result<(), BackendError> {
     let mut vals: Vec<u64> = args.iter().map(|a| a.bits()).collect();
@@ -343,7 +332,7 @@ fn launch_programmatic(
         .iter_mut()
         .map(|v| v as *mut u64 as *mut std::ffi::c_void)
         .collect();
-    // SAFETY: as in `launch_with`: the argument slots match the kernel's signature; `attr`,
+    // SAFETY: as in `launch_on`: the argument slots match the kernel's signature; `attr`,
     // `vals` and `params` outlive the call, which copies them.
     unsafe {
         sys::cuLaunchKernelEx(
@@ -540,7 +529,7 @@ impl Gpu {
         smem: u32,
         args: &[A],
     ) -> Result<(), BackendError> {
-        launch_on(self.stream(w), f, grid, block, smem, args)
+        launch_on(self.stream(w), f, grid, block, smem, args, false)
     }
 
     /// Launches a kernel that waits for its predecessor itself: programmatically when PDL is
@@ -554,7 +543,7 @@ impl Gpu {
         smem: u32,
         args: &[A],
     ) -> Result<(), BackendError> {
-        launch_with(self.stream(w), &f.0, grid, block, smem, args, self.k.pdl)
+        launch_on(self.stream(w), &f.0, grid, block, smem, args, self.k.pdl)
     }
 
     /// y[rows, out] = x[rows, inp] @ W[out, inp]^T (+ y when `accumulate`), bf16 in, f32

@@ -193,6 +193,7 @@ impl TransferLane {
                 A::I(page_elems as i32),
                 A::U(req.id as u32 ^ 0x7a11),
             ],
+            false,
         )?;
         self.stream
             .synchronize()
