@@ -278,7 +278,6 @@ pub(crate) fn enqueue(
     let r = p.rows as u32;
     let hid = s.hidden;
     let k = &gpu.k;
-    let eps = s.rms_eps;
     gpu.launch(
         w,
         &k.embed,
@@ -295,20 +294,7 @@ pub(crate) fn enqueue(
     let attn_fn = &k.attn;
     let scale = 1.0 / (s.head_dim as f32).sqrt();
     for (l, lw) in wt.layers.iter().enumerate() {
-        gpu.launch_dep(
-            w,
-            &k.rmsnorm,
-            (r, 1, 1),
-            rms_threads(hid),
-            0,
-            &[
-                A::P(sc.x.ptr),
-                A::P(lw.attn_norm),
-                A::P(sc.h.ptr),
-                A::I(hid as i32),
-                A::F(eps),
-            ],
-        )?;
+        rmsnorm(gpu, w, s, sc.x.ptr, lw.attn_norm, sc.h.ptr, p.rows)?;
         gpu.gemm(
             w,
             s.qkv_dim(),
@@ -394,20 +380,7 @@ pub(crate) fn enqueue(
     if p.logits_rows > 0 {
         let x0 = sc.x.at(p.logits_row0 * hid * 4);
         let h0 = sc.h.at(p.logits_row0 * hid * 2);
-        gpu.launch_dep(
-            w,
-            &k.rmsnorm,
-            (p.logits_rows as u32, 1, 1),
-            rms_threads(hid),
-            0,
-            &[
-                A::P(x0),
-                A::P(wt.final_norm),
-                A::P(h0),
-                A::I(hid as i32),
-                A::F(eps),
-            ],
-        )?;
+        rmsnorm(gpu, w, s, x0, wt.final_norm, h0, p.logits_rows)?;
         gpu.gemm(
             w,
             s.vocab,
@@ -436,6 +409,32 @@ pub(crate) fn enqueue(
     Ok(())
 }
 
+/// RMSNorm of `rows` float32 rows at `x` with `weight`, into bf16 rows at `out`.
+fn rmsnorm(
+    gpu: &Gpu,
+    w: Which,
+    s: &ModelShape,
+    x: u64,
+    weight: u64,
+    out: u64,
+    rows: usize,
+) -> Result<(), BackendError> {
+    gpu.launch_dep(
+        w,
+        &gpu.k.rmsnorm,
+        (rows as u32, 1, 1),
+        rms_threads(s.hidden),
+        0,
+        &[
+            A::P(x),
+            A::P(weight),
+            A::P(out),
+            A::I(s.hidden as i32),
+            A::F(s.rms_eps),
+        ],
+    )
+}
+
 /// The rest of a layer after its token mixer wrote `attn`: o_proj into the residual, then
 /// RMSNorm and the SwiGLU MLP.
 fn mlp(
@@ -460,20 +459,7 @@ fn mlp(
         true,
         true,
     )?;
-    gpu.launch_dep(
-        w,
-        &k.rmsnorm,
-        (r, 1, 1),
-        rms_threads(hid),
-        0,
-        &[
-            A::P(sc.x.ptr),
-            A::P(lw.ffn_norm),
-            A::P(sc.h.ptr),
-            A::I(hid as i32),
-            A::F(s.rms_eps),
-        ],
-    )?;
+    rmsnorm(gpu, w, s, sc.x.ptr, lw.ffn_norm, sc.h.ptr, p.rows)?;
     gpu.gemm(
         w,
         2 * s.ffn,
