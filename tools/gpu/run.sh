@@ -7,8 +7,9 @@
 # skip with a message without it). STAGES picks a subset of
 #   "probe kernels tests tiny smollm2 parity serve-smollm2 bench serve retained ncu".
 # GENSLOT_ATTN_KERNEL=simt|tc picks the attention kernel (default tc); BENCH_KERNELS lists the
-# kernels the bench stage times one after the other, BENCH_PDL the programmatic-launch settings
-# (GENSLOT_PDL, default "0 1": both, one after the other); PARITY_SHAPES the parity models.
+# kernels the bench stage times one after the other, and BENCH_VARIANTS the launch options
+# (src/gpu/cuda/step_options.rs) it times for each: words of comma-joined VAR=VALUE settings,
+# `default` for none (default "default GENSLOT_PDL=1"); PARITY_SHAPES the parity models.
 # Logs and JSON go to a work folder, then into $OUT/gpu-results.tar.gz with a summary
 # ($OUT/summary.txt): only a few files come back from a call.
 set -uo pipefail
@@ -115,15 +116,17 @@ if has serve-smollm2 && have_gguf; then
 fi
 if has bench; then
   for kern in ${BENCH_KERNELS:-tc}; do
-    for pdl in ${BENCH_PDL:-0 1}; do
-      stage "bench ($kern attention, PDL $pdl)"
-      GENSLOT_PDL=$pdl GENSLOT_ATTN_KERNEL=$kern "$G/genslot-gpu" bench --shape llama-8b \
-        --json "$W/bench-llama-8b-$kern-pdl$pdl.json" ${BENCH_ARGS:-} 2>&1 | tee -a "$W/summary.txt" \
-        || fail "bench $kern pdl$pdl"
+    for v in ${BENCH_VARIANTS:-default GENSLOT_PDL=1}; do
+      settings=(); [ "$v" = default ] || IFS=, read -ra settings <<< "$v"
+      tag=$(echo "$v" | tr -c 'A-Za-z0-9\n' '-' | sed 's/GENSLOT-//g')
+      stage "bench ($kern attention, $v)"
+      env "${settings[@]}" GENSLOT_ATTN_KERNEL=$kern "$G/genslot-gpu" bench --shape llama-8b \
+        --json "$W/bench-llama-8b-$kern-$tag.json" ${BENCH_ARGS:-} 2>&1 | tee -a "$W/summary.txt" \
+        || fail "bench $kern $v"
       # A small model shows what graph replay saves on launch overhead.
-      GENSLOT_PDL=$pdl GENSLOT_ATTN_KERNEL=$kern "$G/genslot-gpu" bench --shape llama-1b --batches 1,32 \
-        --contexts 4096 --json "$W/bench-llama-1b-$kern-pdl$pdl.json" 2>&1 | tee -a "$W/summary.txt" \
-        || fail "bench llama-1b $kern pdl$pdl"
+      env "${settings[@]}" GENSLOT_ATTN_KERNEL=$kern "$G/genslot-gpu" bench --shape llama-1b \
+        --batches 1,32 --contexts 4096 --json "$W/bench-llama-1b-$kern-$tag.json" 2>&1 \
+        | tee -a "$W/summary.txt" || fail "bench llama-1b $kern $v"
     done
   done
 fi

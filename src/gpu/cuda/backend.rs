@@ -22,6 +22,7 @@ use super::forward::{enqueue, splits_for, KvCache, Pass, Scratch, StateCache};
 use super::model_files::ModelFiles;
 use super::residents::Residents;
 use super::shape::ModelShape;
+use super::step_options::StepOptions;
 use super::transfer::{ContextMode, TransferLane};
 use super::weights::{ModelSource, Weights};
 use crate::gpu::{
@@ -58,9 +59,8 @@ pub struct CudaConfig {
     pub context: ContextMode,
     /// Speculative decoding by prompt lookup; `None` = one token per step.
     pub drafter: Option<DraftConfig>,
-    /// Programmatic dependent launch of the row-wise and attention kernels; `None` reads
-    /// `GENSLOT_PDL` (off unless it is 1).
-    pub programmatic_launch: Option<bool>,
+    /// How passes are launched; `None` reads the environment (`StepOptions::from_env`).
+    pub step: Option<StepOptions>,
 }
 
 impl CudaConfig {
@@ -79,7 +79,7 @@ impl CudaConfig {
             eos_token: None,
             context: ContextMode::Prefill,
             drafter: None,
-            programmatic_launch: None,
+            step: None,
         }
     }
 }
@@ -234,11 +234,12 @@ impl CudaBackend {
                 )));
             }
         }
-        let gpu = Gpu::new(
-            cfg.device,
-            (shape.head_dim, shape.group()),
-            cfg.programmatic_launch,
-        )?;
+        let opts = match cfg.step {
+            Some(o) => o,
+            None => StepOptions::from_env()?,
+        };
+        let gpu = Gpu::new(cfg.device, (shape.head_dim, shape.group()), opts)?;
+        let bps = opts.attn_blocks_per_sm;
         let weights = Weights::alloc(&gpu, &shape)?;
         match (&cfg.model, &files) {
             (_, Some(f)) => weights.fill_from(&gpu, f)?,
@@ -254,7 +255,7 @@ impl CudaBackend {
         let dec_rows = mb * per;
         // Eager steps run the exact row count, graphs the bucket: size for both.
         let dec_parts = (1..=mb)
-            .map(|b| b * per * splits_for(b * per, kvh, gpu.sm_count))
+            .map(|b| b * per * splits_for(b * per, kvh, gpu.sm_count, bps))
             .max()
             .unwrap_or(1);
         let dec = Scratch::new(
@@ -269,7 +270,7 @@ impl CudaBackend {
         dec.one_segment_per_row(&gpu, Which::Decode)?;
         let pc = cfg.prefill_chunk;
         let pre_parts = (1..=pc)
-            .map(|r| r * splits_for(r, kvh, gpu.sm_count))
+            .map(|r| r * splits_for(r, kvh, gpu.sm_count, bps))
             .max()
             .unwrap_or(1);
         let pre = Scratch::new(&gpu, &shape, Which::Prefill, pc, table_width, pre_parts, 1)?;
@@ -329,14 +330,18 @@ impl CudaBackend {
     pub fn device_name(&self) -> &str {
         &self.gpu.name
     }
-    /// The launch choices the environment made: attention kernel and programmatic launch.
-    pub fn launch_mode(&self) -> String {
-        let attn = match self.gpu.k.attn_kind {
-            super::device::AttnKernel::TensorCore => "tc",
-            super::device::AttnKernel::Simt => "simt",
-        };
-        let pdl = if self.gpu.k.pdl { "on" } else { "off" };
-        format!("attention {attn}, PDL {pdl}")
+    /// How this backend launches its passes.
+    pub fn step_options(&self) -> StepOptions {
+        self.gpu.k.opts
+    }
+    /// Attention splits of a pass of `rows` rows.
+    fn splits(&self, rows: usize) -> usize {
+        splits_for(
+            rows,
+            self.shape.kv_heads,
+            self.gpu.sm_count,
+            self.gpu.k.opts.attn_blocks_per_sm,
+        )
     }
     pub fn weight_bytes(&self) -> usize {
         self.weights.bytes
@@ -367,7 +372,7 @@ impl CudaBackend {
     fn decode_pass(&self, rows: usize) -> Pass {
         Pass {
             rows,
-            splits: splits_for(rows, self.shape.kv_heads, self.gpu.sm_count),
+            splits: self.splits(rows),
             table_stride: self.table_width,
             logits_row0: 0,
             logits_rows: rows,
@@ -618,7 +623,7 @@ impl CudaBackend {
             let last = c1 == prompt.len();
             let pass = Pass {
                 rows: n,
-                splits: splits_for(n, self.shape.kv_heads, self.gpu.sm_count),
+                splits: self.splits(n),
                 table_stride: 0,
                 logits_row0: n - 1,
                 logits_rows: last as usize,

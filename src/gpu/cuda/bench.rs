@@ -70,7 +70,7 @@ pub struct PauseResult {
 pub struct BenchReport {
     pub device: String,
     pub shape: String,
-    /// `CudaBackend::launch_mode`: attention kernel and programmatic launch.
+    /// `StepOptions::describe` of the backend.
     pub launch: String,
     pub weight_bytes: usize,
     pub kv_pages: usize,
@@ -216,7 +216,7 @@ pub fn run(b: &mut CudaBackend, o: &BenchOptions) -> Result<BenchReport, Backend
     Ok(BenchReport {
         device: b.device_name().to_string(),
         shape: s.name.clone(),
-        launch: b.launch_mode(),
+        launch: b.step_options().describe(),
         weight_bytes: b.weight_bytes(),
         kv_pages: b.kv_pages(),
         tokens_per_block: b.capacity_page_size(),

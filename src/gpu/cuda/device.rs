@@ -13,6 +13,7 @@ use cudarc::driver::{
 };
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
 
+use super::step_options::StepOptions;
 use crate::gpu::BackendError;
 
 const COMMON: &str = include_str!("kernels/common.cuh");
@@ -118,17 +119,6 @@ pub enum AttnKernel {
 }
 
 impl AttnKernel {
-    /// `GENSLOT_ATTN_KERNEL=simt|tc` overrides the default (tensor cores), for comparisons.
-    pub fn from_env() -> Result<Self, BackendError> {
-        match std::env::var("GENSLOT_ATTN_KERNEL").as_deref() {
-            Err(_) | Ok("tc") => Ok(AttnKernel::TensorCore),
-            Ok("simt") => Ok(AttnKernel::Simt),
-            Ok(other) => Err(BackendError::Failed(format!(
-                "GENSLOT_ATTN_KERNEL={other}: expected `tc` or `simt`"
-            ))),
-        }
-    }
-
     /// Dynamic shared memory of one block for head_dim `d` (TcSmem<D>::BYTES in the source).
     pub fn smem_bytes(self, d: usize) -> u32 {
         match self {
@@ -251,22 +241,6 @@ impl DepKernel {
     }
 }
 
-/// Programmatic dependent launch: `GENSLOT_PDL=1` launches the `DepKernel`s with the
-/// programmatic-serialization attribute; `0` or unset launches them plainly.
-pub fn pdl_from_env() -> Result<bool, BackendError> {
-    parse_pdl(std::env::var("GENSLOT_PDL").ok().as_deref())
-}
-
-fn parse_pdl(v: Option<&str>) -> Result<bool, BackendError> {
-    match v {
-        None | Some("0") => Ok(false),
-        Some("1") => Ok(true),
-        Some(other) => Err(BackendError::Failed(format!(
-            "GENSLOT_PDL={other}: expected 0 or 1"
-        ))),
-    }
-}
-
 /// Launches `f` on `stream` with `smem` bytes of dynamic shared memory; `programmatic` adds
 /// the programmatic-serialization attribute (the kernel must begin with `PDL_BEGIN`).
 pub(crate) fn launch_on(
@@ -355,11 +329,10 @@ pub(crate) struct Kernels {
     pub sample: DepKernel,
     pub fill_pages: CudaFunction,
     pub combine: DepKernel,
-    /// The model's attention kernel of `attn_kind` (its head_dim and group size).
+    /// The model's attention kernel of `opts.attn` (its head_dim and group size).
     pub attn: DepKernel,
-    pub attn_kind: AttnKernel,
-    /// Whether `launch_dep` launches programmatically (`pdl_from_env`).
-    pub pdl: bool,
+    /// How passes are launched (`opts.pdl`: whether `launch_dep` launches programmatically).
+    pub opts: StepOptions,
     /// Prompt lookup and verification (`draft.cu`).
     pub draft_lookup: CudaFunction,
     pub draft_accept: CudaFunction,
@@ -388,8 +361,7 @@ impl Gpu {
     /// streams (decode, prefill, KV transfer), compiles the kernels for sm_90 with the
     /// attention kernels of `attn` = (head_dim, group), and sets up one cuBLAS handle per
     /// compute stream.
-    /// `pdl` forces programmatic launch on or off; `None` reads `GENSLOT_PDL`.
-    pub fn new(ordinal: usize, attn: AttnShape, pdl: Option<bool>) -> Result<Self, BackendError> {
+    pub fn new(ordinal: usize, attn: AttnShape, opts: StepOptions) -> Result<Self, BackendError> {
         super::probe::probe_libraries()?;
         let ctx = CudaContext::new(ordinal).map_err(drv("creating the CUDA context"))?;
         // SAFETY: called before any allocation; we synchronise streams by hand from here on.
@@ -409,7 +381,7 @@ impl Gpu {
             m.load_function(n)
                 .map_err(|e| BackendError::Failed(format!("kernel {n}: {e:?}")))
         };
-        let attn_kind = AttnKernel::from_env()?;
+        let attn_kind = opts.attn;
         let (d, g) = attn;
         let attn_name = attn_kernel_name(attn_kind, d, g);
         let attn_fn = f(&attn_name)?;
@@ -433,11 +405,7 @@ impl Gpu {
             fill_pages: f("fill_kv_pages")?,
             combine: dep("attn_combine")?,
             attn: DepKernel::new(attn_fn, &attn_name)?,
-            attn_kind,
-            pdl: match pdl {
-                Some(on) => on,
-                None => pdl_from_env()?,
-            },
+            opts,
             draft_lookup: f("draft_lookup")?,
             draft_accept: f("draft_accept")?,
             recurrent: f(&recurrent_kernel_name(d))?,
@@ -543,7 +511,15 @@ impl Gpu {
         smem: u32,
         args: &[A],
     ) -> Result<(), BackendError> {
-        launch_on(self.stream(w), &f.0, grid, block, smem, args, self.k.pdl)
+        launch_on(
+            self.stream(w),
+            &f.0,
+            grid,
+            block,
+            smem,
+            args,
+            self.k.opts.pdl,
+        )
     }
 
     /// y[rows, out] = x[rows, inp] @ W[out, inp]^T (+ y when `accumulate`), bf16 in, f32
@@ -773,14 +749,5 @@ mod tests {
         }
         assert!(pdl_ready(&attn_kernel_name(AttnKernel::TensorCore, 128, 4)));
         assert!(pdl_ready(&attn_kernel_name(AttnKernel::Simt, 64, 1)));
-    }
-
-    #[test]
-    fn pdl_is_off_unless_asked_for_and_refuses_other_values() {
-        assert!(!parse_pdl(None).unwrap());
-        assert!(!parse_pdl(Some("0")).unwrap());
-        assert!(parse_pdl(Some("1")).unwrap());
-        let e = parse_pdl(Some("on")).unwrap_err().to_string();
-        assert!(e.contains("GENSLOT_PDL=on"), "{e}");
     }
 }

@@ -244,11 +244,17 @@ fn rope_blocks(s: &ModelShape) -> u32 {
     items.div_ceil(ROPE_THREADS as usize) as u32
 }
 
-/// Attention splits for a pass of `rows` rows: about eight blocks per multiprocessor, so
-/// loads of some blocks overlap the arithmetic of others. The kernel gives each split at
-/// least 256 tokens, so short contexts leave the extra splits idle.
-pub(crate) fn splits_for(rows: usize, kv_heads: usize, sm_count: u32) -> usize {
-    (8 * sm_count as usize)
+/// Attention splits for a pass of `rows` rows: about `blocks_per_sm` blocks per
+/// multiprocessor (`StepOptions`, 8 by default), so loads of some blocks overlap the
+/// arithmetic of others. The kernel gives each split at least 256 tokens, so short contexts
+/// leave the extra splits idle.
+pub(crate) fn splits_for(
+    rows: usize,
+    kv_heads: usize,
+    sm_count: u32,
+    blocks_per_sm: usize,
+) -> usize {
+    (blocks_per_sm * sm_count as usize)
         .div_ceil(kv_heads * rows.max(1))
         .clamp(1, MAX_SPLITS)
 }
@@ -292,6 +298,8 @@ pub(crate) fn enqueue(
         ],
     )?;
     let attn_fn = &k.attn;
+    // One split: the attention kernel writes `attn` itself (`StepOptions::direct_single_split`).
+    let direct = k.opts.direct_single_split && p.splits == 1;
     let scale = 1.0 / (s.head_dim as f32).sqrt();
     for (l, lw) in wt.layers.iter().enumerate() {
         rmsnorm(gpu, w, s, sc.x.ptr, lw.attn_norm, sc.h.ptr, p.rows)?;
@@ -341,8 +349,8 @@ pub(crate) fn enqueue(
             w,
             attn_fn,
             (s.kv_heads as u32, r, p.splits as u32),
-            k.attn_kind.threads(),
-            k.attn_kind.smem_bytes(s.head_dim),
+            k.opts.attn.threads(),
+            k.opts.attn.smem_bytes(s.head_dim),
             &[
                 A::P(sc.qkv.ptr),
                 A::I(s.qkv_dim() as i32),
@@ -357,8 +365,13 @@ pub(crate) fn enqueue(
                 A::F(scale),
                 A::P(sc.part_o.ptr),
                 A::P(sc.part_ml.ptr),
+                A::P(if direct { sc.attn.ptr } else { 0 }),
             ],
         )?;
+        if direct {
+            mlp(gpu, w, s, lw, sc, p)?;
+            continue;
+        }
         gpu.launch_dep(
             w,
             &k.combine,
@@ -557,12 +570,18 @@ mod tests {
     fn splits_fill_the_chip_for_small_batches_and_stay_bounded() {
         // 132 multiprocessors, 8 kv heads: one row needs 132 splits for ~8 blocks per SM,
         // capped at 128; 128 rows already give 1024 blocks with 2 splits.
-        assert_eq!(splits_for(1, 8, 132), 128);
-        assert_eq!(splits_for(32, 8, 132), 5);
-        assert_eq!(splits_for(128, 8, 132), 2);
-        assert_eq!(splits_for(4096, 8, 132), 1);
+        assert_eq!(splits_for(1, 8, 132, 8), 128);
+        assert_eq!(splits_for(32, 8, 132, 8), 5);
+        assert_eq!(splits_for(128, 8, 132, 8), 2);
+        assert_eq!(splits_for(4096, 8, 132, 8), 1);
+        // Two blocks per SM (what the tensor-core kernel's shared memory lets reside): from
+        // batch 33 on a row's context is one split.
+        assert_eq!(splits_for(1, 8, 132, 2), 33);
+        assert_eq!(splits_for(32, 8, 132, 2), 2);
+        assert_eq!(splits_for(33, 8, 132, 2), 1);
+        assert_eq!(splits_for(128, 8, 132, 2), 1);
         for rows in 1..300 {
-            let s = splits_for(rows, 8, 132);
+            let s = splits_for(rows, 8, 132, 8);
             assert!((1..=128).contains(&s));
             assert!(
                 s == 128 || s == 1 || rows * 8 * s >= 8 * 132,

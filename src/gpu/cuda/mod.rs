@@ -31,13 +31,15 @@ pub mod retained_check;
 pub mod retained_gpu;
 pub mod safetensors;
 pub mod shape;
+mod step_options;
 pub mod tp;
 pub mod transfer;
 mod weights;
 
 pub use backend::{buckets, CudaBackend, CudaConfig, Launch};
-pub use device::{all_attn_shapes, kernel_names, kernel_source, AttnShape};
+pub use device::{all_attn_shapes, kernel_names, kernel_source, AttnKernel, AttnShape};
 pub use probe::{probe_libraries, LibraryProbe};
 pub use shape::ModelShape;
+pub use step_options::StepOptions;
 pub use transfer::ContextMode;
 pub use weights::ModelSource;

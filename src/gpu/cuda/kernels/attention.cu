@@ -29,10 +29,22 @@ __device__ __forceinline__ int live_splits(int len, int S) {
     return min(S, (len + chunk - 1) / chunk);
 }
 
+// A pass with one split may write its bf16 output from the attention kernel (`out` non-null:
+// `StepOptions::direct_single_split`); there is then no `attn_combine`. With S == 1 the
+// (row, head, split) index of head g is ob + g, the output row's head index.
+__device__ __forceinline__ bool direct_out(const bf16_t* out, int S) {
+    return out != nullptr && S == 1;
+}
+
 // An empty split's partials for the G heads at `ob` (the first head's (row, head, split)):
-// weight 0, so `attn_combine` skips them.
-template <int G>
-__device__ __forceinline__ void empty_split(float* part_ml, u64 ob, int S) {
+// weight 0, so `attn_combine` skips them. Written directly, an empty row's output is zero
+// (as `attn_combine` writes it).
+template <int G, int D>
+__device__ __forceinline__ void empty_split(float* part_ml, bf16_t* out, u64 ob, int S) {
+    if (direct_out(out, S)) {
+        for (int i = threadIdx.x; i < G * D; i += blockDim.x) out[ob * D + i] = 0;
+        return;
+    }
     if (threadIdx.x < G) {
         part_ml[(ob + (u64)threadIdx.x * S) * 2] = NEG_INF;
         part_ml[(ob + (u64)threadIdx.x * S) * 2 + 1] = 0.0f;
@@ -51,7 +63,8 @@ __device__ __forceinline__ void attn_partial(const bf16_t* __restrict__ q, int q
                                              const int* __restrict__ page_table, int table_stride,
                                              int KV, int P, int S, float scale,
                                              float* __restrict__ part_o,
-                                             float* __restrict__ part_ml) {
+                                             float* __restrict__ part_ml,
+                                             bf16_t* __restrict__ out) {
     // K tile in rows [0, ATTN_TILE), V tile after it; one array so the final reduction
     // (NSPLIT x G x D floats) can reuse both.
     __shared__ __align__(16) bf16_t kv_s[2 * ATTN_TILE][D + 8];
@@ -77,7 +90,7 @@ __device__ __forceinline__ void attn_partial(const bf16_t* __restrict__ q, int q
     const u64 ob = ((u64)r * H + (u64)kvh * G) * S + s;  // (row, head kvh*G, split)
 
     if (start >= end) {
-        empty_split<G>(part_ml, ob, S);
+        empty_split<G, D>(part_ml, out, ob, S);
         return;
     }
     const int* table = page_table + (u64)r * table_stride;
@@ -213,9 +226,13 @@ __device__ __forceinline__ void attn_partial(const bf16_t* __restrict__ q, int q
         float sum = 0.0f;
 #pragma unroll
         for (int k = 0; k < NSPLIT; ++k) sum += red[(k * G + g) * D + d];
-        part_o[(ob + (u64)g * S) * D + d] = sum / l_s[g];
+        if (direct_out(out, S)) {
+            out[(ob + g) * D + d] = f2bf(sum / l_s[g]);
+        } else {
+            part_o[(ob + (u64)g * S) * D + d] = sum / l_s[g];
+        }
     }
-    if (tid < G) {
+    if (!direct_out(out, S) && tid < G) {
         part_ml[(ob + (u64)tid * S) * 2] = m_s[tid];
         part_ml[(ob + (u64)tid * S) * 2 + 1] = l_s[tid];
     }
@@ -226,10 +243,10 @@ __device__ __forceinline__ void attn_partial(const bf16_t* __restrict__ q, int q
         paged_attn_d##D##_g##G(const bf16_t* q, int q_stride, const bf16_t* kc,               \
                                const bf16_t* vc, const int* lens, const int* page_table,      \
                                int table_stride, int KV, int P, int S, float scale,           \
-                               float* part_o, float* part_ml) {                               \
+                               float* part_o, float* part_ml, bf16_t* out) {                  \
         PDL_BEGIN();                                                                           \
         attn_partial<D, G>(q, q_stride, kc, vc, lens, page_table, table_stride, KV, P, S,     \
-                           scale, part_o, part_ml);                                           \
+                           scale, part_o, part_ml, out);                                      \
     }
 
 // Merges the S partial outputs of each (row, head); block = D threads, grid = (H, rows).

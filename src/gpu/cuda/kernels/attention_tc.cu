@@ -99,7 +99,8 @@ __device__ __forceinline__ void attn_tc(const bf16_t* __restrict__ q, int q_stri
                                         const int* __restrict__ lens,
                                         const int* __restrict__ page_table, int table_stride,
                                         int KV, int P, int S, float scale,
-                                        float* __restrict__ part_o, float* __restrict__ part_ml) {
+                                        float* __restrict__ part_o, float* __restrict__ part_ml,
+                                        bf16_t* __restrict__ out) {
     static_assert(G >= 1 && G <= 16, "1 to 16 query heads per kv head");
     extern __shared__ __align__(16) unsigned char tc_smem[];
     constexpr int R = G > 8 ? 2 : 1;
@@ -117,7 +118,7 @@ __device__ __forceinline__ void attn_tc(const bf16_t* __restrict__ q, int q_stri
     const u64 ob = ((u64)r * H + (u64)kvh * G) * S + s;
 
     if (start >= end) {
-        empty_split<G>(part_ml, ob, S);
+        empty_split<G, D>(part_ml, out, ob, S);
         return;
     }
     const int* table = page_table + (u64)r * table_stride;
@@ -297,6 +298,10 @@ __device__ __forceinline__ void attn_tc(const bf16_t* __restrict__ q, int q_stri
                 den += f * l;
             }
         }
+        if (direct_out(out, S)) {
+            out[(ob + g) * D + d] = f2bf(den > 0.0f ? num / den : 0.0f);
+            continue;
+        }
         part_o[(ob + (u64)g * S) * D + d] = num / den;
         if (d == 0) {
             part_ml[(ob + (u64)g * S) * 2] = m * TC_LN2;
@@ -310,8 +315,8 @@ __device__ __forceinline__ void attn_tc(const bf16_t* __restrict__ q, int q_stri
         paged_attn_tc_d##D##_g##G(const bf16_t* q, int q_stride, const bf16_t* kc,            \
                                   const bf16_t* vc, const int* lens, const int* page_table,   \
                                   int table_stride, int KV, int P, int S, float scale,        \
-                                  float* part_o, float* part_ml) {                            \
+                                  float* part_o, float* part_ml, bf16_t* out) {               \
         PDL_BEGIN();                                                                           \
         attn_tc<D, G>(q, q_stride, kc, vc, lens, page_table, table_stride, KV, P, S, scale,   \
-                      part_o, part_ml);                                                       \
+                      part_o, part_ml, out);                                                  \
     }

@@ -1,0 +1,153 @@
+//! How a forward pass is launched: which attention kernel, programmatic dependent launch,
+//! how finely attention splits a row's context, and whether a single-split pass skips the
+//! split merge. The defaults are what BENCHMARKS.md measured best; the environment overrides
+//! each one so that `tools/gpu/run.sh` can time them side by side from one binary.
+
+use super::device::AttnKernel;
+use crate::gpu::BackendError;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepOptions {
+    /// `GENSLOT_ATTN_KERNEL=tc|simt`.
+    pub attn: AttnKernel,
+    /// `GENSLOT_PDL=0|1`: launch the kernels that begin with `PDL_BEGIN` programmatically,
+    /// so each one's blocks are scheduled while the kernel before it drains.
+    pub pdl: bool,
+    /// `GENSLOT_ATTN_BLOCKS_PER_SM=N`: the attention blocks per multiprocessor that the split
+    /// count aims for (`forward::splits_for`). More splits overlap more loads but add
+    /// per-block start and merge work.
+    pub attn_blocks_per_sm: usize,
+    /// `GENSLOT_ATTN_DIRECT=0|1`: a pass whose attention has one split writes its bf16 output
+    /// from the attention kernel, with no `attn_combine` launch.
+    pub direct_single_split: bool,
+}
+
+impl Default for StepOptions {
+    fn default() -> Self {
+        StepOptions {
+            attn: AttnKernel::TensorCore,
+            pdl: false,
+            attn_blocks_per_sm: 8,
+            direct_single_split: false,
+        }
+    }
+}
+
+/// The most attention blocks per multiprocessor a split policy may ask for.
+const MAX_BLOCKS_PER_SM: usize = 64;
+
+impl StepOptions {
+    pub fn from_env() -> Result<Self, BackendError> {
+        Self::parse(|k| std::env::var(k).ok())
+    }
+
+    /// The options from the variables `get` returns; unset ones keep their default.
+    pub fn parse(get: impl Fn(&str) -> Option<String>) -> Result<Self, BackendError> {
+        let bad = |k: &str, v: &str, want: &str| {
+            BackendError::Failed(format!("{k}={v}: expected {want}"))
+        };
+        let flag = |k: &str, default: bool| match get(k).as_deref() {
+            None => Ok(default),
+            Some("0") => Ok(false),
+            Some("1") => Ok(true),
+            Some(v) => Err(bad(k, v, "0 or 1")),
+        };
+        let d = StepOptions::default();
+        let attn = match get("GENSLOT_ATTN_KERNEL").as_deref() {
+            None => d.attn,
+            Some("tc") => AttnKernel::TensorCore,
+            Some("simt") => AttnKernel::Simt,
+            Some(v) => return Err(bad("GENSLOT_ATTN_KERNEL", v, "`tc` or `simt`")),
+        };
+        let k = "GENSLOT_ATTN_BLOCKS_PER_SM";
+        let attn_blocks_per_sm = match get(k) {
+            None => d.attn_blocks_per_sm,
+            Some(v) => match v.parse::<usize>() {
+                Ok(n) if (1..=MAX_BLOCKS_PER_SM).contains(&n) => n,
+                _ => return Err(bad(k, &v, &format!("1 to {MAX_BLOCKS_PER_SM}"))),
+            },
+        };
+        Ok(StepOptions {
+            attn,
+            pdl: flag("GENSLOT_PDL", d.pdl)?,
+            attn_blocks_per_sm,
+            direct_single_split: flag("GENSLOT_ATTN_DIRECT", d.direct_single_split)?,
+        })
+    }
+
+    /// One line for bench reports and logs.
+    pub fn describe(&self) -> String {
+        let on = |b: bool| if b { "on" } else { "off" };
+        let attn = match self.attn {
+            AttnKernel::TensorCore => "tc",
+            AttnKernel::Simt => "simt",
+        };
+        format!(
+            "attention {attn}, {} blocks/SM, direct single split {}, PDL {}",
+            self.attn_blocks_per_sm,
+            on(self.direct_single_split),
+            on(self.pdl)
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env<'a>(vars: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+        move |k| {
+            vars.iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+
+    #[test]
+    fn unset_variables_give_the_measured_defaults() {
+        let o = StepOptions::parse(env(&[])).unwrap();
+        assert_eq!(o, StepOptions::default());
+        assert_eq!(o.attn, AttnKernel::TensorCore);
+        assert!(!o.pdl && !o.direct_single_split);
+        assert_eq!(o.attn_blocks_per_sm, 8);
+    }
+
+    #[test]
+    fn each_variable_sets_its_option() {
+        let o = StepOptions::parse(env(&[
+            ("GENSLOT_ATTN_KERNEL", "simt"),
+            ("GENSLOT_PDL", "1"),
+            ("GENSLOT_ATTN_BLOCKS_PER_SM", "2"),
+            ("GENSLOT_ATTN_DIRECT", "1"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            o,
+            StepOptions {
+                attn: AttnKernel::Simt,
+                pdl: true,
+                attn_blocks_per_sm: 2,
+                direct_single_split: true,
+            }
+        );
+        assert_eq!(
+            o.describe(),
+            "attention simt, 2 blocks/SM, direct single split on, PDL on"
+        );
+    }
+
+    #[test]
+    fn bad_values_are_errors_that_name_the_variable() {
+        for (k, v) in [
+            ("GENSLOT_PDL", "on"),
+            ("GENSLOT_ATTN_DIRECT", "yes"),
+            ("GENSLOT_ATTN_KERNEL", "flash"),
+            ("GENSLOT_ATTN_BLOCKS_PER_SM", "0"),
+            ("GENSLOT_ATTN_BLOCKS_PER_SM", "65"),
+            ("GENSLOT_ATTN_BLOCKS_PER_SM", "eight"),
+        ] {
+            let e = StepOptions::parse(env(&[(k, v)])).unwrap_err().to_string();
+            assert!(e.contains(&format!("{k}={v}")), "{e}");
+        }
+    }
+}
