@@ -187,8 +187,50 @@ pub fn load_cpu_model(g: &Gguf) -> Result<CpuModel, LlamaGgufError> {
     Ok(m.with_rope(RopeLayout::Interleaved))
 }
 
+/// Writing llama GGUFs in tests, as llama.cpp's converter writes them.
+#[cfg(test)]
+pub(crate) mod test_support {
+    use crate::gguf::testfile::GgufBuilder;
+    use crate::gguf::Value;
+    use crate::gpu::cuda::ModelShape;
+
+    /// A llama GGUF's metadata for shape `s` (no tensors yet).
+    pub fn llama_header(s: &ModelShape) -> GgufBuilder {
+        let u = |v: usize| Value::U32(v as u32);
+        GgufBuilder::default()
+            .kv("general.architecture", Value::String("llama".into()))
+            .kv("llama.embedding_length", u(s.hidden))
+            .kv("llama.block_count", u(s.layers))
+            .kv("llama.feed_forward_length", u(s.ffn))
+            .kv("llama.attention.head_count", u(s.heads))
+            .kv("llama.attention.head_count_kv", u(s.kv_heads))
+            .kv("llama.attention.key_length", u(s.head_dim))
+            .kv("llama.rope.freq_base", Value::F32(s.rope_theta))
+            .kv("llama.attention.layer_norm_rms_epsilon", Value::F32(1e-5))
+    }
+
+    /// llama.cpp's converter reorders each Q/K head's rows so that HF pair (j, j + D/2)
+    /// lands on (2j, 2j + 1): row 2j + t of the GGUF head is HF row t * D/2 + j (the inverse
+    /// of `model_files::unpermute_rows`).
+    pub fn llama_cpp_permute(rows: &[f32], hd: usize, row_len: usize) -> Vec<f32> {
+        let mut out = vec![0.0; rows.len()];
+        for (h, head) in rows.chunks(hd * row_len).enumerate() {
+            for j in 0..hd / 2 {
+                for t in 0..2 {
+                    let (src, dst) = (t * hd / 2 + j, 2 * j + t);
+                    let o = h * hd * row_len;
+                    out[o + dst * row_len..o + (dst + 1) * row_len]
+                        .copy_from_slice(&head[src * row_len..(src + 1) * row_len]);
+                }
+            }
+        }
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::test_support::llama_header;
     use super::*;
     use crate::gguf::testfile::GgufBuilder;
     use crate::gguf::Value;
@@ -198,17 +240,7 @@ mod tests {
     fn tiny_gguf(drop: Option<&str>, skew: Option<&str>) -> (ModelShape, Vec<u8>) {
         let mut shape = ModelShape::named("tiny").unwrap();
         shape.tied_embeddings = true;
-        let u = |v: usize| Value::U32(v as u32);
-        let mut b = GgufBuilder::default()
-            .kv("general.architecture", Value::String("llama".into()))
-            .kv("llama.embedding_length", u(shape.hidden))
-            .kv("llama.block_count", u(shape.layers))
-            .kv("llama.feed_forward_length", u(shape.ffn))
-            .kv("llama.attention.head_count", u(shape.heads))
-            .kv("llama.attention.head_count_kv", u(shape.kv_heads))
-            .kv("llama.attention.key_length", u(shape.head_dim))
-            .kv("llama.rope.freq_base", Value::F32(shape.rope_theta))
-            .kv("llama.attention.layer_norm_rms_epsilon", Value::F32(1e-5));
+        let mut b = llama_header(&shape);
         let mut tensors = vec![Tensor::Embed, Tensor::FinalNorm];
         for i in 0..shape.layers {
             tensors.extend([

@@ -494,6 +494,7 @@ fn attend(q: &[f32], k: &[f32], v: &[f32], n: usize, nh: usize, nkv: usize, hd: 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gguf::llama::test_support::llama_cpp_permute;
 
     fn tiny() -> CpuModel {
         CpuModel::seeded(&ModelShape::named("tiny").unwrap(), 1)
@@ -546,23 +547,6 @@ mod tests {
         let n1: f32 = x.iter().map(|v| v * v).sum();
         assert!((n0 - n1).abs() / n0 < 1e-5);
         assert_ne!(x, orig);
-    }
-
-    /// llama.cpp's converter reorders each Q/K head's rows so that HF pair (j, j + D/2)
-    /// lands on (2j, 2j + 1): row 2j + t of the GGUF head is HF row t * D/2 + j.
-    fn llama_cpp_permute(rows: &[f32], hd: usize, row_len: usize) -> Vec<f32> {
-        let mut out = vec![0.0; rows.len()];
-        for (h, head) in rows.chunks(hd * row_len).enumerate() {
-            for j in 0..hd / 2 {
-                for t in 0..2 {
-                    let (src, dst) = (t * hd / 2 + j, 2 * j + t);
-                    let o = h * hd * row_len;
-                    out[o + dst * row_len..o + (dst + 1) * row_len]
-                        .copy_from_slice(&head[src * row_len..(src + 1) * row_len]);
-                }
-            }
-        }
-        out
     }
 
     #[test]

@@ -406,28 +406,11 @@ pub fn unpermute_rows(rows: &[f32], hd: usize, row_len: usize) -> Vec<f32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gguf::llama::test_support::{llama_cpp_permute, llama_header};
     use crate::gguf::quant::GgmlType;
-    use crate::gguf::testfile::GgufBuilder;
-    use crate::gguf::Value;
     use crate::gpu::cuda::cpu_ref::RopeLayout;
     use crate::gpu::cuda::init::init_tensor_f32;
     use crate::gpu::cuda::safetensors::write_bf16;
-
-    /// llama.cpp's permutation (the inverse of `unpermute_rows`).
-    fn permute(rows: &[f32], hd: usize, row_len: usize) -> Vec<f32> {
-        let mut out = vec![0.0; rows.len()];
-        for (h, head) in rows.chunks(hd * row_len).enumerate() {
-            for j in 0..hd / 2 {
-                for t in 0..2 {
-                    let (src, dst) = (t * hd / 2 + j, 2 * j + t);
-                    let o = h * hd * row_len;
-                    out[o + dst * row_len..o + (dst + 1) * row_len]
-                        .copy_from_slice(&head[src * row_len..(src + 1) * row_len]);
-                }
-            }
-        }
-        out
-    }
 
     /// `tiny` with tied embeddings and `kv_heads` (3 query heads per kv head by default).
     fn shape(kv_heads: usize) -> ModelShape {
@@ -442,23 +425,13 @@ mod tests {
     /// The shape's seeded weights as a llama GGUF (F32, Q/K permuted as llama.cpp writes
     /// them); `edit` may change one tensor's entry.
     fn gguf_bytes(s: &ModelShape, edit: impl Fn(&str) -> Option<(Vec<u64>, GgmlType)>) -> Vec<u8> {
-        let u = |v: usize| Value::U32(v as u32);
-        let mut b = GgufBuilder::default()
-            .kv("general.architecture", Value::String("llama".into()))
-            .kv("llama.embedding_length", u(s.hidden))
-            .kv("llama.block_count", u(s.layers))
-            .kv("llama.feed_forward_length", u(s.ffn))
-            .kv("llama.attention.head_count", u(s.heads))
-            .kv("llama.attention.head_count_kv", u(s.kv_heads))
-            .kv("llama.attention.key_length", u(s.head_dim))
-            .kv("llama.rope.freq_base", Value::F32(s.rope_theta))
-            .kv("llama.attention.layer_norm_rms_epsilon", Value::F32(1e-5));
+        let mut b = llama_header(s);
         for t in model_tensors(s) {
             let name = gguf_name(t);
             let (r, c) = t.dims(s);
             let mut w = init_tensor_f32(s, 9, t);
             if matches!(t, Tensor::Q(_) | Tensor::K(_)) {
-                w = permute(&w, s.head_dim, s.hidden);
+                w = llama_cpp_permute(&w, s.head_dim, s.hidden);
             }
             let dims = if r == 1 {
                 vec![c as u64]
@@ -486,8 +459,8 @@ mod tests {
     #[test]
     fn unpermute_inverts_llama_cpp_permutation() {
         let x: Vec<f32> = (0..3 * 64 * 5).map(|i| i as f32).collect();
-        assert_eq!(unpermute_rows(&permute(&x, 64, 5), 64, 5), x);
-        assert_ne!(permute(&x, 64, 5), x);
+        assert_eq!(unpermute_rows(&llama_cpp_permute(&x, 64, 5), 64, 5), x);
+        assert_ne!(llama_cpp_permute(&x, 64, 5), x);
     }
 
     #[test]
