@@ -387,19 +387,24 @@ impl CudaBackend {
 
     /// Enqueues one decode step over `n` batch rows on the decode stream: a plain pass, or
     /// with a drafter the lookup, the verify pass over n(k + 1) rows and the acceptance.
+    /// Enqueues one forward pass of this model on `w`'s stream over scratch `sc`.
+    fn enqueue_pass(&self, w: Which, sc: &Scratch, pass: Pass) -> Result<(), BackendError> {
+        enqueue(
+            &self.gpu,
+            w,
+            &self.shape,
+            &self.weights,
+            &self.kv,
+            self.states.as_ref(),
+            sc,
+            pass,
+        )
+    }
+
     fn enqueue_step(&self, n: usize) -> Result<(), BackendError> {
         let w = Which::Decode;
         let Some(d) = &self.draft else {
-            return enqueue(
-                &self.gpu,
-                w,
-                &self.shape,
-                &self.weights,
-                &self.kv,
-                self.states.as_ref(),
-                &self.dec,
-                self.decode_pass(n),
-            );
+            return self.enqueue_pass(w, &self.dec, self.decode_pass(n));
         };
         let stride = d.layout.stride() as i32;
         let slots = d.layout.request_slots as i32;
@@ -427,16 +432,7 @@ impl CudaBackend {
                 A::P(self.dec.table.ptr),
             ],
         )?;
-        enqueue(
-            &self.gpu,
-            w,
-            &self.shape,
-            &self.weights,
-            &self.kv,
-            self.states.as_ref(),
-            &self.dec,
-            self.decode_pass(n * d.rows_per()),
-        )?;
+        self.enqueue_pass(w, &self.dec, self.decode_pass(n * d.rows_per()))?;
         self.gpu.launch(
             w,
             &self.gpu.k.draft_accept,
@@ -629,16 +625,7 @@ impl CudaBackend {
                 logits_rows: last as usize,
                 segments: 1,
             };
-            enqueue(
-                &self.gpu,
-                w,
-                &self.shape,
-                &self.weights,
-                &self.kv,
-                self.states.as_ref(),
-                &self.pre,
-                pass,
-            )?;
+            self.enqueue_pass(w, &self.pre, pass)?;
             // The host input vectors are reused next chunk; pageable copies are staged.
             c0 = c1;
         }
