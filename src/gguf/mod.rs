@@ -2,6 +2,7 @@
 //! Llama-family GGUF files into the f32 CPU reference. Host-only: none of it needs CUDA. The
 //! tokenizer its metadata describes is built with Hugging Face `tokenizers` in `text::gguf`.
 
+mod kquant;
 pub mod llama;
 pub mod quant;
 mod reader;

@@ -1,8 +1,12 @@
 //! ggml tensor types: their block layouts (for bounds checks) and dequantisation to f32 of
-//! the ones the loaders need (F32, F16, BF16, Q8_0, Q4_1). Layouts follow ggml's
-//! `ggml-common.h`; every block is little-endian.
+//! the ones llama GGUFs are made of: F32, F16, BF16, the 32-value blocks Q4_0, Q4_1, Q5_0,
+//! Q5_1 and Q8_0 (here), and the K-quants Q2_K to Q6_K (`kquant`). Layouts follow ggml's
+//! `ggml-common.h`; every block is little-endian. A test holds each type to the values
+//! llama.cpp's Python package gives for the same bytes (`tools/gguf/quant_golden.py`).
 
 use half::{bf16, f16};
+
+use super::kquant;
 
 /// A ggml tensor type by its on-disk id. Sizes are known for all of these; only some
 /// dequantise (see [`dequantize`]).
@@ -95,7 +99,7 @@ impl GgmlType {
 /// Why a byte run could not be dequantised.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum QuantError {
-    #[error("dequantisation of {0:?} is not implemented (supported: F32, F16, BF16, Q8_0, Q4_1)")]
+    #[error("dequantisation of {0:?} is not implemented (supported: {SUPPORTED})")]
     Unsupported(GgmlType),
     #[error("{elements} elements of {ty:?} need {need} bytes, got {got}")]
     Size {
@@ -106,11 +110,16 @@ pub enum QuantError {
     },
 }
 
+/// The types [`dequantize`] reads, for messages.
+pub const SUPPORTED: &str = "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, \
+                             Q5_K, Q6_K";
+
 /// Whether [`dequantize`] reads `ty`.
 pub fn dequantizes(ty: GgmlType) -> bool {
+    use GgmlType::*;
     matches!(
         ty,
-        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 | GgmlType::Q8_0 | GgmlType::Q4_1
+        F32 | F16 | BF16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q2K | Q3K | Q4K | Q5K | Q6K
     )
 }
 
@@ -149,23 +158,98 @@ pub fn dequantize(ty: GgmlType, bytes: &[u8], elements: u64) -> Result<Vec<f32>,
                 out.extend(b[2..].iter().map(|&q| d * f32::from(q as i8)));
             }
         }
-        // d, m: f16, then 16 bytes; element j is the low nibble of byte j and element
-        // j + 16 its high nibble; x = d * q + m.
+        // In the 4- and 5-bit blocks element j < 16 is the low nibble of byte j and element
+        // j + 16 its high nibble; a 5-bit block's fifth bits are a little-endian u32 whose
+        // bit i is element i's.
+        // d: f16, 16 bytes; x = d * (q - 8).
+        GgmlType::Q4_0 => {
+            for b in bytes.chunks_exact(18) {
+                let d = le_f16(b[0], b[1]);
+                out.extend(nibbles(&b[2..], 0).map(|q| d * f32::from(q as i8 - 8)));
+            }
+        }
+        // d, m: f16, 16 bytes; x = d * q + m.
         GgmlType::Q4_1 => {
             for b in bytes.chunks_exact(20) {
                 let (d, m) = (le_f16(b[0], b[1]), le_f16(b[2], b[3]));
-                let qs = &b[4..];
-                out.extend(qs.iter().map(|&q| d * f32::from(q & 0x0f) + m));
-                out.extend(qs.iter().map(|&q| d * f32::from(q >> 4) + m));
+                out.extend(nibbles(&b[4..], 0).map(|q| d * f32::from(q) + m));
             }
         }
+        // d: f16, fifth bits, 16 bytes; x = d * (q - 16).
+        GgmlType::Q5_0 => {
+            for b in bytes.chunks_exact(22) {
+                let d = le_f16(b[0], b[1]);
+                let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
+                out.extend(nibbles(&b[6..], qh).map(|q| d * f32::from(q as i8 - 16)));
+            }
+        }
+        // d, m: f16, fifth bits, 16 bytes; x = d * q + m.
+        GgmlType::Q5_1 => {
+            for b in bytes.chunks_exact(24) {
+                let (d, m) = (le_f16(b[0], b[1]), le_f16(b[2], b[3]));
+                let qh = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
+                out.extend(nibbles(&b[8..], qh).map(|q| d * f32::from(q) + m));
+            }
+        }
+        GgmlType::Q2K => bytes
+            .chunks_exact(84)
+            .for_each(|b| kquant::q2_k(b, &mut out)),
+        GgmlType::Q3K => bytes
+            .chunks_exact(110)
+            .for_each(|b| kquant::q3_k(b, &mut out)),
+        GgmlType::Q4K => bytes
+            .chunks_exact(144)
+            .for_each(|b| kquant::q4_k(b, &mut out)),
+        GgmlType::Q5K => bytes
+            .chunks_exact(176)
+            .for_each(|b| kquant::q5_k(b, &mut out)),
+        GgmlType::Q6K => bytes
+            .chunks_exact(210)
+            .for_each(|b| kquant::q6_k(b, &mut out)),
         other => return Err(QuantError::Unsupported(other)),
     }
     Ok(out)
 }
 
+/// The 32 values of a 4-bit block's 16 bytes `qs` in element order (low nibbles, then high
+/// ones), each with its fifth bit from `qh` (0 for a 4-bit block).
+fn nibbles(qs: &[u8], qh: u32) -> impl Iterator<Item = u8> + '_ {
+    let low = qs.iter().map(|&q| q & 0x0f);
+    let high = qs.iter().map(|&q| q >> 4);
+    low.chain(high)
+        .enumerate()
+        .map(move |(i, q)| q | ((((qh >> i) & 1) as u8) << 4))
+}
+
 fn le_f16(a: u8, b: u8) -> f32 {
     f16::from_le_bytes([a, b]).to_f32()
+}
+
+/// The golden file's (type, bytes, values) records: seeded blocks of each quantised type and
+/// llama.cpp's values for them (`tools/gguf/quant_golden.py`).
+#[cfg(test)]
+pub(crate) fn golden() -> Vec<(GgmlType, Vec<u8>, Vec<f32>)> {
+    let raw = include_bytes!("../../tests/fixtures/gguf/quant_golden.bin");
+    let mut rest = raw.strip_prefix(b"GQGOLD1\n").expect("golden header");
+    let u32_at = |r: &mut &[u8]| {
+        let (h, t) = r.split_at(4);
+        *r = t;
+        u32::from_le_bytes([h[0], h[1], h[2], h[3]])
+    };
+    let mut out = Vec::new();
+    while !rest.is_empty() {
+        let ty = GgmlType::from_id(u32_at(&mut rest));
+        let (n, nb) = (u32_at(&mut rest) as usize, u32_at(&mut rest) as usize);
+        let (bytes, t) = rest.split_at(nb);
+        let (vals, t) = t.split_at(4 * n);
+        rest = t;
+        let vals = vals
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        out.push((ty, bytes.to_vec(), vals));
+    }
+    out
 }
 
 #[cfg(test)]
@@ -231,13 +315,38 @@ mod tests {
             Err(QuantError::Size { .. })
         ));
         assert_eq!(
-            dequantize(GgmlType::Q6K, &[0; 210], 256),
-            Err(QuantError::Unsupported(GgmlType::Q6K))
+            dequantize(GgmlType::Q8K, &[0; 292], 256),
+            Err(QuantError::Unsupported(GgmlType::Q8K))
         );
+        // A K-quant tensor is whole super-blocks of 256.
+        assert!(matches!(
+            dequantize(GgmlType::Q4K, &[0; 144], 128),
+            Err(QuantError::Size { .. })
+        ));
         assert_eq!(
             dequantize(GgmlType::Unknown(99), &[], 0),
             Err(QuantError::Unsupported(GgmlType::Unknown(99)))
         );
+    }
+
+    #[test]
+    fn every_quantised_type_dequantises_to_llama_cpps_values_bit_for_bit() {
+        let cases = golden();
+        let types: Vec<GgmlType> = cases.iter().map(|c| c.0).collect();
+        use GgmlType::*;
+        assert_eq!(
+            types,
+            [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2K, Q3K, Q4K, Q5K, Q6K],
+            "the golden file covers each quantised type the reader claims"
+        );
+        for (ty, bytes, want) in cases {
+            assert!(dequantizes(ty));
+            let got = dequantize(ty, &bytes, want.len() as u64).unwrap();
+            assert_eq!(got.len(), want.len());
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert_eq!(g.to_bits(), w.to_bits(), "{ty:?} element {i}: {g} vs {w}");
+            }
+        }
     }
 
     #[test]

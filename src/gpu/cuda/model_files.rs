@@ -185,9 +185,9 @@ impl ModelFiles {
                         return Err(self.tensor_err(
                             &name,
                             format!(
-                                "type {:?} is not supported (supported: F32, F16, BF16, Q8_0, \
-                                 Q4_1)",
-                                info.ty
+                                "type {:?} is not supported (supported: {})",
+                                info.ty,
+                                crate::gguf::quant::SUPPORTED
                             ),
                         ));
                     }
@@ -441,13 +441,24 @@ mod tests {
             match edit(&name) {
                 None => b = b.f32_tensor(&name, &dims, &w),
                 Some((d, GgmlType::F32)) => b = b.f32_tensor(&name, &d, &w),
-                Some((d, ty)) => {
-                    let bytes = (d.iter().product::<u64>() / 32 * ty.block().unwrap().1) as usize;
-                    b = b.tensor(&name, &d, ty, vec![0; bytes]);
-                }
+                Some((d, ty)) => b = b.tensor(&name, &d, ty, quantised(ty, &d).0),
             }
         }
         b.build()
+    }
+
+    /// A `ty` tensor of `dims`: the golden blocks of `ty` repeated (zeros for a type the
+    /// golden file lacks), and their values.
+    fn quantised(ty: GgmlType, dims: &[u64]) -> (Vec<u8>, Vec<f32>) {
+        let (per, size) = ty.block().unwrap();
+        let n = dims.iter().product::<u64>();
+        let golden = crate::gguf::quant::golden();
+        let Some((_, bytes, vals)) = golden.iter().find(|g| g.0 == ty) else {
+            return (vec![0; (n / per * size) as usize], Vec::new());
+        };
+        let bytes = bytes.iter().cycle().take((n / per * size) as usize);
+        let vals = vals.iter().cycle().take(n as usize);
+        (bytes.copied().collect(), vals.copied().collect())
     }
 
     fn write(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
@@ -500,6 +511,49 @@ mod tests {
     }
 
     #[test]
+    fn k_quant_and_legacy_quant_tensors_load_as_llama_cpp_dequantises_them() {
+        // Q4_K_M files mix Q4_K and Q6_K; older ones are Q4_0 / Q5_x. Each type's tensor reads
+        // back as the golden values (dequantised by llama.cpp's package) rounded to bf16;
+        // attn_q also goes through the un-permutation.
+        let s = shape(2);
+        let dir = tempfile::tempdir().unwrap();
+        let picks = [
+            ("blk.0.ffn_up.weight", Tensor::Up(0), GgmlType::Q6K),
+            ("blk.0.ffn_gate.weight", Tensor::Gate(0), GgmlType::Q4K),
+            ("blk.1.ffn_up.weight", Tensor::Up(1), GgmlType::Q5K),
+            ("blk.1.ffn_gate.weight", Tensor::Gate(1), GgmlType::Q3K),
+            ("blk.0.ffn_down.weight", Tensor::Down(0), GgmlType::Q2K),
+            ("blk.1.ffn_down.weight", Tensor::Down(1), GgmlType::Q5_0),
+            ("blk.0.attn_v.weight", Tensor::V(0), GgmlType::Q5_1),
+            ("blk.1.attn_v.weight", Tensor::V(1), GgmlType::Q4_0),
+            ("blk.1.attn_q.weight", Tensor::Q(1), GgmlType::Q4K),
+        ];
+        let dims = |t: Tensor| {
+            let (r, c) = t.dims(&s);
+            vec![c as u64, r as u64]
+        };
+        let edit = |n: &str| {
+            let &(_, t, ty) = picks.iter().find(|p| p.0 == n)?;
+            Some((dims(t), ty))
+        };
+        let p = write(dir.path(), "k.gguf", &gguf_bytes(&s, edit));
+        let f = ModelFiles::open(&p).unwrap();
+        for (name, t, ty) in picks {
+            let mut want = quantised(ty, &dims(t)).1;
+            assert!(!want.is_empty(), "{ty:?} has golden blocks");
+            if matches!(t, Tensor::Q(_)) {
+                want = unpermute_rows(&want, s.head_dim, s.hidden);
+            }
+            let want: Vec<u16> = want.into_iter().map(f32_to_bf16_bits).collect();
+            assert_eq!(f.tensor_bf16(t).unwrap(), want, "{name} as {ty:?}");
+        }
+        // The CPU reference reads them too and computes finite logits.
+        let m = f.cpu_model(false).unwrap();
+        let logits = m.forward(&mut m.new_cache(), &[1, 2, 3]);
+        assert!(logits.iter().flatten().all(|v| v.is_finite()));
+    }
+
+    #[test]
     fn unsupported_types_dims_and_missing_tensors_are_errors_naming_the_tensor() {
         let s = shape(2);
         let dir = tempfile::tempdir().unwrap();
@@ -511,9 +565,9 @@ mod tests {
                 .map(|e| e.to_string())
                 .unwrap_or_default()
         };
-        let e = err(&|n| (n == "blk.1.ffn_up.weight").then(|| (vec![256, 512], GgmlType::Q4K)));
+        let e = err(&|n| (n == "blk.1.ffn_up.weight").then(|| (vec![256, 512], GgmlType::Q8K)));
         assert!(
-            e.contains("blk.1.ffn_up.weight") && e.contains("Q4K") && e.contains("not supported"),
+            e.contains("blk.1.ffn_up.weight") && e.contains("Q8K") && e.contains("not supported"),
             "{e}"
         );
         let e = err(&|n| (n == "blk.0.attn_v.weight").then(|| (vec![128, 256], GgmlType::F32)));
