@@ -231,6 +231,21 @@ impl<'a> R<'a> {
         }
         Ok(n)
     }
+    /// Appends a list of `elem`-byte entries, each read by `item`, to `into`.
+    fn list<T>(
+        &mut self,
+        what: &'static str,
+        elem: usize,
+        into: &mut Vec<T>,
+        mut item: impl FnMut(&mut Self) -> Result<T, WireError>,
+    ) -> Result<(), WireError> {
+        let n = self.len(what, elem)?;
+        into.reserve(n);
+        for _ in 0..n {
+            into.push(item(self)?);
+        }
+        Ok(())
+    }
     pub(crate) fn rest(&self) -> &'a [u8] {
         &self.bytes[self.at..]
     }
@@ -252,44 +267,34 @@ pub fn decode_inputs_into(bytes: &[u8], into: &mut PassInputs) -> Result<(), Wir
     }
     into.clear();
     into.now = r.f64("now")?;
-    let n = r.len("arrivals", ARRIVAL)?;
-    into.arrivals.reserve(n);
-    for _ in 0..n {
-        into.arrivals.push(Arrival {
+    r.list("arrivals", ARRIVAL, &mut into.arrivals, |r| {
+        Ok(Arrival {
             id: r.u64("arrival id")?,
             arrival: r.f64("arrival time")?,
             context_tokens: r.u32("arrival context")?,
             max_tokens: r.u32("arrival max_tokens")?,
-        });
-    }
-    let n = r.len("cancellations", 8)?;
-    into.cancellations.reserve(n);
-    for _ in 0..n {
-        into.cancellations.push(r.u64("cancellation")?);
-    }
-    let n = r.len("kv_ready", KV_READY)?;
-    into.kv_ready.reserve(n);
-    for _ in 0..n {
-        into.kv_ready.push(KvReady {
+        })
+    })?;
+    r.list("cancellations", 8, &mut into.cancellations, |r| {
+        r.u64("cancellation")
+    })?;
+    r.list("kv_ready", KV_READY, &mut into.kv_ready, |r| {
+        Ok(KvReady {
             id: r.u64("kv_ready id")?,
             at: r.f64("kv_ready at")?,
-        });
-    }
-    let n = r.len("stepped", STEPPED)?;
-    into.stepped.reserve(n);
-    for _ in 0..n {
-        into.stepped.push(Stepped {
+        })
+    })?;
+    r.list("stepped", STEPPED, &mut into.stepped, |r| {
+        Ok(Stepped {
             id: r.u64("stepped id")?,
             tokens: r.u32("stepped tokens")?,
             ids: r.u32("stepped ids")?,
             stop: r.bool("stepped stop")?,
-        });
-    }
-    let n = r.len("stepped_ids", 4)?;
-    into.stepped_ids.reserve(n);
-    for _ in 0..n {
-        into.stepped_ids.push(r.u32("stepped id")?);
-    }
+        })
+    })?;
+    r.list("stepped_ids", 4, &mut into.stepped_ids, |r| {
+        r.u32("stepped id")
+    })?;
     into.step_s = r.opt_f64("step_s")?;
     r.end()
 }
