@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use genslot::gguf::llama::load_cpu_model;
 use genslot::gguf::Gguf;
-use genslot::gpu::cuda::cpu_ref::{argmax, CpuModel, RopeLayout};
+use genslot::gpu::cuda::cpu_ref::{CpuModel, RopeLayout};
 use genslot::gpu::cuda::model_files::ModelFiles;
 use genslot::sampling::{sample, SamplingParams};
 use genslot::server::tokenize::{ChatTurn, Tokenizer};
@@ -65,23 +65,6 @@ fn smollm2() -> Option<&'static Loaded> {
     .as_ref()
 }
 
-/// Greedy decoding of `prompt` until `<|im_end|>` or `max_new` tokens: the ids without the
-/// end token.
-fn greedy_ids(m: &CpuModel, eos: u32, prompt: &[u32], max_new: usize) -> Vec<u32> {
-    let mut cache = m.new_cache();
-    let mut logits = m.forward(&mut cache, prompt);
-    let mut out = Vec::new();
-    for _ in 0..max_new {
-        let next = argmax(logits.last().expect("one row per token"));
-        if next == eos {
-            break;
-        }
-        out.push(next);
-        logits = m.forward(&mut cache, &[next]);
-    }
-    out
-}
-
 /// Greedy decoding of the ChatML prompt with the file's own weights and `rope`.
 fn greedy(l: &Loaded, rope: RopeLayout) -> String {
     let mut m = l.model.lock().unwrap_or_else(|p| p.into_inner());
@@ -89,7 +72,7 @@ fn greedy(l: &Loaded, rope: RopeLayout) -> String {
     let eos = l.tok.eos().expect("the GGUF names an EOS token");
     let prompt = l.tok.try_encode(PROMPT).expect("the prompt encodes");
     let t0 = Instant::now();
-    let out = greedy_ids(&m, eos, &prompt, MAX_NEW);
+    let out = m.greedy(&prompt, eos, MAX_NEW);
     let text = l.tok.try_decode(&out).expect("generated ids decode");
     eprintln!(
         "{rope:?}: {} prompt + {} generated tokens in {:.1} s: {text:?}",
@@ -161,9 +144,9 @@ fn the_backend_loader_and_the_files_chat_template_answer_paris() {
     let theirs = {
         let mut raw = l.model.lock().unwrap_or_else(|p| p.into_inner());
         raw.rope = RopeLayout::Interleaved;
-        greedy_ids(&raw, eos, &prompt, MAX_NEW)
+        raw.greedy(&prompt, eos, MAX_NEW)
     };
-    let ours = greedy_ids(&m, eos, &prompt, MAX_NEW);
+    let ours = m.greedy(&prompt, eos, MAX_NEW);
     assert_eq!(ours, theirs, "bf16 weights, HF layout: same greedy tokens");
     assert!(l.tok.has_template());
     let chat = l
@@ -174,7 +157,7 @@ fn the_backend_loader_and_the_files_chat_template_answer_paris() {
         }])
         .expect("the template renders");
     assert!(chat.starts_with("<|im_start|>system\nYou are a helpful AI assistant named SmolLM"));
-    let ids = greedy_ids(&m, eos, &l.tok.encode(&chat), MAX_NEW);
+    let ids = m.greedy(&l.tok.encode(&chat), eos, MAX_NEW);
     let text = l.tok.decode(&ids);
     eprintln!("with the file's chat template: {text:?}");
     assert!(text.contains("Paris"), "{text:?}");

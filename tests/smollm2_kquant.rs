@@ -10,28 +10,13 @@ use std::process::Command;
 
 use genslot::gguf::llama::load_cpu_model;
 use genslot::gguf::{GgmlType, Gguf};
-use genslot::gpu::cuda::cpu_ref::{argmax, CpuModel, RopeLayout};
+use genslot::gpu::cuda::cpu_ref::RopeLayout;
 use genslot::gpu::cuda::model_files::ModelFiles;
 use genslot::text::ModelTokenizer;
 
 const PROMPT: &str =
     "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n";
 const ANSWER: &str = "The capital of France is Paris.";
-
-fn greedy(m: &CpuModel, eos: u32, prompt: &[u32], max_new: usize) -> Vec<u32> {
-    let mut cache = m.new_cache();
-    let mut logits = m.forward(&mut cache, prompt);
-    let mut out = Vec::new();
-    for _ in 0..max_new {
-        let next = argmax(logits.last().expect("one row per token"));
-        if next == eos {
-            break;
-        }
-        out.push(next);
-        logits = m.forward(&mut cache, &[next]);
-    }
-    out
-}
 
 /// The rewritten file in `dir`, or `None` (with a message) without the inputs.
 fn requantized(dir: &Path) -> Option<std::path::PathBuf> {
@@ -80,11 +65,14 @@ fn smollm2_with_k_quant_weights_answers_paris_through_both_loaders() {
 
     let raw = load_cpu_model(&g).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(raw.rope, RopeLayout::Interleaved);
-    let theirs = greedy(&raw, eos, &prompt, 16);
+    let theirs = raw.greedy(&prompt, eos, 16);
     assert_eq!(tok.try_decode(&theirs).expect("ids decode"), ANSWER);
 
     // The CUDA backend's loader: Q/K un-permuted to HF's layout, weights rounded to bf16.
     let files = ModelFiles::open(&path).unwrap_or_else(|e| panic!("{e}"));
-    let ours = greedy(&files.cpu_model(true).expect("loads"), eos, &prompt, 16);
+    let ours = files
+        .cpu_model(true)
+        .expect("loads")
+        .greedy(&prompt, eos, 16);
     assert_eq!(ours, theirs, "bf16 weights, HF layout: same greedy tokens");
 }

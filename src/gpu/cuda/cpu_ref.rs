@@ -200,6 +200,24 @@ impl CpuModel {
         }
     }
 
+    /// Greedy decoding of `prompt` (argmax each step) until `eos` or `max_new` tokens: the
+    /// generated ids, without the end token.
+    pub fn greedy(&self, prompt: &[u32], eos: u32, max_new: usize) -> Vec<u32> {
+        let mut cache = self.new_cache();
+        let mut logits = self.forward(&mut cache, prompt);
+        let mut out = Vec::new();
+        while out.len() < max_new {
+            let Some(last) = logits.last() else { break };
+            let next = argmax(last);
+            if next == eos {
+                break;
+            }
+            out.push(next);
+            logits = self.forward(&mut cache, &[next]);
+        }
+        out
+    }
+
     /// Runs `tokens` after what `cache` holds and returns the logits of every position.
     /// All positions go through the layers together (causal attention within the chunk).
     pub fn forward(&self, cache: &mut CpuCache, tokens: &[u32]) -> Vec<Vec<f32>> {
@@ -786,6 +804,24 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn greedy_follows_the_argmax_chain_and_stops_at_eos_or_the_limit() {
+        let m = tiny();
+        let prompt = [5u32, 17, 3];
+        let six = m.greedy(&prompt, u32::MAX, 6);
+        assert_eq!(six.len(), 6);
+        // Step by step, each token is the argmax after the ones before it.
+        let mut cache = m.new_cache();
+        let mut logits = m.forward(&mut cache, &prompt);
+        for &t in &six {
+            assert_eq!(argmax(logits.last().unwrap()), t);
+            logits = m.forward(&mut cache, &[t]);
+        }
+        // The end token ends it, and is left out.
+        assert_eq!(m.greedy(&prompt, six[2], 6), six[..2]);
+        assert!(m.greedy(&prompt, six[0], 6).is_empty());
     }
 
     #[test]
