@@ -114,13 +114,9 @@ pub enum QuantError {
 pub const SUPPORTED: &str = "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, \
                              Q5_K, Q6_K";
 
-/// Whether [`dequantize`] reads `ty`.
+/// Whether [`dequantize`] reads `ty` (asked of it: its match is the one list).
 pub fn dequantizes(ty: GgmlType) -> bool {
-    use GgmlType::*;
-    matches!(
-        ty,
-        F32 | F16 | BF16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q2K | Q3K | Q4K | Q5K | Q6K
-    )
+    dequantize(ty, &[], 0).is_ok()
 }
 
 /// Dequantises `elements` values of type `ty` stored in `bytes` (exactly their size).
@@ -191,24 +187,21 @@ pub fn dequantize(ty: GgmlType, bytes: &[u8], elements: u64) -> Result<Vec<f32>,
                 out.extend(nibbles(&b[8..], qh).map(|q| d * f32::from(q) + m));
             }
         }
-        GgmlType::Q2K => bytes
-            .chunks_exact(84)
-            .for_each(|b| kquant::q2_k(b, &mut out)),
-        GgmlType::Q3K => bytes
-            .chunks_exact(110)
-            .for_each(|b| kquant::q3_k(b, &mut out)),
-        GgmlType::Q4K => bytes
-            .chunks_exact(144)
-            .for_each(|b| kquant::q4_k(b, &mut out)),
-        GgmlType::Q5K => bytes
-            .chunks_exact(176)
-            .for_each(|b| kquant::q5_k(b, &mut out)),
-        GgmlType::Q6K => bytes
-            .chunks_exact(210)
-            .for_each(|b| kquant::q6_k(b, &mut out)),
+        GgmlType::Q2K => each_block(bytes, size, &mut out, kquant::q2_k),
+        GgmlType::Q3K => each_block(bytes, size, &mut out, kquant::q3_k),
+        GgmlType::Q4K => each_block(bytes, size, &mut out, kquant::q4_k),
+        GgmlType::Q5K => each_block(bytes, size, &mut out, kquant::q5_k),
+        GgmlType::Q6K => each_block(bytes, size, &mut out, kquant::q6_k),
         other => return Err(QuantError::Unsupported(other)),
     }
     Ok(out)
+}
+
+/// Appends the values of each `size`-byte block of `bytes`, dequantised by `block`.
+fn each_block(bytes: &[u8], size: u64, out: &mut Vec<f32>, block: fn(&[u8], &mut Vec<f32>)) {
+    for b in bytes.chunks_exact(size as usize) {
+        block(b, out);
+    }
 }
 
 /// The 32 values of a 4-bit block's 16 bytes `qs` in element order (low nibbles, then high
@@ -347,6 +340,28 @@ mod tests {
                 assert_eq!(g.to_bits(), w.to_bits(), "{ty:?} element {i}: {g} vs {w}");
             }
         }
+    }
+
+    #[test]
+    fn the_supported_list_names_exactly_the_types_that_dequantise() {
+        let named: Vec<String> = (0..40)
+            .map(GgmlType::from_id)
+            .filter(|&ty| dequantizes(ty))
+            .map(|ty| {
+                let n = format!("{ty:?}");
+                // ggml writes the K-quants Q4_K; the enum spells them Q4K.
+                n.strip_suffix('K').map_or(n.clone(), |s| format!("{s}_K"))
+            })
+            .collect();
+        let listed: Vec<&str> = SUPPORTED.split(", ").collect();
+        assert_eq!(named.len(), listed.len(), "{named:?} vs {listed:?}");
+        for n in &named {
+            assert!(
+                listed.contains(&n.as_str()),
+                "{n} is missing from SUPPORTED"
+            );
+        }
+        assert!(!dequantizes(GgmlType::Q8K) && !dequantizes(GgmlType::Unknown(99)));
     }
 
     #[test]
