@@ -167,6 +167,11 @@ pub fn buckets(max: usize) -> Vec<usize> {
     b
 }
 
+/// Attention splits of a pass of `rows` rows on `gpu` (its multiprocessors and split target).
+fn pass_splits(gpu: &Gpu, kv_heads: usize, rows: usize) -> usize {
+    splits_for(rows, kv_heads, gpu.sm_count, gpu.k.opts.attn_blocks_per_sm)
+}
+
 impl CudaBackend {
     /// Probes the libraries (a clear `Unavailable` when absent), creates the context,
     /// compiles the kernels, places the weights, allocates the KV cache and captures graphs.
@@ -239,7 +244,6 @@ impl CudaBackend {
             None => StepOptions::from_env()?,
         };
         let gpu = Gpu::new(cfg.device, (shape.head_dim, shape.group()), opts)?;
-        let bps = opts.attn_blocks_per_sm;
         let weights = Weights::alloc(&gpu, &shape)?;
         match (&cfg.model, &files) {
             (_, Some(f)) => weights.fill_from(&gpu, f)?,
@@ -255,7 +259,7 @@ impl CudaBackend {
         let dec_rows = mb * per;
         // Eager steps run the exact row count, graphs the bucket: size for both.
         let dec_parts = (1..=mb)
-            .map(|b| b * per * splits_for(b * per, kvh, gpu.sm_count, bps))
+            .map(|b| b * per * pass_splits(&gpu, kvh, b * per))
             .max()
             .unwrap_or(1);
         let dec = Scratch::new(
@@ -270,7 +274,7 @@ impl CudaBackend {
         dec.one_segment_per_row(&gpu, Which::Decode)?;
         let pc = cfg.prefill_chunk;
         let pre_parts = (1..=pc)
-            .map(|r| r * splits_for(r, kvh, gpu.sm_count, bps))
+            .map(|r| r * pass_splits(&gpu, kvh, r))
             .max()
             .unwrap_or(1);
         let pre = Scratch::new(&gpu, &shape, Which::Prefill, pc, table_width, pre_parts, 1)?;
@@ -336,12 +340,7 @@ impl CudaBackend {
     }
     /// Attention splits of a pass of `rows` rows.
     fn splits(&self, rows: usize) -> usize {
-        splits_for(
-            rows,
-            self.shape.kv_heads,
-            self.gpu.sm_count,
-            self.gpu.k.opts.attn_blocks_per_sm,
-        )
+        pass_splits(&self.gpu, self.shape.kv_heads, rows)
     }
     pub fn weight_bytes(&self) -> usize {
         self.weights.bytes
@@ -385,8 +384,6 @@ impl CudaBackend {
         self.states.as_ref().map_or(0, StateCache::bytes)
     }
 
-    /// Enqueues one decode step over `n` batch rows on the decode stream: a plain pass, or
-    /// with a drafter the lookup, the verify pass over n(k + 1) rows and the acceptance.
     /// Enqueues one forward pass of this model on `w`'s stream over scratch `sc`.
     fn enqueue_pass(&self, w: Which, sc: &Scratch, pass: Pass) -> Result<(), BackendError> {
         enqueue(
@@ -401,6 +398,8 @@ impl CudaBackend {
         )
     }
 
+    /// Enqueues one decode step over `n` batch rows on the decode stream: a plain pass, or
+    /// with a drafter the lookup, the verify pass over n(k + 1) rows and the acceptance.
     fn enqueue_step(&self, n: usize) -> Result<(), BackendError> {
         let w = Which::Decode;
         let Some(d) = &self.draft else {
