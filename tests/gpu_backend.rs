@@ -227,7 +227,7 @@ fn graph_replay_and_eager_launch_compute_the_same_step() {
 }
 
 #[test]
-fn every_step_option_computes_the_tokens_the_defaults_compute() {
+fn every_step_option_computes_the_tokens_the_plain_launch_computes() {
     if !gpu() {
         return;
     }
@@ -251,9 +251,10 @@ fn every_step_option_computes_the_tokens_the_defaults_compute() {
         let (_, eager) = b.decode(&rows, Launch::Eager, true).unwrap();
         (toks, t0, prefill_logits, graph, eager)
     };
-    let base = run(StepOptions::default());
-    let d = StepOptions::default();
+    let d = StepOptions::plain();
+    let base = run(d);
     for opts in [
+        StepOptions::default(),
         StepOptions { pdl: true, ..d },
         StepOptions {
             attn_blocks_per_sm: 1,
@@ -263,6 +264,13 @@ fn every_step_option_computes_the_tokens_the_defaults_compute() {
         StepOptions {
             attn_blocks_per_sm: 1,
             direct_single_split: true,
+            pdl: true,
+            ..d
+        },
+        // Decode passes of 1 to 3 rows on the GEMV kernels, the 200-row prefill on cuBLAS.
+        StepOptions { gemv_rows: 4, ..d },
+        StepOptions {
+            gemv_rows: 4,
             pdl: true,
             ..d
         },

@@ -3,7 +3,8 @@
 //! `probe` reports the CUDA libraries; `check-tiny` compares the seeded `tiny` model on the
 //! GPU with the f32 CPU reference; `check-model` does the same for a real checkpoint's chat
 //! answer; `parity` compares a checkpoint against a PyTorch reference (tools/gpu/parity.py);
-//! `bench` measures decode steps against the HBM roofline; `check-retained` checks the
+//! `bench` measures decode steps against the HBM roofline; `gemv` compares and times each
+//! weight product on cuBLAS and on the GEMV kernels; `check-retained` checks the
 //! drafter and the hybrid shape's recurrent state (outputs identical with drafting and across
 //! pauses, the hybrid against its CPU reference). Without a GPU: `kernels` writes
 //! or compiles (NVRTC, with ptxas's register report) the kernel source of a shape, and
@@ -15,8 +16,8 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 use genslot::gpu::cuda::model_files::{write_hf_checkpoint_with, ModelFiles};
 use genslot::gpu::cuda::{
-    all_attn_shapes, bench, kernel_source, parity, CudaBackend, CudaConfig, Launch, LibraryProbe,
-    ModelShape, ModelSource,
+    all_attn_shapes, bench, gemv_bench, kernel_source, parity, CudaBackend, CudaConfig, Launch,
+    LibraryProbe, ModelShape, ModelSource, StepOptions,
 };
 use genslot::gpu::StepRow;
 use genslot::server::tokenize::{ChatTurn, Tokenizer};
@@ -146,6 +147,16 @@ enum Cmd {
         /// `ncu --profile-from-start off` (tools/gpu/ncu_summary.py sums it per kernel).
         #[arg(long)]
         profile: bool,
+    },
+    /// Each weight product at 1 to 4 rows on cuBLAS and on the GEMV kernels: outputs
+    /// compared, times side by side.
+    Gemv {
+        #[arg(long, default_value = "llama-8b")]
+        shape: String,
+        #[arg(long, default_value_t = 200)]
+        iters: usize,
+        #[arg(long)]
+        json: Option<PathBuf>,
     },
 }
 
@@ -331,6 +342,41 @@ fn main() -> Result<()> {
             if let Some(p) = json {
                 std::fs::write(&p, serde_json::to_string_pretty(&rep)?)
                     .with_context(|| format!("writing {}", p.display()))?;
+            }
+        }
+        Cmd::Gemv { shape, iters, json } => {
+            let s = ModelShape::named(&shape)?;
+            let rep = gemv_bench::run(&s, StepOptions::from_env()?, iters.max(1))?;
+            println!("{} · {} · {}", rep.device, rep.shape, rep.launch);
+            println!("product   rows   cuBLAS µs  GB/s    GEMV µs  GB/s    max rel err");
+            for r in &rep.rows {
+                println!(
+                    "{:<9} {:>4} {:>10.2} {:>6.0} {:>10.2} {:>6.0}    {:.2e}",
+                    r.product,
+                    r.rows,
+                    r.cublas_us,
+                    r.cublas_gbs,
+                    r.gemv_us,
+                    r.gemv_gbs,
+                    r.max_rel_err
+                );
+            }
+            if let Some(p) = json {
+                std::fs::write(&p, serde_json::to_string_pretty(&rep)?)
+                    .with_context(|| format!("writing {}", p.display()))?;
+            }
+            // f32 sums in another order: a bf16 rounding step at most (NaN fails too).
+            if let Some(r) = rep
+                .rows
+                .iter()
+                .find(|r| r.max_rel_err.is_nan() || r.max_rel_err >= 1e-2)
+            {
+                bail!(
+                    "GEMV differs from cuBLAS: {} at {} rows, max relative error {:.2e}",
+                    r.product,
+                    r.rows,
+                    r.max_rel_err
+                );
             }
         }
     }

@@ -5,11 +5,12 @@
 # puts in .gpu/ (binaries built on the CPU machine) and, for the SmolLM2 stages, the GGUF that
 # tools/gpu/stage_model.sh assembled (GGUF, default .gpu-model/ beside .gpu/; its stages
 # skip with a message without it). STAGES picks a subset of
-#   "probe kernels tests tiny smollm2 parity serve-smollm2 bench serve retained ncu".
+#   "probe kernels tests tiny smollm2 parity serve-smollm2 gemv bench serve retained ncu".
 # GENSLOT_ATTN_KERNEL=simt|tc picks the attention kernel (default tc); BENCH_KERNELS lists the
 # kernels the bench stage times one after the other, and BENCH_VARIANTS the launch options
 # (src/gpu/cuda/step_options.rs) it times for each: words of comma-joined VAR=VALUE settings,
-# `default` for none (default "default GENSLOT_PDL=1"); PARITY_SHAPES the parity models.
+# `default` for none, `plain` for every option off (default "default plain"); PARITY_SHAPES
+# the parity models.
 # Logs and JSON go to a work folder, then into $OUT/gpu-results.tar.gz with a summary
 # ($OUT/summary.txt): only a few files come back from a call.
 set -uo pipefail
@@ -114,10 +115,24 @@ if has serve-smollm2 && have_gguf; then
   stage "serve smollm2"
   serve_and_check smollm2 "$G/cuda-smollm2.yaml" 18001 "$G/serve_real.py"
 fi
+if has gemv; then
+  # Each llama-8b weight product at 1-4 rows on cuBLAS and on the GEMV kernels: outputs
+  # compared (the command fails past 1e-2), times side by side, with and without PDL.
+  for pdl in 0 1; do
+    stage "gemv (PDL $pdl)"
+    GENSLOT_PDL=$pdl "$G/genslot-gpu" gemv --shape llama-8b --json "$W/gemv-llama-8b-pdl$pdl.json" \
+      2>&1 | tee -a "$W/summary.txt" || fail "gemv PDL $pdl"
+  done
+fi
 if has bench; then
   for kern in ${BENCH_KERNELS:-tc}; do
-    for v in ${BENCH_VARIANTS:-default GENSLOT_PDL=1}; do
-      settings=(); [ "$v" = default ] || IFS=, read -ra settings <<< "$v"
+    for v in ${BENCH_VARIANTS:-default plain}; do
+      settings=()
+      case $v in
+        default) ;;
+        plain) settings=(GENSLOT_PDL=0 GENSLOT_GEMV_ROWS=0 GENSLOT_ATTN_BLOCKS_PER_SM=8 GENSLOT_ATTN_DIRECT=0) ;;
+        *) IFS=, read -ra settings <<< "$v" ;;
+      esac
       tag=$(echo "$v" | tr -c 'A-Za-z0-9\n' '-' | sed 's/GENSLOT-//g')
       stage "bench ($kern attention, $v)"
       env "${settings[@]}" GENSLOT_ATTN_KERNEL=$kern "$G/genslot-gpu" bench --shape llama-8b \

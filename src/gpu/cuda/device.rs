@@ -24,6 +24,15 @@ const ATTENTION_TC: &str = include_str!("kernels/attention_tc.cu");
 const SAMPLE: &str = include_str!("kernels/sample.cu");
 const DRAFT: &str = include_str!("kernels/draft.cu");
 const RECURRENT: &str = include_str!("kernels/recurrent.cu");
+const GEMV: &str = include_str!("kernels/gemv.cu");
+
+/// The most rows the GEMV kernels take (`GEMV_MAX_ROWS` in gemv.cu; a test checks).
+pub const GEMV_MAX_ROWS: usize = 4;
+
+/// Name of the GEMV kernel for `rows` rows (1 to `GEMV_MAX_ROWS`).
+pub fn gemv_kernel_name(rows: usize) -> String {
+    format!("gemv_bf16_m{rows}")
+}
 
 /// (head_dim, query heads per kv head) of one attention kernel instance.
 pub type AttnShape = (usize, usize);
@@ -49,6 +58,7 @@ pub fn kernel_source(attn: &[AttnShape]) -> String {
         SAMPLE,
         DRAFT,
         RECURRENT,
+        GEMV,
     ]
     .join("\n");
     for &(d, g) in attn {
@@ -101,6 +111,7 @@ pub fn kernel_names(attn: &[AttnShape]) -> Vec<String> {
     .map(|s| s.to_string())
     .collect();
     v.extend(head_dims(attn).into_iter().map(recurrent_kernel_name));
+    v.extend((1..=GEMV_MAX_ROWS).map(gemv_kernel_name));
     for &(d, g) in attn {
         for kind in [AttnKernel::Simt, AttnKernel::TensorCore] {
             v.push(attn_kernel_name(kind, d, g));
@@ -212,7 +223,8 @@ fn compiled(attn: AttnShape) -> Result<cudarc::nvrtc::Ptx, BackendError> {
 }
 
 /// The kernels that begin with `PDL_BEGIN()` (common.cuh), besides every attention kernel
-/// (`paged_attn*`): only these may be launched programmatically (`Gpu::launch_dep`).
+/// (`paged_attn*`) and the GEMV kernels (`gemv_bf16_m*`, which load only their weights before
+/// it): only these may be launched programmatically (`Gpu::launch_dep`).
 pub const PDL_KERNELS: &[&str] = &[
     "rmsnorm",
     "rope_kv_write",
@@ -222,7 +234,7 @@ pub const PDL_KERNELS: &[&str] = &[
 ];
 
 fn pdl_ready(name: &str) -> bool {
-    PDL_KERNELS.contains(&name) || name.starts_with("paged_attn")
+    PDL_KERNELS.contains(&name) || name.starts_with("paged_attn") || name.starts_with("gemv_bf16_m")
 }
 
 /// A kernel that waits for its predecessor on the stream itself (`PDL_BEGIN`), so it may be
@@ -338,6 +350,8 @@ pub(crate) struct Kernels {
     pub draft_accept: CudaFunction,
     /// The recurrent layer of the model's head_dim (`recurrent.cu`).
     pub recurrent: CudaFunction,
+    /// `gemv[m - 1]` takes products of m rows (`gemv.cu`).
+    pub gemv: Vec<DepKernel>,
 }
 
 pub(crate) struct Gpu {
@@ -355,6 +369,14 @@ pub(crate) struct Gpu {
 }
 
 const BLAS_WORKSPACE: usize = 32 << 20;
+
+/// Threads of a GEMV block: `GEMV_WARPS` warps of `GEMV_RPW` weight rows each (gemv.cu).
+const GEMV_THREADS: u32 = 128;
+const GEMV_ROWS_PER_BLOCK: usize = 8;
+
+fn gemv_blocks(out: usize) -> u32 {
+    out.div_ceil(GEMV_ROWS_PER_BLOCK) as u32
+}
 
 impl Gpu {
     /// Creates the context (event tracking off before any allocation), three non-default
@@ -409,6 +431,9 @@ impl Gpu {
             draft_lookup: f("draft_lookup")?,
             draft_accept: f("draft_accept")?,
             recurrent: f(&recurrent_kernel_name(d))?,
+            gemv: (1..=GEMV_MAX_ROWS)
+                .map(|m| dep(&gemv_kernel_name(m)))
+                .collect::<Result<_, _>>()?,
         };
         let blas_decode = CudaBlas::new(decode.clone()).map_err(blas_err("cuBLAS handle"))?;
         let blas_prefill = CudaBlas::new(prefill.clone()).map_err(blas_err("cuBLAS handle"))?;
@@ -537,6 +562,64 @@ impl Gpu {
         accumulate: bool,
         y_f32: bool,
     ) -> Result<(), BackendError> {
+        if let Some(mode) = self.gemv_mode(rows, inp, weight, x, accumulate, y_f32) {
+            return self.launch_dep(
+                w,
+                &self.k.gemv[rows - 1],
+                (gemv_blocks(out), 1, 1),
+                GEMV_THREADS,
+                0,
+                &[
+                    A::P(weight),
+                    A::P(x),
+                    A::P(y),
+                    A::I(out as i32),
+                    A::I(inp as i32),
+                    A::I(mode),
+                ],
+            );
+        }
+        self.gemm_cublas(w, out, rows, inp, weight, x, y, accumulate, y_f32)
+    }
+
+    /// The GEMV kernels' output mode for this product (`GEMV_OUT_*` in gemv.cu), or None
+    /// where cuBLAS takes it: more rows than `StepOptions::gemv_rows`, rows not in whole
+    /// 16-byte units, or a bf16 output added to (no product of a pass does that).
+    fn gemv_mode(
+        &self,
+        rows: usize,
+        inp: usize,
+        weight: u64,
+        x: u64,
+        accumulate: bool,
+        y_f32: bool,
+    ) -> Option<i32> {
+        let aligned = inp.is_multiple_of(8) && weight.is_multiple_of(16) && x.is_multiple_of(16);
+        if rows == 0 || rows > self.k.opts.gemv_rows.min(GEMV_MAX_ROWS) || !aligned {
+            return None;
+        }
+        match (y_f32, accumulate) {
+            (false, false) => Some(0),
+            (true, false) => Some(1),
+            (true, true) => Some(2),
+            (false, true) => None,
+        }
+    }
+
+    /// `gemm` through cuBLAS whatever the row count.
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemm_cublas(
+        &self,
+        w: Which,
+        out: usize,
+        rows: usize,
+        inp: usize,
+        weight: u64,
+        x: u64,
+        y: u64,
+        accumulate: bool,
+        y_f32: bool,
+    ) -> Result<(), BackendError> {
         let alpha = 1.0f32;
         let beta = if accumulate { 1.0f32 } else { 0.0 };
         let bf = blas_sys::cudaDataType::CUDA_R_16BF;
@@ -585,6 +668,15 @@ impl Gpu {
         unsafe { cudarc::driver::result::memcpy_dtoh_async(dst, src, self.stream(w).cu_stream()) }
             .map_err(drv("device-to-host copy"))?;
         self.sync(w)
+    }
+
+    /// Zeroes `bytes` device bytes at `dst`, ordered on `w`'s stream.
+    pub fn zero(&self, w: Which, dst: u64, bytes: usize) -> Result<(), BackendError> {
+        // SAFETY: the caller's range lies inside one live allocation.
+        unsafe {
+            cudarc::driver::result::memset_d8_async(dst, 0, bytes, self.stream(w).cu_stream())
+        }
+        .map_err(drv("zeroing device memory"))
     }
 
     pub fn sync(&self, w: Which) -> Result<(), BackendError> {
@@ -639,10 +731,14 @@ mod tests {
             let plain = format!("void {name}(");
             let bounded = format!("\n    {name}(");
             // Attention kernels come from ATTN_INSTANCE(D, G) expansions, the recurrent
-            // layer's from RECUR_INSTANCE(D).
+            // layer's from RECUR_INSTANCE(D), the GEMV kernels from GEMV_INSTANCE(M).
             let recur = name
                 .strip_prefix("recurrent_scan_d")
-                .map(|d| format!("RECUR_INSTANCE({d})"));
+                .map(|d| format!("RECUR_INSTANCE({d})"))
+                .or_else(|| {
+                    name.strip_prefix("gemv_bf16_m")
+                        .map(|m| format!("GEMV_INSTANCE({m})"))
+                });
             let inst = name
                 .strip_prefix("paged_attn_tc_d")
                 .map(|r| ("ATTN_TC_INSTANCE", r))
@@ -749,5 +845,39 @@ mod tests {
         }
         assert!(pdl_ready(&attn_kernel_name(AttnKernel::TensorCore, 128, 4)));
         assert!(pdl_ready(&attn_kernel_name(AttnKernel::Simt, 64, 1)));
+        assert!(pdl_ready(&gemv_kernel_name(GEMV_MAX_ROWS)));
+    }
+
+    #[test]
+    fn a_gemv_block_reads_only_its_weights_before_it_waits() {
+        // The weights are constant through a step; x may still be being written by the
+        // kernel before, and y read by it.
+        let src = kernel_source(&[(128, 4)]);
+        let body = body_after(&src, "void gemv_rows(");
+        let before = &body[..body.find("PDL_BEGIN()").expect("gemv_rows waits")];
+        let words: Vec<&str> = before
+            .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .collect();
+        assert!(words.contains(&"W"), "the prefetch reads W");
+        for name in ["X", "Y", "xv", "acc"] {
+            assert!(!words.contains(&name), "{name} is touched before PDL_BEGIN");
+        }
+        for m in 1..=GEMV_MAX_ROWS {
+            assert!(src.contains(&format!("GEMV_INSTANCE({m})")), "rows {m}");
+        }
+        assert!(!src.contains(&format!("GEMV_INSTANCE({})", GEMV_MAX_ROWS + 1)));
+        for (name, v) in [
+            ("GEMV_MAX_ROWS", GEMV_MAX_ROWS),
+            ("GEMV_WARPS", GEMV_THREADS as usize / 32),
+            (
+                "GEMV_RPW",
+                GEMV_ROWS_PER_BLOCK / (GEMV_THREADS as usize / 32),
+            ),
+        ] {
+            assert!(
+                GEMV.contains(&format!("#define {name} {v}\n")),
+                "{name} differs from the kernel"
+            );
+        }
     }
 }

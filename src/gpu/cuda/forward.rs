@@ -120,17 +120,9 @@ impl StateCache {
                 self.slots
             )));
         }
-        // SAFETY: the range lies inside `buf` (checked above); the stream orders the write
-        // before any later pass on it.
-        unsafe {
-            cudarc::driver::result::memset_d8_async(
-                self.buf.at(r.start as usize),
-                0,
-                (r.end - r.start) as usize,
-                gpu.stream(w).cu_stream(),
-            )
-        }
-        .map_err(super::device::drv("clearing a recurrent state"))
+        // The range lies inside `buf` (checked above); the stream orders the write before any
+        // later pass on it.
+        gpu.zero(w, self.buf.at(r.start as usize), (r.end - r.start) as usize)
     }
 
     pub fn bytes(&self) -> usize {

@@ -22,6 +22,7 @@ pub mod draft;
 pub mod draft_sets;
 pub mod drive;
 mod forward;
+pub mod gemv_bench;
 pub mod init;
 pub mod model_files;
 pub mod parity;

@@ -1,9 +1,11 @@
 //! How a forward pass is launched: which attention kernel, programmatic dependent launch,
-//! how finely attention splits a row's context, and whether a single-split pass skips the
-//! split merge. The defaults are what BENCHMARKS.md measured best; the environment overrides
-//! each one so that `tools/gpu/run.sh` can time them side by side from one binary.
+//! how finely attention splits a row's context, whether a single-split pass skips the
+//! split merge, and up to how many rows the weight products run on the GEMV kernels. The
+//! defaults are what BENCHMARKS.md §3.4 measured best on the H200; the environment overrides
+//! each one so that `tools/gpu/run.sh` can time them side by side from one binary, and
+//! `StepOptions::plain` (every option off) is the launch the GPU tests check them against.
 
-use super::device::AttnKernel;
+use super::device::{AttnKernel, GEMV_MAX_ROWS};
 use crate::gpu::BackendError;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,15 +22,22 @@ pub struct StepOptions {
     /// `GENSLOT_ATTN_DIRECT=0|1`: a pass whose attention has one split writes its bf16 output
     /// from the attention kernel, with no `attn_combine` launch.
     pub direct_single_split: bool,
+    /// `GENSLOT_GEMV_ROWS=N`: weight products of at most N rows (0 to `GEMV_MAX_ROWS`) run
+    /// on the GEMV kernels (gemv.cu) instead of cuBLAS; 0 sends every product to cuBLAS.
+    pub gemv_rows: usize,
 }
 
 impl Default for StepOptions {
+    /// Measured on the H200 (BENCHMARKS.md §3.4): PDL with the one-row GEMV took batch 1 from
+    /// 1.38x to 1.26x the roofline; two attention blocks per multiprocessor puts batch 64 and
+    /// 128 at 4k in one split, written directly (1.18x to 1.16x at batch 64).
     fn default() -> Self {
         StepOptions {
             attn: AttnKernel::TensorCore,
-            pdl: false,
-            attn_blocks_per_sm: 8,
-            direct_single_split: false,
+            pdl: true,
+            attn_blocks_per_sm: 2,
+            direct_single_split: true,
+            gemv_rows: 1,
         }
     }
 }
@@ -37,6 +46,18 @@ impl Default for StepOptions {
 const MAX_BLOCKS_PER_SM: usize = 64;
 
 impl StepOptions {
+    /// Every option off: plain launches, cuBLAS for every product, 8 attention blocks per
+    /// multiprocessor merged by `attn_combine` (the step before these options existed).
+    pub fn plain() -> Self {
+        StepOptions {
+            attn: AttnKernel::TensorCore,
+            pdl: false,
+            attn_blocks_per_sm: 8,
+            direct_single_split: false,
+            gemv_rows: 0,
+        }
+    }
+
     pub fn from_env() -> Result<Self, BackendError> {
         Self::parse(|k| std::env::var(k).ok())
     }
@@ -67,11 +88,20 @@ impl StepOptions {
                 _ => return Err(bad(k, &v, &format!("1 to {MAX_BLOCKS_PER_SM}"))),
             },
         };
+        let k = "GENSLOT_GEMV_ROWS";
+        let gemv_rows = match get(k) {
+            None => d.gemv_rows,
+            Some(v) => match v.parse::<usize>() {
+                Ok(n) if n <= GEMV_MAX_ROWS => n,
+                _ => return Err(bad(k, &v, &format!("0 to {GEMV_MAX_ROWS}"))),
+            },
+        };
         Ok(StepOptions {
             attn,
             pdl: flag("GENSLOT_PDL", d.pdl)?,
             attn_blocks_per_sm,
             direct_single_split: flag("GENSLOT_ATTN_DIRECT", d.direct_single_split)?,
+            gemv_rows,
         })
     }
 
@@ -82,8 +112,13 @@ impl StepOptions {
             AttnKernel::TensorCore => "tc",
             AttnKernel::Simt => "simt",
         };
+        let gemv = match self.gemv_rows {
+            0 => "off".to_string(),
+            1 => "for 1 row".to_string(),
+            n => format!("up to {n} rows"),
+        };
         format!(
-            "attention {attn}, {} blocks/SM, direct single split {}, PDL {}",
+            "attention {attn}, {} blocks/SM, direct single split {}, PDL {}, GEMV {gemv}",
             self.attn_blocks_per_sm,
             on(self.direct_single_split),
             on(self.pdl)
@@ -108,8 +143,9 @@ mod tests {
         let o = StepOptions::parse(env(&[])).unwrap();
         assert_eq!(o, StepOptions::default());
         assert_eq!(o.attn, AttnKernel::TensorCore);
-        assert!(!o.pdl && !o.direct_single_split);
-        assert_eq!(o.attn_blocks_per_sm, 8);
+        assert!(o.pdl && o.direct_single_split);
+        assert_eq!(o.attn_blocks_per_sm, 2);
+        assert_eq!(o.gemv_rows, 1);
     }
 
     #[test]
@@ -119,6 +155,7 @@ mod tests {
             ("GENSLOT_PDL", "1"),
             ("GENSLOT_ATTN_BLOCKS_PER_SM", "2"),
             ("GENSLOT_ATTN_DIRECT", "1"),
+            ("GENSLOT_GEMV_ROWS", "4"),
         ]))
         .unwrap();
         assert_eq!(
@@ -128,11 +165,12 @@ mod tests {
                 pdl: true,
                 attn_blocks_per_sm: 2,
                 direct_single_split: true,
+                gemv_rows: 4,
             }
         );
         assert_eq!(
             o.describe(),
-            "attention simt, 2 blocks/SM, direct single split on, PDL on"
+            "attention simt, 2 blocks/SM, direct single split on, PDL on, GEMV up to 4 rows"
         );
     }
 
@@ -145,6 +183,8 @@ mod tests {
             ("GENSLOT_ATTN_BLOCKS_PER_SM", "0"),
             ("GENSLOT_ATTN_BLOCKS_PER_SM", "65"),
             ("GENSLOT_ATTN_BLOCKS_PER_SM", "eight"),
+            ("GENSLOT_GEMV_ROWS", "5"),
+            ("GENSLOT_GEMV_ROWS", "-1"),
         ] {
             let e = StepOptions::parse(env(&[(k, v)])).unwrap_err().to_string();
             assert!(e.contains(&format!("{k}={v}")), "{e}");
