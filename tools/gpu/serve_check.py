@@ -12,7 +12,11 @@ from functools import partial
 import serve_client
 
 URL = sys.argv[1] if len(sys.argv) > 1 else "http://127.0.0.1:8000"
-N, MAX_TOKENS = 24, 400
+# Lengths of 300 to 492 tokens, not one length for all: equal requests on few slots finish in
+# lockstep, and then every waiter's wait stays inside the TTFT target the first ones set
+# (a faster step made the H200 run of 2026-12-02 pause nothing with 400 tokens each).
+N = 24
+MAX_TOKENS = [300 + (i * 37) % 195 for i in range(N)]
 post = partial(serve_client.post, URL)
 metrics = partial(serve_client.counters, URL)
 
@@ -33,9 +37,9 @@ assert lines[-1] == "data: [DONE]" and usage and usage[-1]["completion_tokens"] 
 prompts = [f"request {i}: " + " ".join(f"word{(i * 7 + j) % 97}" for j in range(40 + 13 * i)) for i in range(N)]
 
 
-def complete(p):
+def complete(p, max_tokens):
     # Greedy (an absent temperature means 1, as in OpenAI's API).
-    body = json.loads(post("/v1/completions", {"prompt": p, "max_tokens": MAX_TOKENS, "ignore_eos": True,
+    body = json.loads(post("/v1/completions", {"prompt": p, "max_tokens": max_tokens, "ignore_eos": True,
                                                "temperature": 0}).read())
     return body["choices"][0]["text"], body["usage"]["completion_tokens"]
 
@@ -43,7 +47,7 @@ def complete(p):
 before = metrics()
 loaded = [None] * N
 def worker(i):
-    loaded[i] = complete(prompts[i])
+    loaded[i] = complete(prompts[i], MAX_TOKENS[i])
 threads = [threading.Thread(target=worker, args=(i,)) for i in range(N)]
 t0 = time.time()
 for t in threads:
@@ -54,11 +58,12 @@ t_load = time.time() - t0
 after = metrics()
 pauses = after.get("genslot_pauses_total", 0) - before.get("genslot_pauses_total", 0)
 resumes = {k: v - before.get(k, 0) for k, v in after.items() if k.startswith("genslot_resumes_total")}
-print(f"load: {N} requests x {MAX_TOKENS} tokens in {t_load:.1f} s; pauses {pauses:.0f}; resumes {resumes}")
+print(f"load: {N} requests x {min(MAX_TOKENS)}-{max(MAX_TOKENS)} tokens in {t_load:.1f} s; "
+      f"pauses {pauses:.0f}; resumes {resumes}")
 
-solo = [complete(p) for p in prompts]
+solo = [complete(p, m) for p, m in zip(prompts, MAX_TOKENS)]
 same = sum(1 for a, b in zip(loaded, solo) if a == b)
-short = [i for i, (t, n) in enumerate(loaded) if n != MAX_TOKENS]
+short = [i for i, (t, n) in enumerate(loaded) if n != MAX_TOKENS[i]]
 print(f"paused-or-not vs solo: {same}/{N} identical outputs; requests short of max_tokens: {short}")
 json.dump({"pauses": pauses, "resumes": resumes, "identical": same, "n": N, "load_s": t_load},
           open(sys.argv[2] if len(sys.argv) > 2 else "/dev/null", "w"))

@@ -28,16 +28,19 @@ pub struct StepOptions {
 }
 
 impl Default for StepOptions {
-    /// Measured on the H200 (BENCHMARKS.md §3.4): PDL with the one-row GEMV took batch 1 from
-    /// 1.38x to 1.26x the roofline; two attention blocks per multiprocessor puts batch 64 and
-    /// 128 at 4k in one split, written directly (1.18x to 1.16x at batch 64).
+    /// Measured on the H200 (BENCHMARKS.md §3.5): PDL and two attention blocks per
+    /// multiprocessor, whose batch-64 and -128 passes at 4k run one split written directly.
+    /// The one-row GEMV is faster still at batch 1 (1.34x to 1.25x the roofline) but stays
+    /// off: its sums differ in the last bits from cuBLAS's, so a request's greedy tokens
+    /// change with whether it ran alone or batched (served SmolLM2: 13 of 36 outputs equal
+    /// to their solo runs with it, 48 of 48 without).
     fn default() -> Self {
         StepOptions {
             attn: AttnKernel::TensorCore,
             pdl: true,
             attn_blocks_per_sm: 2,
             direct_single_split: true,
-            gemv_rows: 1,
+            gemv_rows: 0,
         }
     }
 }
@@ -145,7 +148,7 @@ mod tests {
         assert_eq!(o.attn, AttnKernel::TensorCore);
         assert!(o.pdl && o.direct_single_split);
         assert_eq!(o.attn_blocks_per_sm, 2);
-        assert_eq!(o.gemv_rows, 1);
+        assert_eq!(o.gemv_rows, 0);
     }
 
     #[test]

@@ -265,6 +265,13 @@ extern "C" __global__ void attn_combine(const float* part_o, const float* part_m
     if (len <= 0) { out[o] = 0; return; }
     const int live = min(live_splits(len, S), COMBINE_MAX_SPLITS);
     u64 b = ((u64)r * H + h) * S;
+    if (live == 1) {
+        // One split's partial is already its output: written as the attention kernel writes
+        // a single-split pass (`direct_out`), bit for bit, so a row's output does not depend
+        // on whether its pass had one split or several.
+        out[o] = f2bf(part_ml[b * 2 + 1] > 0.0f ? part_o[b * D + d] : 0.0f);
+        return;
+    }
     for (int s = threadIdx.x; s < live; s += blockDim.x) {
         m_s[s] = part_ml[(b + s) * 2];
         l_s[s] = part_ml[(b + s) * 2 + 1];
