@@ -378,6 +378,31 @@ fn gemv_blocks(out: usize) -> u32 {
     out.div_ceil(GEMV_ROWS_PER_BLOCK) as u32
 }
 
+/// The GEMV kernels' output mode for a product (`GEMV_OUT_*` in gemv.cu), or None where
+/// cuBLAS takes it: more rows than `max_rows` (`StepOptions::gemv_rows`) or the kernels
+/// take, rows not in whole 16-byte units, or a bf16 output added to (no product of a pass
+/// does that).
+fn gemv_mode(
+    max_rows: usize,
+    rows: usize,
+    inp: usize,
+    weight: u64,
+    x: u64,
+    accumulate: bool,
+    y_f32: bool,
+) -> Option<i32> {
+    let aligned = inp.is_multiple_of(8) && weight.is_multiple_of(16) && x.is_multiple_of(16);
+    if rows == 0 || rows > max_rows.min(GEMV_MAX_ROWS) || !aligned {
+        return None;
+    }
+    match (y_f32, accumulate) {
+        (false, false) => Some(0),
+        (true, false) => Some(1),
+        (true, true) => Some(2),
+        (false, true) => None,
+    }
+}
+
 impl Gpu {
     /// Creates the context (event tracking off before any allocation), three non-default
     /// streams (decode, prefill, KV transfer), compiles the kernels for sm_90 with the
@@ -562,7 +587,8 @@ impl Gpu {
         accumulate: bool,
         y_f32: bool,
     ) -> Result<(), BackendError> {
-        if let Some(mode) = self.gemv_mode(rows, inp, weight, x, accumulate, y_f32) {
+        let max_rows = self.k.opts.gemv_rows;
+        if let Some(mode) = gemv_mode(max_rows, rows, inp, weight, x, accumulate, y_f32) {
             return self.launch_dep(
                 w,
                 &self.k.gemv[rows - 1],
@@ -580,30 +606,6 @@ impl Gpu {
             );
         }
         self.gemm_cublas(w, out, rows, inp, weight, x, y, accumulate, y_f32)
-    }
-
-    /// The GEMV kernels' output mode for this product (`GEMV_OUT_*` in gemv.cu), or None
-    /// where cuBLAS takes it: more rows than `StepOptions::gemv_rows`, rows not in whole
-    /// 16-byte units, or a bf16 output added to (no product of a pass does that).
-    fn gemv_mode(
-        &self,
-        rows: usize,
-        inp: usize,
-        weight: u64,
-        x: u64,
-        accumulate: bool,
-        y_f32: bool,
-    ) -> Option<i32> {
-        let aligned = inp.is_multiple_of(8) && weight.is_multiple_of(16) && x.is_multiple_of(16);
-        if rows == 0 || rows > self.k.opts.gemv_rows.min(GEMV_MAX_ROWS) || !aligned {
-            return None;
-        }
-        match (y_f32, accumulate) {
-            (false, false) => Some(0),
-            (true, false) => Some(1),
-            (true, true) => Some(2),
-            (false, true) => None,
-        }
     }
 
     /// `gemm` through cuBLAS whatever the row count.
@@ -846,6 +848,33 @@ mod tests {
         assert!(pdl_ready(&attn_kernel_name(AttnKernel::TensorCore, 128, 4)));
         assert!(pdl_ready(&attn_kernel_name(AttnKernel::Simt, 64, 1)));
         assert!(pdl_ready(&gemv_kernel_name(GEMV_MAX_ROWS)));
+    }
+
+    #[test]
+    fn only_aligned_products_of_few_enough_rows_take_the_gemv() {
+        let (w, x) = (1 << 20, 2 << 20);
+        // bf16 out, f32 out, f32 added to: the three output modes of gemv.cu.
+        assert_eq!(gemv_mode(1, 1, 4096, w, x, false, false), Some(0));
+        assert_eq!(gemv_mode(1, 1, 4096, w, x, false, true), Some(1));
+        assert_eq!(gemv_mode(1, 1, 4096, w, x, true, true), Some(2));
+        assert_eq!(gemv_mode(1, 1, 4096, w, x, true, false), None);
+        // Off (0), more rows than asked for, more than the kernels take.
+        assert_eq!(gemv_mode(0, 1, 4096, w, x, false, false), None);
+        assert_eq!(gemv_mode(2, 3, 4096, w, x, false, false), None);
+        assert_eq!(
+            gemv_mode(64, GEMV_MAX_ROWS, 4096, w, x, false, false),
+            Some(0)
+        );
+        assert_eq!(
+            gemv_mode(64, GEMV_MAX_ROWS + 1, 4096, w, x, false, false),
+            None
+        );
+        assert_eq!(gemv_mode(4, 0, 4096, w, x, false, false), None);
+        // Rows of whole 16-byte loads only.
+        assert_eq!(gemv_mode(1, 1, 4100, w, x, false, false), None);
+        assert_eq!(gemv_mode(1, 1, 4096, w + 8, x, false, false), None);
+        assert_eq!(gemv_mode(1, 1, 4096, w, x + 2, false, false), None);
+        assert_eq!(gemv_mode(1, 1, 576, w, x, false, false), Some(0));
     }
 
     #[test]
