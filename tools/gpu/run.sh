@@ -130,7 +130,7 @@ if has bench; then
       settings=()
       case $v in
         default) ;;
-        plain) settings=(GENSLOT_PDL=0 GENSLOT_GEMV_ROWS=0 GENSLOT_ATTN_BLOCKS_PER_SM=8 GENSLOT_ATTN_DIRECT=0) ;;
+        plain) settings=(GENSLOT_LAUNCH=plain) ;;
         *) IFS=, read -ra settings <<< "$v" ;;
       esac
       tag=$(echo "$v" | tr -c 'A-Za-z0-9\n' '-' | sed 's/GENSLOT-//g')

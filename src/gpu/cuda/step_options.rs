@@ -1,7 +1,7 @@
 //! How a forward pass is launched: which attention kernel, programmatic dependent launch,
 //! how finely attention splits a row's context, whether a single-split pass skips the
 //! split merge, and up to how many rows the weight products run on the GEMV kernels. The
-//! defaults are what BENCHMARKS.md §3.4 measured best on the H200; the environment overrides
+//! defaults are what BENCHMARKS.md §3.5 measured best on the H200; the environment overrides
 //! each one so that `tools/gpu/run.sh` can time them side by side from one binary, and
 //! `StepOptions::plain` (every option off) is the launch the GPU tests check them against.
 
@@ -30,10 +30,10 @@ pub struct StepOptions {
 impl Default for StepOptions {
     /// Measured on the H200 (BENCHMARKS.md §3.5): PDL and two attention blocks per
     /// multiprocessor, whose batch-64 and -128 passes at 4k run one split written directly.
-    /// The one-row GEMV is faster still at batch 1 (1.34x to 1.25x the roofline) but stays
-    /// off: its sums differ in the last bits from cuBLAS's, so a request's greedy tokens
-    /// change with whether it ran alone or batched (served SmolLM2: 13 of 36 outputs equal
-    /// to their solo runs with it, 48 of 48 without).
+    /// The one-row GEMV takes batch 1 from 1.40x to 1.25-1.27x the roofline but stays off:
+    /// its sums differ in the last bits from cuBLAS's, so a request's greedy tokens change
+    /// with whether it ran alone or batched (served SmolLM2: 13 of 36 outputs equal to their
+    /// solo runs with it, 36 of 36 without).
     fn default() -> Self {
         StepOptions {
             attn: AttnKernel::TensorCore,
@@ -65,7 +65,8 @@ impl StepOptions {
         Self::parse(|k| std::env::var(k).ok())
     }
 
-    /// The options from the variables `get` returns; unset ones keep their default.
+    /// The options from the variables `get` returns; unset ones keep their value in
+    /// `GENSLOT_LAUNCH` (`default`, or `plain`: every option off).
     pub fn parse(get: impl Fn(&str) -> Option<String>) -> Result<Self, BackendError> {
         let bad = |k: &str, v: &str, want: &str| {
             BackendError::Failed(format!("{k}={v}: expected {want}"))
@@ -76,29 +77,32 @@ impl StepOptions {
             Some("1") => Ok(true),
             Some(v) => Err(bad(k, v, "0 or 1")),
         };
-        let d = StepOptions::default();
+        // A bounded count; `bad` names the range.
+        let count = |k: &str, default: usize, lo: usize, hi: usize| match get(k) {
+            None => Ok(default),
+            Some(v) => match v.parse::<usize>() {
+                Ok(n) if (lo..=hi).contains(&n) => Ok(n),
+                _ => Err(bad(k, &v, &format!("{lo} to {hi}"))),
+            },
+        };
+        let d = match get("GENSLOT_LAUNCH").as_deref() {
+            None | Some("default") => StepOptions::default(),
+            Some("plain") => StepOptions::plain(),
+            Some(v) => return Err(bad("GENSLOT_LAUNCH", v, "`default` or `plain`")),
+        };
         let attn = match get("GENSLOT_ATTN_KERNEL").as_deref() {
             None => d.attn,
             Some("tc") => AttnKernel::TensorCore,
             Some("simt") => AttnKernel::Simt,
             Some(v) => return Err(bad("GENSLOT_ATTN_KERNEL", v, "`tc` or `simt`")),
         };
-        let k = "GENSLOT_ATTN_BLOCKS_PER_SM";
-        let attn_blocks_per_sm = match get(k) {
-            None => d.attn_blocks_per_sm,
-            Some(v) => match v.parse::<usize>() {
-                Ok(n) if (1..=MAX_BLOCKS_PER_SM).contains(&n) => n,
-                _ => return Err(bad(k, &v, &format!("1 to {MAX_BLOCKS_PER_SM}"))),
-            },
-        };
-        let k = "GENSLOT_GEMV_ROWS";
-        let gemv_rows = match get(k) {
-            None => d.gemv_rows,
-            Some(v) => match v.parse::<usize>() {
-                Ok(n) if n <= GEMV_MAX_ROWS => n,
-                _ => return Err(bad(k, &v, &format!("0 to {GEMV_MAX_ROWS}"))),
-            },
-        };
+        let attn_blocks_per_sm = count(
+            "GENSLOT_ATTN_BLOCKS_PER_SM",
+            d.attn_blocks_per_sm,
+            1,
+            MAX_BLOCKS_PER_SM,
+        )?;
+        let gemv_rows = count("GENSLOT_GEMV_ROWS", d.gemv_rows, 0, GEMV_MAX_ROWS)?;
         Ok(StepOptions {
             attn,
             pdl: flag("GENSLOT_PDL", d.pdl)?,
@@ -178,6 +182,25 @@ mod tests {
     }
 
     #[test]
+    fn the_plain_launch_turns_every_option_off_and_variables_still_apply_on_top() {
+        let o = StepOptions::parse(env(&[("GENSLOT_LAUNCH", "plain")])).unwrap();
+        assert_eq!(o, StepOptions::plain());
+        assert!(!o.pdl && !o.direct_single_split);
+        assert_eq!((o.attn_blocks_per_sm, o.gemv_rows), (8, 0));
+        let o =
+            StepOptions::parse(env(&[("GENSLOT_LAUNCH", "plain"), ("GENSLOT_PDL", "1")])).unwrap();
+        assert_eq!(
+            o,
+            StepOptions {
+                pdl: true,
+                ..StepOptions::plain()
+            }
+        );
+        let o = StepOptions::parse(env(&[("GENSLOT_LAUNCH", "default")])).unwrap();
+        assert_eq!(o, StepOptions::default());
+    }
+
+    #[test]
     fn bad_values_are_errors_that_name_the_variable() {
         for (k, v) in [
             ("GENSLOT_PDL", "on"),
@@ -188,6 +211,7 @@ mod tests {
             ("GENSLOT_ATTN_BLOCKS_PER_SM", "eight"),
             ("GENSLOT_GEMV_ROWS", "5"),
             ("GENSLOT_GEMV_ROWS", "-1"),
+            ("GENSLOT_LAUNCH", "fast"),
         ] {
             let e = StepOptions::parse(env(&[(k, v)])).unwrap_err().to_string();
             assert!(e.contains(&format!("{k}={v}")), "{e}");
