@@ -378,7 +378,13 @@ fn gemv_blocks(out: usize) -> u32 {
     out.div_ceil(GEMV_ROWS_PER_BLOCK) as u32
 }
 
-/// The GEMV kernels' output mode for a product (`GEMV_OUT_*` in gemv.cu), or None where
+/// The GEMV kernels' output modes (`GEMV_OUT_*` in gemv.cu; a test checks): bf16 written,
+/// f32 written, f32 added to.
+const GEMV_OUT_BF16: i32 = 0;
+const GEMV_OUT_F32: i32 = 1;
+const GEMV_OUT_F32_ADD: i32 = 2;
+
+/// The GEMV kernels' output mode for a product, or None where
 /// cuBLAS takes it: more rows than `max_rows` (`StepOptions::gemv_rows`) or the kernels
 /// take, rows not in whole 16-byte units, or a bf16 output added to (no product of a pass
 /// does that).
@@ -396,9 +402,9 @@ fn gemv_mode(
         return None;
     }
     match (y_f32, accumulate) {
-        (false, false) => Some(0),
-        (true, false) => Some(1),
-        (true, true) => Some(2),
+        (false, false) => Some(GEMV_OUT_BF16),
+        (true, false) => Some(GEMV_OUT_F32),
+        (true, true) => Some(GEMV_OUT_F32_ADD),
         (false, true) => None,
     }
 }
@@ -854,9 +860,15 @@ mod tests {
     fn only_aligned_products_of_few_enough_rows_take_the_gemv() {
         let (w, x) = (1 << 20, 2 << 20);
         // bf16 out, f32 out, f32 added to: the three output modes of gemv.cu.
-        assert_eq!(gemv_mode(1, 1, 4096, w, x, false, false), Some(0));
-        assert_eq!(gemv_mode(1, 1, 4096, w, x, false, true), Some(1));
-        assert_eq!(gemv_mode(1, 1, 4096, w, x, true, true), Some(2));
+        assert_eq!(
+            gemv_mode(1, 1, 4096, w, x, false, false),
+            Some(GEMV_OUT_BF16)
+        );
+        assert_eq!(gemv_mode(1, 1, 4096, w, x, false, true), Some(GEMV_OUT_F32));
+        assert_eq!(
+            gemv_mode(1, 1, 4096, w, x, true, true),
+            Some(GEMV_OUT_F32_ADD)
+        );
         assert_eq!(gemv_mode(1, 1, 4096, w, x, true, false), None);
         // Off (0), more rows than asked for, more than the kernels take.
         assert_eq!(gemv_mode(0, 1, 4096, w, x, false, false), None);
@@ -897,6 +909,9 @@ mod tests {
         assert!(!src.contains(&format!("GEMV_INSTANCE({})", GEMV_MAX_ROWS + 1)));
         for (name, v) in [
             ("GEMV_MAX_ROWS", GEMV_MAX_ROWS),
+            ("GEMV_OUT_BF16", GEMV_OUT_BF16 as usize),
+            ("GEMV_OUT_F32", GEMV_OUT_F32 as usize),
+            ("GEMV_OUT_F32_ADD", GEMV_OUT_F32_ADD as usize),
             ("GEMV_WARPS", GEMV_THREADS as usize / 32),
             (
                 "GEMV_RPW",

@@ -19,7 +19,7 @@
 // llama-8b (768 blocks) then runs in one wave on 132 multiprocessors instead of 1.16.
 #define GEMV_MIN_BLOCKS 6
 
-// Output modes (`gemv::Out` on the host).
+// Output modes (the same constants in device.rs; a test checks).
 #define GEMV_OUT_BF16 0
 #define GEMV_OUT_F32 1
 #define GEMV_OUT_F32_ADD 2
