@@ -29,6 +29,12 @@ fn tiny(graphs: bool) -> CudaBackend {
     tiny_with(graphs, |_| {})
 }
 
+/// The launch that promises a request the same tokens whatever its batch
+/// (`StepOptions::invariant`): what the paused-or-not checks run on.
+fn tiny_invariant() -> CudaBackend {
+    tiny_with(true, |c| c.step = Some(StepOptions::invariant()))
+}
+
 fn tiny_cfg(source: ModelSource, graphs: bool) -> CudaConfig {
     let mut cfg = CudaConfig::new(source);
     cfg.max_batch_size = 8;
@@ -147,10 +153,10 @@ fn a_request_paused_in_place_resumes_with_the_same_tokens() {
     }
     let both: &[bool] = &[true, true];
     let a_only: &[bool] = &[true, false];
-    let base = decode_pattern(&mut tiny(true), &[both; 6]);
+    let base = decode_pattern(&mut tiny_invariant(), &[both; 6]);
     // Request 1 sits out two steps (absent from the batch, pages untouched), then resumes.
     let paused = decode_pattern(
-        &mut tiny(true),
+        &mut tiny_invariant(),
         &[both, both, a_only, a_only, both, both, both, both],
     );
     assert_eq!(
@@ -163,6 +169,36 @@ fn a_request_paused_in_place_resumes_with_the_same_tokens() {
         base[0][..7],
         "the request that kept running diverged"
     );
+}
+
+#[test]
+fn the_batch_invariant_launch_gives_a_row_the_same_logits_at_every_batch_size() {
+    if !gpu() {
+        return;
+    }
+    // Row 0 has 700 tokens, three attention splits; the other rows are short. The default
+    // launch would run row 0 alone on the GEMV and split it by the batch's size.
+    let mut b = tiny_invariant();
+    let p = prompt(700, 9);
+    let pages0: Vec<u32> = (0..44).collect();
+    let (t0, _) = b.prefill(0, &p, &pages0).unwrap();
+    let mut rows = vec![row(0, p.len(), t0, &pages0)];
+    for i in 1..8u32 {
+        let pg: Vec<u32> = (44 + 4 * i..48 + 4 * i).collect();
+        let q = prompt(40, i as usize);
+        let (t, _) = b.prefill(i as u64, &q, &pg).unwrap();
+        rows.push(row(i as u64, q.len(), t, &pg));
+    }
+    let (alone_tok, alone) = b.decode(&rows[..1], Launch::Graph, true).unwrap();
+    for n in [2, 3, 5, 8] {
+        let (toks, logits) = b.decode(&rows[..n], Launch::Graph, true).unwrap();
+        assert_eq!(toks[0], alone_tok[0], "batch {n}");
+        let same = logits[0]
+            .iter()
+            .zip(&alone[0])
+            .all(|(a, b)| a.to_bits() == b.to_bits());
+        assert!(same, "row 0's logits at batch {n} differ from alone");
+    }
 }
 
 #[test]
@@ -274,6 +310,7 @@ fn every_step_option_computes_the_tokens_the_plain_launch_computes() {
             pdl: true,
             ..d
         },
+        StepOptions::invariant(),
     ] {
         let got = run(opts);
         let what = opts.describe();
@@ -440,7 +477,7 @@ fn a_seeded_request_draws_the_same_tokens_alone_batched_and_paused() {
     }
     let p = sampled(1.0, 0.9, 50, 77);
     let gen = |batch: usize, pause_at: Option<u32>| -> Vec<u32> {
-        let mut b = tiny(true);
+        let mut b = tiny_invariant();
         let pages: Vec<Vec<u32>> = (0..batch as u32)
             .map(|i| (i * 8..i * 8 + 8).collect())
             .collect();

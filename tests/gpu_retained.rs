@@ -8,7 +8,9 @@ use genslot::gpu::cuda::draft::DraftConfig;
 use genslot::gpu::cuda::draft_sets::synthetic;
 use genslot::gpu::cuda::parity;
 use genslot::gpu::cuda::retained_check::{drafted_vs_plain, mixed_sampling, paused_vs_solo};
-use genslot::gpu::cuda::{CudaBackend, CudaConfig, Launch, LibraryProbe, ModelShape, ModelSource};
+use genslot::gpu::cuda::{
+    CudaBackend, CudaConfig, Launch, LibraryProbe, ModelShape, ModelSource, StepOptions,
+};
 use genslot::gpu::ContextArrival;
 use genslot::sampling::SamplingParams;
 
@@ -40,6 +42,8 @@ fn backend(shape: &str, graphs: bool, draft: Option<DraftConfig>) -> CudaBackend
     cfg.max_resident = 16;
     cfg.cuda_graphs = graphs;
     cfg.drafter = draft;
+    // Every check here compares tokens across batches of different sizes.
+    cfg.step = Some(StepOptions::invariant());
     CudaBackend::new(cfg).unwrap_or_else(|e| panic!("{shape} CUDA backend: {e}"))
 }
 

@@ -61,6 +61,10 @@ fn cuda_engine_on(
     cc.max_context = (cfg.max_context_tokens as usize).saturating_add(8192);
     cc.max_resident = (cfg.max_num_active_requests() as usize) * 2;
     cc.eos_token = opts.eos_token;
+    cc.step = Some(
+        crate::gpu::cuda::StepOptions::from_env_with(cfg.batch_invariant)
+            .map_err(|e| anyhow::anyhow!("--backend cuda: {e}"))?,
+    );
     cc.drafter = (cfg.drafter.max_draft_len > 0).then_some(crate::gpu::cuda::draft::DraftConfig {
         window: cfg.drafter.window_tokens,
         max_draft_len: cfg.drafter.max_draft_len,

@@ -34,6 +34,15 @@ pub(crate) fn warnings(cfg: &Config) -> Vec<Issue> {
                     ),
                 ));
             }
+            if cfg.batch_invariant {
+                out.push(Issue::new(
+                    "batch_invariant",
+                    format!(
+                        "has no effect on backend `{backend}`: the timing model computes no \
+                         tokens"
+                    ),
+                ));
+            }
             if cfg.model.path.is_some() {
                 out.push(Issue::new(
                     "model.path",
@@ -133,6 +142,18 @@ mod tests {
         assert_eq!(fields(&cfg), ["model.seed"]);
         cfg.backend = Backend::Cuda;
         assert_eq!(fields(&cfg), ["timing.base_ms"]);
+    }
+
+    #[test]
+    fn batch_invariance_warns_on_the_timing_model_only() {
+        let cfg = Config::from_yaml_str("batch_invariant: true\n", "test").unwrap();
+        assert!(cfg.batch_invariant);
+        assert_eq!(fields(&cfg), ["batch_invariant"]);
+        let cuda = Config {
+            backend: Backend::Cuda,
+            ..cfg
+        };
+        assert!(fields(&cuda).is_empty());
     }
 
     #[test]

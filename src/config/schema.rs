@@ -28,6 +28,11 @@ pub struct Config {
     /// [`DEFAULT_TRANSFER_GBPS`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub transfer_gbps: Option<f64>,
+    /// cuda backend: add each request's numbers in the same order whatever its batch, so
+    /// its tokens do not depend on whether it ran alone, batched or paused (attention split
+    /// by each row's length, every product on cuBLAS; slower: BENCHMARKS.md §3.6). The same
+    /// as `GENSLOT_BATCH_INVARIANT=1`.
+    pub batch_invariant: bool,
     #[serde(deserialize_with = "null_as_default")]
     pub kv_cache_config: KvCacheConfig,
     #[serde(deserialize_with = "null_as_default")]
@@ -55,6 +60,7 @@ impl Default for Config {
             max_context_tokens: 1 << 20,
             context: ContextMode::Prefill,
             transfer_gbps: None,
+            batch_invariant: false,
             kv_cache_config: KvCacheConfig::default(),
             recurrent_state: RecurrentStateConfig::default(),
             drafter: DrafterConfig::default(),

@@ -18,7 +18,7 @@ use cudarc::driver::{sys, CudaGraph};
 
 use super::device::{DevBuf, Gpu, Which, A};
 use super::draft::{self, DraftConfig};
-use super::forward::{enqueue, splits_for, KvCache, Pass, Scratch, StateCache};
+use super::forward::{enqueue, invariant_splits, splits_for, KvCache, Pass, Scratch, StateCache};
 use super::model_files::ModelFiles;
 use super::residents::Residents;
 use super::shape::ModelShape;
@@ -167,9 +167,14 @@ pub fn buckets(max: usize) -> Vec<usize> {
     b
 }
 
-/// Attention splits of a pass of `rows` rows on `gpu` (its multiprocessors and split target).
-fn pass_splits(gpu: &Gpu, kv_heads: usize, rows: usize) -> usize {
-    splits_for(rows, kv_heads, gpu.sm_count, gpu.k.opts.attn_blocks_per_sm)
+/// Attention splits of a pass of `rows` rows on `gpu` (its multiprocessors and split
+/// target); a decode pass in batch-invariant mode takes the count of `max_context` instead,
+/// whatever its rows.
+fn pass_splits(gpu: &Gpu, kv_heads: usize, rows: usize, decode: Option<usize>) -> usize {
+    match decode {
+        Some(max_context) if gpu.k.opts.batch_invariant => invariant_splits(max_context),
+        _ => splits_for(rows, kv_heads, gpu.sm_count, gpu.k.opts.attn_blocks_per_sm),
+    }
 }
 
 impl CudaBackend {
@@ -244,6 +249,12 @@ impl CudaBackend {
             None => StepOptions::from_env()?,
         };
         let gpu = Gpu::new(cfg.device, (shape.head_dim, shape.group()), opts)?;
+        tracing::info!(
+            "cuda backend: {} on {}: {}",
+            shape.name,
+            gpu.name,
+            opts.describe()
+        );
         let weights = Weights::alloc(&gpu, &shape)?;
         match (&cfg.model, &files) {
             (_, Some(f)) => weights.fill_from(&gpu, f)?,
@@ -259,7 +270,7 @@ impl CudaBackend {
         let dec_rows = mb * per;
         // Eager steps run the exact row count, graphs the bucket: size for both.
         let dec_parts = (1..=mb)
-            .map(|b| b * per * pass_splits(&gpu, kvh, b * per))
+            .map(|b| b * per * pass_splits(&gpu, kvh, b * per, Some(cfg.max_context)))
             .max()
             .unwrap_or(1);
         let dec = Scratch::new(
@@ -274,7 +285,7 @@ impl CudaBackend {
         dec.one_segment_per_row(&gpu, Which::Decode)?;
         let pc = cfg.prefill_chunk;
         let pre_parts = (1..=pc)
-            .map(|r| r * pass_splits(&gpu, kvh, r))
+            .map(|r| r * pass_splits(&gpu, kvh, r, None))
             .max()
             .unwrap_or(1);
         let pre = Scratch::new(&gpu, &shape, Which::Prefill, pc, table_width, pre_parts, 1)?;
@@ -338,9 +349,10 @@ impl CudaBackend {
     pub fn step_options(&self) -> StepOptions {
         self.gpu.k.opts
     }
-    /// Attention splits of a pass of `rows` rows.
-    fn splits(&self, rows: usize) -> usize {
-        pass_splits(&self.gpu, self.shape.kv_heads, rows)
+    /// Attention splits of a decode pass of `rows` rows (before `forward::live_splits`).
+    pub fn decode_splits(&self, rows: usize) -> usize {
+        let max_context = Some(self.cfg.max_context);
+        pass_splits(&self.gpu, self.shape.kv_heads, rows, max_context)
     }
     pub fn weight_bytes(&self) -> usize {
         self.weights.bytes
@@ -371,7 +383,7 @@ impl CudaBackend {
     fn decode_pass(&self, rows: usize) -> Pass {
         Pass {
             rows,
-            splits: self.splits(rows),
+            splits: self.decode_splits(rows),
             table_stride: self.table_width,
             logits_row0: 0,
             logits_rows: rows,
@@ -618,7 +630,7 @@ impl CudaBackend {
             let last = c1 == prompt.len();
             let pass = Pass {
                 rows: n,
-                splits: self.splits(n),
+                splits: pass_splits(&self.gpu, self.shape.kv_heads, n, None),
                 table_stride: 0,
                 logits_row0: n - 1,
                 logits_rows: last as usize,

@@ -1,6 +1,7 @@
 //! The decode benchmark behind `genslot-gpu bench`: step time per (batch, context) with
 //! graph replay and eager launches, the copy bandwidth measured in the same run, the HBM
-//! roofline of each step, and the step with requests paused in place next to none paused.
+//! roofline of each step, the step with requests paused in place next to none paused, and
+//! whether a request's logits depend on the batch it runs in.
 
 use std::time::Instant;
 
@@ -9,6 +10,7 @@ use serde::Serialize;
 
 use super::backend::{CudaBackend, Launch};
 use super::device::{drv, Which};
+use super::forward::live_splits;
 use crate::gpu::{BackendError, StepRow};
 
 #[derive(Debug, Clone)]
@@ -66,6 +68,21 @@ pub struct PauseResult {
     pub with_paused_ms: f64,
 }
 
+/// Row 0's logits in a step of `batch` rows against the same row alone (same cache, token
+/// and position): a paused request resumes in a batch of another size, so its tokens equal
+/// an unpaused run's only where these are bit-identical.
+#[derive(Debug, Clone, Serialize)]
+pub struct InvarianceRow {
+    pub batch: usize,
+    pub context: usize,
+    /// Attention splits of row 0 that get tokens at this batch size (`forward::live_splits`).
+    pub splits: usize,
+    pub bit_identical: bool,
+    pub max_abs_diff: f64,
+    /// Greedy token of row 0 equal to the one alone.
+    pub same_token: bool,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct BenchReport {
     pub device: String,
@@ -78,6 +95,8 @@ pub struct BenchReport {
     pub copy_bandwidth_gbs: f64,
     pub steps: Vec<StepRowResult>,
     pub pause: PauseResult,
+    /// At the first context; batch 1 is the reference.
+    pub invariance: Vec<InvarianceRow>,
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -171,6 +190,49 @@ fn profiled_step(b: &mut CudaBackend, rows: &[StepRow]) -> Result<(), BackendErr
         .map_err(drv("cuProfilerStop"))
 }
 
+/// Row 0 decoded at each batch size of `batches` (one graph step each, logits read back),
+/// against batch 1. Every batch takes its rows from one layout of `max(batches)` owners, so
+/// row 0 reads the same pages at every size; None when that layout would alias pages.
+fn invariance(
+    b: &mut CudaBackend,
+    batches: &[usize],
+    ctx: usize,
+) -> Result<Option<Vec<InvarianceRow>>, BackendError> {
+    let owners = batches.iter().copied().max().unwrap_or(1);
+    let ids: Vec<usize> = (0..owners).collect();
+    let (rows, aliased) = rows_for(b, &ids, owners, ctx);
+    if aliased {
+        return Ok(None);
+    }
+    let row0 = |b: &mut CudaBackend, n: usize| -> Result<(u32, Vec<f32>), BackendError> {
+        let (toks, mut logits) = b.decode(&rows[..n], Launch::Graph, true)?;
+        let first = std::mem::take(&mut logits[0]);
+        Ok((toks[0], first))
+    };
+    let (tok1, alone) = row0(b, 1)?;
+    let mut out = Vec::new();
+    for &n in batches {
+        let (tok, got) = row0(b, n)?;
+        let max_abs_diff = got
+            .iter()
+            .zip(&alone)
+            .map(|(a, b)| (a - b).abs() as f64)
+            .fold(0.0, f64::max);
+        out.push(InvarianceRow {
+            batch: n,
+            context: ctx,
+            splits: live_splits(ctx + 1, b.decode_splits(n)),
+            bit_identical: got
+                .iter()
+                .zip(&alone)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            max_abs_diff,
+            same_token: tok == tok1,
+        });
+    }
+    Ok(Some(out))
+}
+
 /// Runs the whole benchmark on a backend whose KV cache holds seeded values.
 pub fn run(b: &mut CudaBackend, o: &BenchOptions) -> Result<BenchReport, BackendError> {
     let bw = copy_bandwidth(b, o.copy_bytes)?;
@@ -213,6 +275,11 @@ pub fn run(b: &mut CudaBackend, o: &BenchOptions) -> Result<BenchReport, Backend
     // pb + pn residents own interleaved pages; the pn paused ones are left out of the batch.
     let (with, _) = rows_for(b, &ids, pb + pn, pc);
     let with_paused_ms = time_steps(b, &with, Launch::Graph, o)?;
+    let mut sizes = o.batches.clone();
+    sizes.insert(0, 1);
+    sizes.dedup();
+    let ctx0 = o.contexts.first().copied().unwrap_or(pc);
+    let invariance = invariance(b, &sizes, ctx0)?.unwrap_or_default();
     Ok(BenchReport {
         device: b.device_name().to_string(),
         shape: s.name.clone(),
@@ -229,6 +296,7 @@ pub fn run(b: &mut CudaBackend, o: &BenchOptions) -> Result<BenchReport, Backend
             none_paused_ms,
             with_paused_ms,
         },
+        invariance,
     })
 }
 
@@ -260,5 +328,19 @@ pub fn table(r: &BenchReport) -> String {
         "pause: batch {} context {}: none paused {:.3} ms, {} paused in place {:.3} ms\n",
         p.batch, p.context, p.none_paused_ms, p.paused, p.with_paused_ms
     );
+    for x in &r.invariance {
+        let how = match (x.bit_identical, x.same_token) {
+            (true, _) => "bit-identical".to_string(),
+            (false, same) => format!(
+                "max |diff| {:.2e}, {} token",
+                x.max_abs_diff,
+                if same { "same" } else { "another" }
+            ),
+        };
+        s += &format!(
+            "row 0 at batch {:3} vs alone, context {} ({} attention splits): {how}\n",
+            x.batch, x.context, x.splits
+        );
+    }
     s
 }

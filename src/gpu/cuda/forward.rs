@@ -251,6 +251,32 @@ pub(crate) fn splits_for(
         .clamp(1, MAX_SPLITS)
 }
 
+/// The split count of every decode pass in batch-invariant mode (`StepOptions::
+/// batch_invariant`): enough 256-token splits for a row of `max_context` tokens, at most
+/// `MAX_SPLITS`. With one count for every batch, where a row's splits begin and end
+/// (`live_splits`) depends on its own length only, and so does the order of its sums.
+pub(crate) fn invariant_splits(max_context: usize) -> usize {
+    max_context.div_ceil(ATTN_MIN_CHUNK).clamp(1, MAX_SPLITS)
+}
+
+/// How many of `splits` splits get tokens of a row of `len` tokens (`live_splits` in
+/// attention.cu): each split takes whole 64-token tiles and at least 256 tokens.
+pub(crate) fn live_splits(len: usize, splits: usize) -> usize {
+    if len == 0 {
+        return 0;
+    }
+    let chunk = len
+        .div_ceil(splits.max(1))
+        .max(ATTN_MIN_CHUNK)
+        .div_ceil(ATTN_TILE)
+        * ATTN_TILE;
+    splits.min(len.div_ceil(chunk))
+}
+
+/// `ATTN_TILE` and `ATTN_MIN_CHUNK` of attention.cu (a test checks).
+const ATTN_TILE: usize = 64;
+const ATTN_MIN_CHUNK: usize = 256;
+
 /// The most attention splits of a row (`COMBINE_MAX_SPLITS` in attention.cu).
 pub(crate) const MAX_SPLITS: usize = 128;
 
@@ -550,6 +576,32 @@ mod tests {
         }
         assert_eq!(rms_threads(4096), 1024);
         assert_eq!(rms_threads(256), 64);
+    }
+
+    #[test]
+    fn a_split_takes_whole_tiles_and_at_least_256_tokens() {
+        let src = include_str!("kernels/attention.cu");
+        assert!(src.contains(&format!("#define ATTN_TILE {ATTN_TILE}\n")));
+        assert!(src.contains(&format!("#define ATTN_MIN_CHUNK {ATTN_MIN_CHUNK}\n")));
+        assert_eq!(live_splits(0, 16), 0);
+        assert_eq!(live_splits(4097, 1), 1);
+        // 16 splits of 4097 tokens: 320-token chunks (257 rounded up to tiles), 13 live.
+        assert_eq!(live_splits(4097, 16), 13);
+        assert_eq!(live_splits(4096, 16), 16);
+        assert_eq!(live_splits(300, 33), 2);
+        assert_eq!(live_splits(32769, 32), 31);
+    }
+
+    #[test]
+    fn batch_invariant_splits_cut_a_row_by_its_length_alone() {
+        let s = invariant_splits(4096);
+        assert_eq!(s, 16);
+        // Every row up to max_context gets 256-token splits, one per started 256 tokens.
+        for len in [1, 255, 256, 257, 1000, 4095, 4096] {
+            assert_eq!(live_splits(len, s), len.div_ceil(256), "{len}");
+        }
+        assert_eq!(invariant_splits(100), 1);
+        assert_eq!(invariant_splits(33 * 1024), MAX_SPLITS);
     }
 
     #[test]

@@ -19,6 +19,7 @@ use super::retained_check::{
     drafted_vs_plain, mixed_sampling, paused_vs_solo, DraftedReport, PausedReport,
 };
 use super::shape::ModelShape;
+use super::step_options::StepOptions;
 use super::weights::ModelSource;
 use crate::gpu::{BackendError, ContextArrival};
 use crate::sampling::SamplingParams;
@@ -57,6 +58,8 @@ fn config(source: ModelSource, tokens: usize, draft: Option<DraftConfig>) -> Cud
     c.prefill_chunk = 64;
     c.max_resident = 16;
     c.drafter = draft;
+    // Every check here compares tokens across batches of different sizes.
+    c.step = Some(StepOptions::invariant());
     c
 }
 

@@ -1,6 +1,7 @@
 //! How a forward pass is launched: which attention kernel, programmatic dependent launch,
 //! how finely attention splits a row's context, whether a single-split pass skips the
-//! split merge, and up to how many rows the weight products run on the GEMV kernels. The
+//! split merge, up to how many rows the weight products run on the GEMV kernels, and whether
+//! a row's sums must not depend on its batch (`batch_invariant`). The
 //! defaults are what BENCHMARKS.md §3.5 measured best on the H200; the environment overrides
 //! each one so that `tools/gpu/run.sh` can time them side by side from one binary, and
 //! `StepOptions::plain` (every option off) is the launch the GPU tests check them against.
@@ -25,22 +26,28 @@ pub struct StepOptions {
     /// `GENSLOT_GEMV_ROWS=N`: weight products of at most N rows (0 to `GEMV_MAX_ROWS`) run
     /// on the GEMV kernels (gemv.cu) instead of cuBLAS; 0 sends every product to cuBLAS.
     pub gemv_rows: usize,
+    /// `GENSLOT_BATCH_INVARIANT=0|1`: every decode pass adds each row's numbers in the same
+    /// order whatever the batch, so a request's tokens do not depend on the batch it runs in
+    /// (paused or not, alone or not): attention splits each row by its own length only
+    /// (`forward::invariant_splits`) and every product runs on cuBLAS (no GEMV).
+    pub batch_invariant: bool,
 }
 
 impl Default for StepOptions {
-    /// Measured on the H200 (BENCHMARKS.md §3.5): PDL and two attention blocks per
-    /// multiprocessor, whose batch-64 and -128 passes at 4k run one split written directly.
-    /// The one-row GEMV takes batch 1 from 1.40x to 1.25-1.27x the roofline but stays off:
-    /// its sums differ in the last bits from cuBLAS's, so a request's greedy tokens change
-    /// with whether it ran alone or batched (served SmolLM2: 13 of 36 outputs equal to their
-    /// solo runs with it, 36 of 36 without).
+    /// Measured on the H200 (BENCHMARKS.md §3.5–3.6): PDL, two attention blocks per
+    /// multiprocessor (batch 64 and 128 at 4k then run one split, written directly) and the
+    /// one-row GEMV (batch 1 from 1.33-1.40x to 1.25-1.27x the roofline). Not batch-invariant:
+    /// both the split count and the one-row GEMV change a row's sums with the batch size
+    /// (§3.6 measured a row's logits moving by about 1e-2); `invariant()` is the launch that
+    /// keeps them.
     fn default() -> Self {
         StepOptions {
             attn: AttnKernel::TensorCore,
             pdl: true,
             attn_blocks_per_sm: 2,
             direct_single_split: true,
-            gemv_rows: 0,
+            gemv_rows: 1,
+            batch_invariant: false,
         }
     }
 }
@@ -58,11 +65,31 @@ impl StepOptions {
             attn_blocks_per_sm: 8,
             direct_single_split: false,
             gemv_rows: 0,
+            batch_invariant: false,
+        }
+    }
+
+    /// The defaults made batch-invariant (`GENSLOT_BATCH_INVARIANT=1`): every product on
+    /// cuBLAS and attention split by each row's own length.
+    pub fn invariant() -> Self {
+        StepOptions {
+            gemv_rows: 0,
+            batch_invariant: true,
+            ..StepOptions::default()
         }
     }
 
     pub fn from_env() -> Result<Self, BackendError> {
         Self::parse(|k| std::env::var(k).ok())
+    }
+
+    /// `from_env`, batch-invariant when `batch_invariant` (the config's key of that name)
+    /// whatever `GENSLOT_BATCH_INVARIANT` says.
+    pub fn from_env_with(batch_invariant: bool) -> Result<Self, BackendError> {
+        Self::parse(|k| match k {
+            "GENSLOT_BATCH_INVARIANT" if batch_invariant => Some("1".into()),
+            _ => std::env::var(k).ok(),
+        })
     }
 
     /// The options from the variables `get` returns; unset ones keep their value in
@@ -102,13 +129,27 @@ impl StepOptions {
             1,
             MAX_BLOCKS_PER_SM,
         )?;
-        let gemv_rows = count("GENSLOT_GEMV_ROWS", d.gemv_rows, 0, GEMV_MAX_ROWS)?;
+        let batch_invariant = flag("GENSLOT_BATCH_INVARIANT", d.batch_invariant)?;
+        // The GEMV sums one row in another order than cuBLAS sums a batch's.
+        let gemv_rows = match (batch_invariant, get("GENSLOT_GEMV_ROWS")) {
+            (true, Some(v)) if v != "0" => {
+                return Err(bad(
+                    "GENSLOT_GEMV_ROWS",
+                    &v,
+                    "0 with GENSLOT_BATCH_INVARIANT=1 (the GEMV adds a row's products in \
+                     another order than cuBLAS adds a batch's)",
+                ))
+            }
+            (true, _) => 0,
+            (false, _) => count("GENSLOT_GEMV_ROWS", d.gemv_rows, 0, GEMV_MAX_ROWS)?,
+        };
         Ok(StepOptions {
             attn,
             pdl: flag("GENSLOT_PDL", d.pdl)?,
             attn_blocks_per_sm,
             direct_single_split: flag("GENSLOT_ATTN_DIRECT", d.direct_single_split)?,
             gemv_rows,
+            batch_invariant,
         })
     }
 
@@ -124,9 +165,12 @@ impl StepOptions {
             1 => "for 1 row".to_string(),
             n => format!("up to {n} rows"),
         };
+        let splits = match self.batch_invariant {
+            true => "splits by row length (batch-invariant)".to_string(),
+            false => format!("{} blocks/SM", self.attn_blocks_per_sm),
+        };
         format!(
-            "attention {attn}, {} blocks/SM, direct single split {}, PDL {}, GEMV {gemv}",
-            self.attn_blocks_per_sm,
+            "attention {attn}, {splits}, direct single split {}, PDL {}, GEMV {gemv}",
             on(self.direct_single_split),
             on(self.pdl)
         )
@@ -150,9 +194,9 @@ mod tests {
         let o = StepOptions::parse(env(&[])).unwrap();
         assert_eq!(o, StepOptions::default());
         assert_eq!(o.attn, AttnKernel::TensorCore);
-        assert!(o.pdl && o.direct_single_split);
+        assert!(o.pdl && o.direct_single_split && !o.batch_invariant);
         assert_eq!(o.attn_blocks_per_sm, 2);
-        assert_eq!(o.gemv_rows, 0);
+        assert_eq!(o.gemv_rows, 1);
     }
 
     #[test]
@@ -173,6 +217,7 @@ mod tests {
                 attn_blocks_per_sm: 2,
                 direct_single_split: true,
                 gemv_rows: 4,
+                batch_invariant: false,
             }
         );
         assert_eq!(
@@ -187,6 +232,7 @@ mod tests {
         assert_eq!(o, StepOptions::plain());
         assert!(!o.pdl && !o.direct_single_split);
         assert_eq!((o.attn_blocks_per_sm, o.gemv_rows), (8, 0));
+        assert!(!o.batch_invariant);
         let o =
             StepOptions::parse(env(&[("GENSLOT_LAUNCH", "plain"), ("GENSLOT_PDL", "1")])).unwrap();
         assert_eq!(
@@ -201,6 +247,32 @@ mod tests {
     }
 
     #[test]
+    fn the_batch_invariant_launch_takes_every_product_off_the_gemv() {
+        let o = StepOptions::parse(env(&[("GENSLOT_BATCH_INVARIANT", "1")])).unwrap();
+        assert_eq!(o, StepOptions::invariant());
+        assert!(o.batch_invariant && o.pdl);
+        assert_eq!(o.gemv_rows, 0);
+        assert!(o.describe().contains("batch-invariant"), "{}", o.describe());
+        let o = StepOptions::parse(env(&[
+            ("GENSLOT_BATCH_INVARIANT", "1"),
+            ("GENSLOT_GEMV_ROWS", "0"),
+        ]))
+        .unwrap();
+        assert_eq!(o, StepOptions::invariant());
+        // Asking for both is a contradiction, not a silent choice.
+        let e = StepOptions::parse(env(&[
+            ("GENSLOT_BATCH_INVARIANT", "1"),
+            ("GENSLOT_GEMV_ROWS", "1"),
+        ]))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("GENSLOT_GEMV_ROWS=1") && e.contains("BATCH_INVARIANT"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn bad_values_are_errors_that_name_the_variable() {
         for (k, v) in [
             ("GENSLOT_PDL", "on"),
@@ -212,6 +284,7 @@ mod tests {
             ("GENSLOT_GEMV_ROWS", "5"),
             ("GENSLOT_GEMV_ROWS", "-1"),
             ("GENSLOT_LAUNCH", "fast"),
+            ("GENSLOT_BATCH_INVARIANT", "yes"),
         ] {
             let e = StepOptions::parse(env(&[(k, v)])).unwrap_err().to_string();
             assert!(e.contains(&format!("{k}={v}")), "{e}");
