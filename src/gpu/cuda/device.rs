@@ -13,6 +13,7 @@ use cudarc::driver::{
 };
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
 
+use super::pinned_gemm::PinnedGemms;
 use super::step_options::StepOptions;
 use crate::gpu::BackendError;
 
@@ -363,6 +364,8 @@ pub(crate) struct Gpu {
     pub k: Kernels,
     pub blas_decode: CudaBlas,
     pub blas_prefill: CudaBlas,
+    /// The decode stream's products in batch-invariant mode (`StepOptions::batch_invariant`).
+    pinned: Option<PinnedGemms>,
     _workspaces: Vec<DevBuf>,
     pub sm_count: u32,
     pub name: String,
@@ -476,6 +479,7 @@ impl Gpu {
             k,
             blas_decode,
             blas_prefill,
+            pinned: None,
             _workspaces: Vec::new(),
             sm_count,
             name,
@@ -494,6 +498,11 @@ impl Gpu {
             unsafe { blas_sys::cublasSetMathMode(h, mode) }
                 .result()
                 .map_err(blas_err("cuBLAS math mode"))?;
+            gpu._workspaces.push(ws);
+        }
+        if gpu.k.opts.batch_invariant {
+            let ws = gpu.alloc(BLAS_WORKSPACE, Which::Decode)?;
+            gpu.pinned = Some(PinnedGemms::new(ws.ptr, ws.bytes)?);
             gpu._workspaces.push(ws);
         }
         Ok(gpu)
@@ -593,6 +602,10 @@ impl Gpu {
         accumulate: bool,
         y_f32: bool,
     ) -> Result<(), BackendError> {
+        if let (Some(p), Which::Decode) = (&self.pinned, w) {
+            let stream = self.stream(w).cu_stream() as _;
+            return p.gemm(stream, out, rows, inp, weight, x, y, accumulate, y_f32);
+        }
         let max_rows = self.k.opts.gemv_rows;
         if let Some(mode) = gemv_mode(max_rows, rows, inp, weight, x, accumulate, y_f32) {
             return self.launch_dep(

@@ -26,6 +26,7 @@ pub mod gemv_bench;
 pub mod init;
 pub mod model_files;
 pub mod parity;
+mod pinned_gemm;
 mod probe;
 pub mod residents;
 pub mod retained_check;

@@ -29,7 +29,8 @@ pub struct StepOptions {
     /// `GENSLOT_BATCH_INVARIANT=0|1`: every decode pass adds each row's numbers in the same
     /// order whatever the batch, so a request's tokens do not depend on the batch it runs in
     /// (paused or not, alone or not): attention splits each row by its own length only
-    /// (`forward::invariant_splits`) and every product runs on cuBLAS (no GEMV).
+    /// (`forward::invariant_splits`) and every decode product runs on one pinned cuBLASLt
+    /// algorithm per shape (`pinned_gemm.rs`; no GEMV).
     pub batch_invariant: bool,
 }
 
