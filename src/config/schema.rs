@@ -31,8 +31,7 @@ pub struct Config {
     /// cuda backend: add each request's numbers in the same order whatever its batch, so
     /// its tokens do not depend on whether it ran alone, batched or paused (attention split
     /// by each row's length, one pinned cuBLASLt algorithm per product; slower:
-    /// BENCHMARKS.md §3.6). The same
-    /// as `GENSLOT_BATCH_INVARIANT=1`.
+    /// BENCHMARKS.md §3.6). The same as `GENSLOT_BATCH_INVARIANT=1`.
     pub batch_invariant: bool,
     #[serde(deserialize_with = "null_as_default")]
     pub kv_cache_config: KvCacheConfig,

@@ -70,8 +70,8 @@ impl StepOptions {
         }
     }
 
-    /// The defaults made batch-invariant (`GENSLOT_BATCH_INVARIANT=1`): every product on
-    /// cuBLAS and attention split by each row's own length.
+    /// The defaults made batch-invariant (`GENSLOT_BATCH_INVARIANT=1`): no GEMV, decode
+    /// products on pinned cuBLASLt algorithms, attention split by each row's own length.
     pub fn invariant() -> Self {
         StepOptions {
             gemv_rows: 0,
