@@ -387,29 +387,52 @@ const GEMV_OUT_BF16: i32 = 0;
 const GEMV_OUT_F32: i32 = 1;
 const GEMV_OUT_F32_ADD: i32 = 2;
 
-/// The GEMV kernels' output mode for a product, or None where
-/// cuBLAS takes it: more rows than `max_rows` (`StepOptions::gemv_rows`) or the kernels
-/// take, rows not in whole 16-byte units, or a bf16 output added to (no product of a pass
-/// does that).
-fn gemv_mode(
-    max_rows: usize,
-    rows: usize,
-    inp: usize,
-    weight: u64,
-    x: u64,
-    accumulate: bool,
-    y_f32: bool,
-) -> Option<i32> {
-    let aligned = inp.is_multiple_of(8) && weight.is_multiple_of(16) && x.is_multiple_of(16);
-    if rows == 0 || rows > max_rows.min(GEMV_MAX_ROWS) || !aligned {
+/// One weight product: y[rows, out] = x[rows, inp] · W[out, inp]ᵀ, bf16 in, f32 compute,
+/// written as `output` says.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Product {
+    pub weight: u64,
+    pub out: usize,
+    pub inp: usize,
+    pub rows: usize,
+    pub x: u64,
+    pub y: u64,
+    pub output: Output,
+}
+
+/// How a product writes y.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Output {
+    /// bf16 (q|k|v, gate|up: the next kernel reads them).
+    Bf16,
+    /// f32 (the logits).
+    F32,
+    /// Added to the f32 y already there (o and down onto the residual stream).
+    AddF32,
+}
+
+impl Product {
+    fn y_f32(&self) -> bool {
+        self.output != Output::Bf16
+    }
+    fn accumulate(&self) -> bool {
+        self.output == Output::AddF32
+    }
+}
+
+/// The GEMV kernels' output mode for a product, or None where cuBLAS takes it: more rows
+/// than `max_rows` (`StepOptions::gemv_rows`) or the kernels take, or rows not in whole
+/// 16-byte units.
+fn gemv_mode(max_rows: usize, p: &Product) -> Option<i32> {
+    let aligned = p.inp.is_multiple_of(8) && p.weight.is_multiple_of(16) && p.x.is_multiple_of(16);
+    if p.rows == 0 || p.rows > max_rows.min(GEMV_MAX_ROWS) || !aligned {
         return None;
     }
-    match (y_f32, accumulate) {
-        (false, false) => Some(GEMV_OUT_BF16),
-        (true, false) => Some(GEMV_OUT_F32),
-        (true, true) => Some(GEMV_OUT_F32_ADD),
-        (false, true) => None,
-    }
+    Some(match p.output {
+        Output::Bf16 => GEMV_OUT_BF16,
+        Output::F32 => GEMV_OUT_F32,
+        Output::AddF32 => GEMV_OUT_F32_ADD,
+    })
 }
 
 impl Gpu {
@@ -587,64 +610,38 @@ impl Gpu {
         )
     }
 
-    /// y[rows, out] = x[rows, inp] @ W[out, inp]^T (+ y when `accumulate`), bf16 in, f32
-    /// compute; y is bf16, or f32 when `y_f32`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn gemm(
-        &self,
-        w: Which,
-        out: usize,
-        rows: usize,
-        inp: usize,
-        weight: u64,
-        x: u64,
-        y: u64,
-        accumulate: bool,
-        y_f32: bool,
-    ) -> Result<(), BackendError> {
-        if let (Some(p), Which::Decode) = (&self.pinned, w) {
-            let stream = self.stream(w).cu_stream() as _;
-            return p.gemm(stream, out, rows, inp, weight, x, y, accumulate, y_f32);
+    /// A weight product: on the pinned cuBLASLt algorithms when the launch is
+    /// batch-invariant (decode), on the GEMV kernels when it has few enough rows, else cuBLAS.
+    pub fn gemm(&self, w: Which, p: &Product) -> Result<(), BackendError> {
+        if let (Some(pinned), Which::Decode) = (&self.pinned, w) {
+            return pinned.gemm(self.stream(w).cu_stream() as _, p);
         }
-        let max_rows = self.k.opts.gemv_rows;
-        if let Some(mode) = gemv_mode(max_rows, rows, inp, weight, x, accumulate, y_f32) {
+        if let Some(mode) = gemv_mode(self.k.opts.gemv_rows, p) {
             return self.launch_dep(
                 w,
-                &self.k.gemv[rows - 1],
-                (gemv_blocks(out), 1, 1),
+                &self.k.gemv[p.rows - 1],
+                (gemv_blocks(p.out), 1, 1),
                 GEMV_THREADS,
                 0,
                 &[
-                    A::P(weight),
-                    A::P(x),
-                    A::P(y),
-                    A::I(out as i32),
-                    A::I(inp as i32),
+                    A::P(p.weight),
+                    A::P(p.x),
+                    A::P(p.y),
+                    A::I(p.out as i32),
+                    A::I(p.inp as i32),
                     A::I(mode),
                 ],
             );
         }
-        self.gemm_cublas(w, out, rows, inp, weight, x, y, accumulate, y_f32)
+        self.gemm_cublas(w, p)
     }
 
     /// `gemm` through cuBLAS whatever the row count.
-    #[allow(clippy::too_many_arguments)]
-    pub fn gemm_cublas(
-        &self,
-        w: Which,
-        out: usize,
-        rows: usize,
-        inp: usize,
-        weight: u64,
-        x: u64,
-        y: u64,
-        accumulate: bool,
-        y_f32: bool,
-    ) -> Result<(), BackendError> {
+    pub fn gemm_cublas(&self, w: Which, p: &Product) -> Result<(), BackendError> {
         let alpha = 1.0f32;
-        let beta = if accumulate { 1.0f32 } else { 0.0 };
+        let beta = if p.accumulate() { 1.0f32 } else { 0.0 };
         let bf = blas_sys::cudaDataType::CUDA_R_16BF;
-        let yt = if y_f32 {
+        let yt = if p.y_f32() {
             blas_sys::cudaDataType::CUDA_R_32F
         } else {
             bf
@@ -656,20 +653,20 @@ impl Gpu {
                 *self.blas(w).handle(),
                 blas_sys::cublasOperation_t::CUBLAS_OP_T,
                 blas_sys::cublasOperation_t::CUBLAS_OP_N,
-                out as i32,
-                rows as i32,
-                inp as i32,
+                p.out as i32,
+                p.rows as i32,
+                p.inp as i32,
                 &alpha as *const f32 as *const _,
-                weight as *const _,
+                p.weight as *const _,
                 bf,
-                inp as i32,
-                x as *const _,
+                p.inp as i32,
+                p.x as *const _,
                 bf,
-                inp as i32,
+                p.inp as i32,
                 &beta as *const f32 as *const _,
-                y as *mut _,
+                p.y as *mut _,
                 yt,
-                out as i32,
+                p.out as i32,
                 blas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
                 blas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
             )
@@ -871,35 +868,38 @@ mod tests {
 
     #[test]
     fn only_aligned_products_of_few_enough_rows_take_the_gemv() {
+        let p = |rows: usize, inp: usize, weight: u64, x: u64, output: Output| Product {
+            weight,
+            out: 4096,
+            inp,
+            rows,
+            x,
+            y: 3 << 20,
+            output,
+        };
         let (w, x) = (1 << 20, 2 << 20);
+        let bf = |rows, inp, weight, x| p(rows, inp, weight, x, Output::Bf16);
         // bf16 out, f32 out, f32 added to: the three output modes of gemv.cu.
+        assert_eq!(gemv_mode(1, &bf(1, 4096, w, x)), Some(GEMV_OUT_BF16));
         assert_eq!(
-            gemv_mode(1, 1, 4096, w, x, false, false),
-            Some(GEMV_OUT_BF16)
+            gemv_mode(1, &p(1, 4096, w, x, Output::F32)),
+            Some(GEMV_OUT_F32)
         );
-        assert_eq!(gemv_mode(1, 1, 4096, w, x, false, true), Some(GEMV_OUT_F32));
         assert_eq!(
-            gemv_mode(1, 1, 4096, w, x, true, true),
+            gemv_mode(1, &p(1, 4096, w, x, Output::AddF32)),
             Some(GEMV_OUT_F32_ADD)
         );
-        assert_eq!(gemv_mode(1, 1, 4096, w, x, true, false), None);
         // Off (0), more rows than asked for, more than the kernels take.
-        assert_eq!(gemv_mode(0, 1, 4096, w, x, false, false), None);
-        assert_eq!(gemv_mode(2, 3, 4096, w, x, false, false), None);
-        assert_eq!(
-            gemv_mode(64, GEMV_MAX_ROWS, 4096, w, x, false, false),
-            Some(0)
-        );
-        assert_eq!(
-            gemv_mode(64, GEMV_MAX_ROWS + 1, 4096, w, x, false, false),
-            None
-        );
-        assert_eq!(gemv_mode(4, 0, 4096, w, x, false, false), None);
+        assert_eq!(gemv_mode(0, &bf(1, 4096, w, x)), None);
+        assert_eq!(gemv_mode(2, &bf(3, 4096, w, x)), None);
+        assert_eq!(gemv_mode(64, &bf(GEMV_MAX_ROWS, 4096, w, x)), Some(0));
+        assert_eq!(gemv_mode(64, &bf(GEMV_MAX_ROWS + 1, 4096, w, x)), None);
+        assert_eq!(gemv_mode(4, &bf(0, 4096, w, x)), None);
         // Rows of whole 16-byte loads only.
-        assert_eq!(gemv_mode(1, 1, 4100, w, x, false, false), None);
-        assert_eq!(gemv_mode(1, 1, 4096, w + 8, x, false, false), None);
-        assert_eq!(gemv_mode(1, 1, 4096, w, x + 2, false, false), None);
-        assert_eq!(gemv_mode(1, 1, 576, w, x, false, false), Some(0));
+        assert_eq!(gemv_mode(1, &bf(1, 4100, w, x)), None);
+        assert_eq!(gemv_mode(1, &bf(1, 4096, w + 8, x)), None);
+        assert_eq!(gemv_mode(1, &bf(1, 4096, w, x + 2)), None);
+        assert_eq!(gemv_mode(1, &bf(1, 576, w, x)), Some(0));
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! a decode pass can be captured into a CUDA graph. The residual stream `x` is float32 (the o
 //! and down GEMMs accumulate into it with a float32 C); everything a GEMM reads is bf16.
 
-use super::device::{DevBuf, Gpu, Which, A};
+use super::device::{DevBuf, Gpu, Output, Product, Which, A};
 use super::shape::ModelShape;
 use super::weights::Weights;
 use crate::gpu::BackendError;
@@ -321,17 +321,16 @@ pub(crate) fn enqueue(
     let scale = 1.0 / (s.head_dim as f32).sqrt();
     for (l, lw) in wt.layers.iter().enumerate() {
         rmsnorm(gpu, w, s, sc.x.ptr, lw.attn_norm, sc.h.ptr, p.rows)?;
-        gpu.gemm(
-            w,
-            s.qkv_dim(),
-            p.rows,
-            hid,
-            lw.qkv,
-            sc.h.ptr,
-            sc.qkv.ptr,
-            false,
-            false,
-        )?;
+        let qkv = Product {
+            weight: lw.qkv,
+            out: s.qkv_dim(),
+            inp: hid,
+            rows: p.rows,
+            x: sc.h.ptr,
+            y: sc.qkv.ptr,
+            output: Output::Bf16,
+        };
+        gpu.gemm(w, &qkv)?;
         if let (Some(sl), Some(st)) = (s.state_layer(l), states) {
             recurrent(gpu, w, s, lw, st, sl, sc, p)?;
             mlp(gpu, w, s, lw, sc, p)?;
@@ -412,17 +411,16 @@ pub(crate) fn enqueue(
         let x0 = sc.x.at(p.logits_row0 * hid * 4);
         let h0 = sc.h.at(p.logits_row0 * hid * 2);
         rmsnorm(gpu, w, s, x0, wt.final_norm, h0, p.logits_rows)?;
-        gpu.gemm(
-            w,
-            s.vocab,
-            p.logits_rows,
-            hid,
-            wt.lm_head,
-            h0,
-            sc.logits.ptr,
-            false,
-            true,
-        )?;
+        let lm_head = Product {
+            weight: wt.lm_head,
+            out: s.vocab,
+            inp: hid,
+            rows: p.logits_rows,
+            x: h0,
+            y: sc.logits.ptr,
+            output: Output::F32,
+        };
+        gpu.gemm(w, &lm_head)?;
         gpu.launch_dep(
             w,
             &k.sample,
@@ -479,29 +477,27 @@ fn mlp(
     let k = &gpu.k;
     let r = p.rows as u32;
     let (hid, hdim) = (s.hidden, s.heads * s.head_dim);
-    gpu.gemm(
-        w,
-        hid,
-        p.rows,
-        hdim,
-        lw.o,
-        sc.attn.ptr,
-        sc.x.ptr,
-        true,
-        true,
-    )?;
+    let o = Product {
+        weight: lw.o,
+        out: hid,
+        inp: hdim,
+        rows: p.rows,
+        x: sc.attn.ptr,
+        y: sc.x.ptr,
+        output: Output::AddF32,
+    };
+    gpu.gemm(w, &o)?;
     rmsnorm(gpu, w, s, sc.x.ptr, lw.ffn_norm, sc.h.ptr, p.rows)?;
-    gpu.gemm(
-        w,
-        2 * s.ffn,
-        p.rows,
-        hid,
-        lw.gate_up,
-        sc.h.ptr,
-        sc.gu.ptr,
-        false,
-        false,
-    )?;
+    let gate_up = Product {
+        weight: lw.gate_up,
+        out: 2 * s.ffn,
+        inp: hid,
+        rows: p.rows,
+        x: sc.h.ptr,
+        y: sc.gu.ptr,
+        output: Output::Bf16,
+    };
+    gpu.gemm(w, &gate_up)?;
     // Eight elements a thread (silu_mul in layers.cu; ffn is a multiple of 8).
     let gx = s.ffn.div_ceil(8 * 256).min(64) as u32;
     gpu.launch_dep(
@@ -512,9 +508,16 @@ fn mlp(
         0,
         &[A::P(sc.gu.ptr), A::P(sc.act.ptr), A::I(s.ffn as i32)],
     )?;
-    gpu.gemm(
-        w, hid, p.rows, s.ffn, lw.down, sc.act.ptr, sc.x.ptr, true, true,
-    )
+    let down = Product {
+        weight: lw.down,
+        out: hid,
+        inp: s.ffn,
+        rows: p.rows,
+        x: sc.act.ptr,
+        y: sc.x.ptr,
+        output: Output::AddF32,
+    };
+    gpu.gemm(w, &down)
 }
 
 /// A recurrent layer's mixer: the scan over each segment's rows, reading q|k|v and the normed

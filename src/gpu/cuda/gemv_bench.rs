@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use super::device::{Gpu, Which, GEMV_MAX_ROWS};
+use super::device::{Gpu, Output, Product, Which, GEMV_MAX_ROWS};
 use super::init::bf16_bits_to_f32;
 use super::parity::rel_errors;
 use super::shape::ModelShape;
@@ -42,15 +42,15 @@ pub struct GemvReport {
     pub rows: Vec<GemvRow>,
 }
 
-/// One product of a decoder layer (or the lm_head): (name, out, inp, f32 output, added).
-fn products(s: &ModelShape) -> Vec<(&'static str, usize, usize, bool, bool)> {
+/// One product of a decoder layer (or the lm_head): (name, out, inp, output).
+fn products(s: &ModelShape) -> Vec<(&'static str, usize, usize, Output)> {
     let hdim = s.heads * s.head_dim;
     vec![
-        ("qkv", s.qkv_dim(), s.hidden, false, false),
-        ("o", s.hidden, hdim, true, true),
-        ("gate_up", 2 * s.ffn, s.hidden, false, false),
-        ("down", s.hidden, s.ffn, true, true),
-        ("lm_head", s.vocab, s.hidden, true, false),
+        ("qkv", s.qkv_dim(), s.hidden, Output::Bf16),
+        ("o", s.hidden, hdim, Output::AddF32),
+        ("gate_up", 2 * s.ffn, s.hidden, Output::Bf16),
+        ("down", s.hidden, s.ffn, Output::AddF32),
+        ("lm_head", s.vocab, s.hidden, Output::F32),
     ]
 }
 
@@ -63,7 +63,8 @@ pub fn run(s: &ModelShape, opts: StepOptions, iters: usize) -> Result<GemvReport
     let gpu = Gpu::new(0, (s.head_dim, s.group()), opts)?;
     let w = Which::Decode;
     let mut out = Vec::new();
-    for (i, (name, n, k, y_f32, add)) in products(s).into_iter().enumerate() {
+    for (i, (name, n, k, output)) in products(s).into_iter().enumerate() {
+        let y_f32 = output != Output::Bf16;
         let bytes = n * k * 2;
         let copies = RING_BYTES.div_ceil(bytes).max(2);
         let ring = (0..copies)
@@ -81,9 +82,18 @@ pub fn run(s: &ModelShape, opts: StepOptions, iters: usize) -> Result<GemvReport
             for y in [&y_ref, &y_gemv] {
                 gpu.zero(w, y.ptr, ybytes)?;
             }
+            let product = |weight: u64, y: u64| Product {
+                weight,
+                out: n,
+                inp: k,
+                rows,
+                x: x.ptr,
+                y,
+                output,
+            };
             let wt = ring[0].ptr;
-            gpu.gemm_cublas(w, n, rows, k, wt, x.ptr, y_ref.ptr, add, y_f32)?;
-            gpu.gemm(w, n, rows, k, wt, x.ptr, y_gemv.ptr, add, y_f32)?;
+            gpu.gemm_cublas(w, &product(wt, y_ref.ptr))?;
+            gpu.gemm(w, &product(wt, y_gemv.ptr))?;
             let (a, b) = (
                 read(&gpu, y_gemv.ptr, rows * n, y_f32)?,
                 read(&gpu, y_ref.ptr, rows * n, y_f32)?,
@@ -98,9 +108,9 @@ pub fn run(s: &ModelShape, opts: StepOptions, iters: usize) -> Result<GemvReport
                 let launch = |j: usize| {
                     let wt = ring[j % copies].ptr;
                     if gemv {
-                        gpu.gemm(w, n, rows, k, wt, x.ptr, y_gemv.ptr, add, y_f32)
+                        gpu.gemm(w, &product(wt, y_gemv.ptr))
                     } else {
-                        gpu.gemm_cublas(w, n, rows, k, wt, x.ptr, y_ref.ptr, add, y_f32)
+                        gpu.gemm_cublas(w, &product(wt, y_ref.ptr))
                     }
                 };
                 for j in 0..copies {

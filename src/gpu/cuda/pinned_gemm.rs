@@ -10,6 +10,7 @@ use std::sync::Mutex;
 
 use cudarc::cublaslt::{result as lt, sys as lt_sys};
 
+use super::device::{Output, Product};
 use crate::gpu::BackendError;
 
 /// The row count whose heuristic picks the algorithm: the largest decode batch we measure.
@@ -32,9 +33,17 @@ struct Key {
 pub(crate) struct PinnedGemms {
     handle: lt_sys::cublasLtHandle_t,
     /// Pinned on first use; a step has five shapes, so a list.
-    algos: Mutex<Vec<(Key, lt_sys::cublasLtMatmulAlgo_t)>>,
+    shapes: Mutex<Vec<Pinned>>,
     workspace: u64,
     workspace_bytes: usize,
+}
+
+/// A shape's pinned algorithm and its descriptors for each row count seen (at most the
+/// largest decode pass's rows), so an eager step makes no descriptor calls.
+struct Pinned {
+    key: Key,
+    algo: lt_sys::cublasLtMatmulAlgo_t,
+    by_rows: Vec<(u64, Descs)>,
 }
 
 // SAFETY: the handle is only used from the thread that holds the `Gpu` (one decode thread);
@@ -43,7 +52,8 @@ unsafe impl Send for PinnedGemms {}
 // SAFETY: as above.
 unsafe impl Sync for PinnedGemms {}
 
-/// Descriptors of one product at `rows` rows, destroyed on drop.
+/// Descriptors of one product at `rows` rows, destroyed on drop (those created so far, when
+/// a creation fails).
 struct Descs {
     op: lt_sys::cublasLtMatmulDesc_t,
     a: lt_sys::cublasLtMatrixLayout_t,
@@ -53,12 +63,16 @@ struct Descs {
 
 impl Drop for Descs {
     fn drop(&mut self) {
-        // SAFETY: created in `Descs::new` and destroyed once, here.
+        // SAFETY: each non-null one was created in `Descs::new` and is destroyed once, here.
         unsafe {
-            let _ = lt::destroy_matrix_layout(self.a);
-            let _ = lt::destroy_matrix_layout(self.b);
-            let _ = lt::destroy_matrix_layout(self.d);
-            let _ = lt::destroy_matmul_desc(self.op);
+            for l in [self.a, self.b, self.d] {
+                if !l.is_null() {
+                    let _ = lt::destroy_matrix_layout(l);
+                }
+            }
+            if !self.op.is_null() {
+                let _ = lt::destroy_matmul_desc(self.op);
+            }
         }
     }
 }
@@ -73,21 +87,25 @@ impl Descs {
         } else {
             bf
         };
-        let op = lt::create_matmul_desc(
+        // Null until created: an early return drops (destroys) only what exists.
+        let mut descs = Descs {
+            op: std::ptr::null_mut(),
+            a: std::ptr::null_mut(),
+            b: std::ptr::null_mut(),
+            d: std::ptr::null_mut(),
+        };
+        descs.op = lt::create_matmul_desc(
             lt_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
             lt_sys::cudaDataType::CUDA_R_32F,
         )
         .map_err(lt_err("cuBLASLt matmul descriptor"))?;
         let (inp, out) = (k.inp as u64, k.out as u64);
-        let descs = Descs {
-            op,
-            a: lt::create_matrix_layout(bf, inp, out, inp as i64)
-                .map_err(lt_err("cuBLASLt layout"))?,
-            b: lt::create_matrix_layout(bf, inp, rows, inp as i64)
-                .map_err(lt_err("cuBLASLt layout"))?,
-            d: lt::create_matrix_layout(yt, out, rows, out as i64)
-                .map_err(lt_err("cuBLASLt layout"))?,
+        let layout = |t, rows, cols, ld| {
+            lt::create_matrix_layout(t, rows, cols, ld).map_err(lt_err("cuBLASLt layout"))
         };
+        descs.a = layout(bf, inp, out, inp as i64)?;
+        descs.b = layout(bf, inp, rows, inp as i64)?;
+        descs.d = layout(yt, out, rows, out as i64)?;
         // cublasOperation_t's CUBLAS_OP_T, as the attribute's int32.
         let t = cudarc::cublas::sys::cublasOperation_t::CUBLAS_OP_T as i32;
         // SAFETY: a live descriptor and a value of the attribute's type.
@@ -127,7 +145,7 @@ impl PinnedGemms {
     pub fn new(workspace: u64, workspace_bytes: usize) -> Result<Self, BackendError> {
         Ok(PinnedGemms {
             handle: lt::create_handle().map_err(lt_err("cuBLASLt handle"))?,
-            algos: Mutex::new(Vec::new()),
+            shapes: Mutex::new(Vec::new()),
             workspace,
             workspace_bytes,
         })
@@ -214,34 +232,41 @@ impl PinnedGemms {
     }
 
     /// `Gpu::gemm`'s product on the pinned algorithm of its shape, on `stream`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn gemm(
-        &self,
-        stream: lt_sys::cudaStream_t,
-        out: usize,
-        rows: usize,
-        inp: usize,
-        weight: u64,
-        x: u64,
-        y: u64,
-        accumulate: bool,
-        y_f32: bool,
-    ) -> Result<(), BackendError> {
-        let k = Key { out, inp, y_f32 };
-        let algo = {
-            let mut algos = self.algos.lock().unwrap_or_else(|e| e.into_inner());
-            match algos.iter().find(|(key, _)| *key == k) {
-                Some((_, a)) => *a,
-                None => {
-                    let a = self.pin(k)?;
-                    algos.push((k, a));
-                    a
-                }
+    pub fn gemm(&self, stream: lt_sys::cudaStream_t, p: &Product) -> Result<(), BackendError> {
+        let k = Key {
+            out: p.out,
+            inp: p.inp,
+            y_f32: p.output != Output::Bf16,
+        };
+        let rows = p.rows as u64;
+        let mut shapes = self.shapes.lock().unwrap_or_else(|e| e.into_inner());
+        let at = match shapes.iter().position(|s| s.key == k) {
+            Some(i) => i,
+            None => {
+                let algo = self.pin(k)?;
+                shapes.push(Pinned {
+                    key: k,
+                    algo,
+                    by_rows: Vec::new(),
+                });
+                shapes.len() - 1
             }
         };
-        let d = Descs::new(k, rows as u64)?;
+        let shape = &mut shapes[at];
+        let di = match shape.by_rows.iter().position(|(r, _)| *r == rows) {
+            Some(i) => i,
+            None => {
+                shape.by_rows.push((rows, Descs::new(k, rows)?));
+                shape.by_rows.len() - 1
+            }
+        };
+        let d = &shape.by_rows[di].1;
         let alpha = 1.0f32;
-        let beta = if accumulate { 1.0f32 } else { 0.0 };
+        let beta = if p.output == Output::AddF32 {
+            1.0f32
+        } else {
+            0.0
+        };
         // SAFETY: pointers are live device buffers of the sizes the shape implies; the
         // workspace belongs to this stream's products only.
         unsafe {
@@ -250,15 +275,15 @@ impl PinnedGemms {
                 d.op,
                 &alpha as *const f32 as *const c_void,
                 &beta as *const f32 as *const c_void,
-                weight as *const c_void,
+                p.weight as *const c_void,
                 d.a,
-                x as *const c_void,
+                p.x as *const c_void,
                 d.b,
-                y as *const c_void,
+                p.y as *const c_void,
                 d.d,
-                y as *mut c_void,
+                p.y as *mut c_void,
                 d.d,
-                &algo,
+                &shape.algo,
                 self.workspace as *mut c_void,
                 self.workspace_bytes,
                 stream,
