@@ -10,7 +10,7 @@ use genslot::gpu::cuda::shape::RopeScaling;
 use genslot::gpu::cuda::transfer::{transfer_bytes, transfer_time};
 use genslot::gpu::cuda::{
     all_attn_shapes, ContextMode, CudaBackend, CudaConfig, Launch, LibraryProbe, ModelShape,
-    ModelSource, StepOptions,
+    ModelSource, StepOptions, TcRing,
 };
 use genslot::gpu::{BackendError, ContextArrival, StepBackend, StepRow};
 use genslot::sampling::{sample_row, SamplingParams};
@@ -311,18 +311,37 @@ fn every_step_option_computes_the_tokens_the_plain_launch_computes() {
             ..d
         },
         StepOptions::invariant(),
+        // Another tensor-core attention block (two warps of four stages). Its warps take
+        // other tokens, so P is rounded to bf16 against other running maxima: the logits
+        // move by more than the options above move them, the tokens must not.
+        StepOptions {
+            attn_ring: TcRing {
+                warps: 2,
+                stages: 4,
+            },
+            ..d
+        },
     ] {
         let got = run(opts);
         let what = opts.describe();
+        let tol = if opts.attn_ring == d.attn_ring {
+            1e-3
+        } else {
+            1e-2
+        };
         assert_eq!(got.0, base.0, "decoded tokens, {what}");
         assert_eq!(got.1, base.1, "prefill token, {what}");
-        assert!(
-            rel_errors(&got.2, &base.2).0 < 1e-3,
-            "prefill logits, {what}"
-        );
-        for (g, b) in got.3.iter().chain(&got.4).zip(base.3.iter().chain(&base.4)) {
-            assert!(rel_errors(g, b).0 < 1e-3, "decode logits, {what}");
-        }
+        let prefill = rel_errors(&got.2, &base.2).0;
+        let decode = got
+            .3
+            .iter()
+            .chain(&got.4)
+            .zip(base.3.iter().chain(&base.4))
+            .map(|(g, b)| rel_errors(g, b).0)
+            .fold(0.0, f64::max);
+        eprintln!("{what}: max rel err prefill {prefill:.2e}, decode {decode:.2e}");
+        assert!(prefill < tol, "prefill logits {prefill:.2e}, {what}");
+        assert!(decode < tol, "decode logits {decode:.2e}, {what}");
     }
 }
 

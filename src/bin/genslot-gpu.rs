@@ -417,11 +417,16 @@ fn kernels(
     let csrc = std::ffi::CString::new(src).context("kernel source holds a NUL")?;
     let prog = cudarc::nvrtc::result::create_program(&csrc, None)
         .map_err(|e| anyhow::anyhow!("nvrtcCreateProgram: {e:?}"))?;
-    let opts = [
+    // The attention block the backend would compile (GENSLOT_ATTN_WARPS, _STAGES).
+    let ring = StepOptions::from_env()?.attn_ring;
+    let mut opts: Vec<String> = [
         "--gpu-architecture=sm_90",
         "--std=c++17",
         "--ptxas-options=-v",
-    ];
+    ]
+    .map(String::from)
+    .to_vec();
+    opts.extend(ring.defines());
     // SAFETY: `prog` is a live program created above and destroyed below.
     let compiled = unsafe { cudarc::nvrtc::result::compile_program(prog, &opts) };
     // SAFETY: as above.

@@ -132,26 +132,55 @@ pub enum AttnKernel {
 
 impl AttnKernel {
     /// Dynamic shared memory of one block for head_dim `d` (TcSmem<D>::BYTES in the source).
-    pub fn smem_bytes(self, d: usize) -> u32 {
+    pub fn smem_bytes(self, d: usize, ring: TcRing) -> u32 {
         match self {
-            AttnKernel::TensorCore => (TC_WARPS * TC_STAGES * 2 * TC_TILE * (d + 8) * 2) as u32,
+            AttnKernel::TensorCore => (ring.warps * ring.stages * 2 * TC_TILE * (d + 8) * 2) as u32,
             AttnKernel::Simt => 0,
         }
     }
 
     /// Threads per block.
-    pub fn threads(self) -> u32 {
+    pub fn threads(self, ring: TcRing) -> u32 {
         match self {
-            AttnKernel::TensorCore => (TC_WARPS * 32) as u32,
+            AttnKernel::TensorCore => (ring.warps * 32) as u32,
             AttnKernel::Simt => 128,
         }
     }
 }
 
-// Must equal TC_WARPS, TC_STAGES and TC_TILE in attention_tc.cu (a test checks).
-const TC_WARPS: usize = 4;
-const TC_STAGES: usize = 3;
+/// The tensor-core attention kernel's block: warps, and cp.async stages in each warp's ring
+/// (TC_WARPS and TC_STAGES in attention_tc.cu, whose defaults a test ties to `Default`; the
+/// backend compiles the kernel with these as NVRTC defines).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TcRing {
+    pub warps: usize,
+    pub stages: usize,
+}
+
+impl Default for TcRing {
+    fn default() -> Self {
+        TcRing {
+            warps: 4,
+            stages: 3,
+        }
+    }
+}
+
+impl TcRing {
+    /// The NVRTC options that set the kernel's constants.
+    pub fn defines(self) -> Vec<String> {
+        vec![
+            format!("-DTC_WARPS={}", self.warps),
+            format!("-DTC_STAGES={}", self.stages),
+        ]
+    }
+}
+
+// Must equal TC_TILE in attention_tc.cu (a test checks).
 const TC_TILE: usize = 16;
+
+/// Dynamic shared memory a block may opt into on sm_90 (227 KiB).
+const MAX_BLOCK_SMEM: u32 = 232_448;
 
 pub(crate) fn drv(what: &str) -> impl Fn(DriverError) -> BackendError + '_ {
     move |e| BackendError::Failed(format!("{what}: {e:?}"))
@@ -199,19 +228,26 @@ impl A {
 
 /// The kernels' PTX for `attn`, compiled once per process (NVRTC takes seconds; tests and
 /// tools create several backends).
-fn compiled(attn: AttnShape) -> Result<cudarc::nvrtc::Ptx, BackendError> {
+fn compiled(attn: AttnShape, ring: TcRing) -> Result<cudarc::nvrtc::Ptx, BackendError> {
     use std::collections::HashMap;
     use std::sync::{Mutex, OnceLock};
-    static CACHE: OnceLock<Mutex<HashMap<AttnShape, cudarc::nvrtc::Ptx>>> = OnceLock::new();
+    type Cache = HashMap<(AttnShape, TcRing), cudarc::nvrtc::Ptx>;
+    static CACHE: OnceLock<Mutex<Cache>> = OnceLock::new();
     let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
-    if let Some(p) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(&attn) {
+    if let Some(p) = cache
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&(attn, ring))
+    {
         return Ok(p.clone());
     }
+    let mut options = vec!["--std=c++17".to_string()];
+    options.extend(ring.defines());
     let ptx = compile_ptx_with_opts(
         kernel_source(&[attn]),
         CompileOptions {
             arch: Some("sm_90"),
-            options: vec!["--std=c++17".into()],
+            options,
             ..Default::default()
         },
     )
@@ -219,7 +255,7 @@ fn compiled(attn: AttnShape) -> Result<cudarc::nvrtc::Ptx, BackendError> {
     cache
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .insert(attn, ptx.clone());
+        .insert((attn, ring), ptx.clone());
     Ok(ptx)
 }
 
@@ -452,7 +488,7 @@ impl Gpu {
         let decode = ctx.new_stream().map_err(drv("decode stream"))?;
         let prefill = ctx.new_stream().map_err(drv("prefill stream"))?;
         let transfer = ctx.new_stream().map_err(drv("transfer stream"))?;
-        let ptx = compiled(attn)?;
+        let ptx = compiled(attn, opts.attn_ring)?;
         let m = ctx
             .load_module(ptx)
             .map_err(drv("loading the kernel module"))?;
@@ -464,7 +500,14 @@ impl Gpu {
         let (d, g) = attn;
         let attn_name = attn_kernel_name(attn_kind, d, g);
         let attn_fn = f(&attn_name)?;
-        let smem = attn_kind.smem_bytes(d);
+        let smem = attn_kind.smem_bytes(d, opts.attn_ring);
+        if smem > MAX_BLOCK_SMEM {
+            return Err(BackendError::Failed(format!(
+                "{attn_name}: {} warps x {} stages need {smem} bytes of shared memory a block, \
+                 past the {MAX_BLOCK_SMEM} a block may have",
+                opts.attn_ring.warps, opts.attn_ring.stages
+            )));
+        }
         if smem > 48 << 10 {
             attn_fn
                 .set_attribute(
@@ -796,9 +839,10 @@ mod tests {
 
     #[test]
     fn tensor_core_constants_match_the_kernel_source() {
+        let ring = TcRing::default();
         for (name, v) in [
-            ("TC_WARPS", TC_WARPS),
-            ("TC_STAGES", TC_STAGES),
+            ("TC_WARPS", ring.warps),
+            ("TC_STAGES", ring.stages),
             ("TC_TILE", TC_TILE),
         ] {
             let line = format!("#define {name} {v}\n");
@@ -808,8 +852,18 @@ mod tests {
             );
         }
         // The tensor-core ring for head_dim 128 needs more than the 48 KiB default.
-        assert_eq!(AttnKernel::TensorCore.smem_bytes(128), 104_448);
-        assert_eq!(AttnKernel::Simt.smem_bytes(128), 0);
+        assert_eq!(AttnKernel::TensorCore.smem_bytes(128, ring), 104_448);
+        assert_eq!(AttnKernel::Simt.smem_bytes(128, ring), 0);
+        // Two warps of four stages: 128 x 2 x 4 ... as the kernel's TcSmem counts it.
+        let two_by_four = TcRing {
+            warps: 2,
+            stages: 4,
+        };
+        assert_eq!(
+            AttnKernel::TensorCore.smem_bytes(128, two_by_four),
+            2 * 4 * 2 * 16 * 136 * 2
+        );
+        assert_eq!(AttnKernel::TensorCore.threads(two_by_four), 64);
     }
 
     /// The body of the kernel whose signature starts at `sig`: the text after its first `{`.

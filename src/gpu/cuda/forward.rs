@@ -366,8 +366,8 @@ pub(crate) fn enqueue(
             w,
             attn_fn,
             (s.kv_heads as u32, r, p.splits as u32),
-            k.opts.attn.threads(),
-            k.opts.attn.smem_bytes(s.head_dim),
+            k.opts.attn.threads(k.opts.attn_ring),
+            k.opts.attn.smem_bytes(s.head_dim, k.opts.attn_ring),
             &[
                 A::P(sc.qkv.ptr),
                 A::I(s.qkv_dim() as i32),

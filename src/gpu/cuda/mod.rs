@@ -39,7 +39,7 @@ pub mod transfer;
 mod weights;
 
 pub use backend::{buckets, CudaBackend, CudaConfig, Launch};
-pub use device::{all_attn_shapes, kernel_names, kernel_source, AttnKernel, AttnShape};
+pub use device::{all_attn_shapes, kernel_names, kernel_source, AttnKernel, AttnShape, TcRing};
 pub use probe::{probe_libraries, LibraryProbe};
 pub use shape::ModelShape;
 pub use step_options::StepOptions;

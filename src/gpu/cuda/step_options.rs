@@ -6,7 +6,7 @@
 //! each one so that `tools/gpu/run.sh` can time them side by side from one binary, and
 //! `StepOptions::plain` (every option off) is the launch the GPU tests check them against.
 
-use super::device::{AttnKernel, GEMV_MAX_ROWS};
+use super::device::{AttnKernel, TcRing, GEMV_MAX_ROWS};
 use crate::gpu::BackendError;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,6 +32,10 @@ pub struct StepOptions {
     /// (`forward::invariant_splits`) and every decode product runs on one pinned cuBLASLt
     /// algorithm per shape (`pinned_gemm.rs`; no GEMV).
     pub batch_invariant: bool,
+    /// `GENSLOT_ATTN_WARPS=N`, `GENSLOT_ATTN_STAGES=N`: the tensor-core attention block's
+    /// warps and each warp's cp.async stages (how many bytes a multiprocessor has in flight,
+    /// against how many blocks fit in its shared memory).
+    pub attn_ring: TcRing,
 }
 
 impl Default for StepOptions {
@@ -49,6 +53,7 @@ impl Default for StepOptions {
             direct_single_split: true,
             gemv_rows: 1,
             batch_invariant: false,
+            attn_ring: TcRing::default(),
         }
     }
 }
@@ -67,6 +72,7 @@ impl StepOptions {
             direct_single_split: false,
             gemv_rows: 0,
             batch_invariant: false,
+            attn_ring: TcRing::default(),
         }
     }
 
@@ -151,6 +157,10 @@ impl StepOptions {
             direct_single_split: flag("GENSLOT_ATTN_DIRECT", d.direct_single_split)?,
             gemv_rows,
             batch_invariant,
+            attn_ring: TcRing {
+                warps: count("GENSLOT_ATTN_WARPS", d.attn_ring.warps, 1, 16)?,
+                stages: count("GENSLOT_ATTN_STAGES", d.attn_ring.stages, 2, 8)?,
+            },
         })
     }
 
@@ -170,8 +180,15 @@ impl StepOptions {
             true => "splits by row length (batch-invariant)".to_string(),
             false => format!("{} blocks/SM", self.attn_blocks_per_sm),
         };
+        let ring = match self.attn_ring == TcRing::default() {
+            true => String::new(),
+            false => format!(
+                " ({} warps x {} stages)",
+                self.attn_ring.warps, self.attn_ring.stages
+            ),
+        };
         format!(
-            "attention {attn}, {splits}, direct single split {}, PDL {}, GEMV {gemv}",
+            "attention {attn}{ring}, {splits}, direct single split {}, PDL {}, GEMV {gemv}",
             on(self.direct_single_split),
             on(self.pdl)
         )
@@ -208,6 +225,8 @@ mod tests {
             ("GENSLOT_ATTN_BLOCKS_PER_SM", "2"),
             ("GENSLOT_ATTN_DIRECT", "1"),
             ("GENSLOT_GEMV_ROWS", "4"),
+            ("GENSLOT_ATTN_WARPS", "2"),
+            ("GENSLOT_ATTN_STAGES", "5"),
         ]))
         .unwrap();
         assert_eq!(
@@ -219,11 +238,20 @@ mod tests {
                 direct_single_split: true,
                 gemv_rows: 4,
                 batch_invariant: false,
+                attn_ring: TcRing {
+                    warps: 2,
+                    stages: 5
+                },
             }
         );
         assert_eq!(
             o.describe(),
-            "attention simt, 2 blocks/SM, direct single split on, PDL on, GEMV up to 4 rows"
+            "attention simt (2 warps x 5 stages), 2 blocks/SM, direct single split on, PDL on, \
+             GEMV up to 4 rows"
+        );
+        assert_eq!(
+            StepOptions::default().describe(),
+            "attention tc, 2 blocks/SM, direct single split on, PDL on, GEMV for 1 row"
         );
     }
 
@@ -286,6 +314,9 @@ mod tests {
             ("GENSLOT_GEMV_ROWS", "-1"),
             ("GENSLOT_LAUNCH", "fast"),
             ("GENSLOT_BATCH_INVARIANT", "yes"),
+            ("GENSLOT_ATTN_WARPS", "0"),
+            ("GENSLOT_ATTN_STAGES", "1"),
+            ("GENSLOT_ATTN_STAGES", "9"),
         ] {
             let e = StepOptions::parse(env(&[(k, v)])).unwrap_err().to_string();
             assert!(e.contains(&format!("{k}={v}")), "{e}");

@@ -8,8 +8,13 @@
 // whose accumulators become P's A fragments for P·V without a trip through shared memory.
 // P is rounded to bf16 for the P·V product, as PyTorch's bf16 attention does.
 #define TC_TILE 16
+// Warps a block and cp.async stages a warp: the host may set both (NVRTC -D, `TcRing`).
+#ifndef TC_WARPS
 #define TC_WARPS 4
+#endif
+#ifndef TC_STAGES
 #define TC_STAGES 3
+#endif
 #define TC_LOG2E 1.4426950408889634f
 #define TC_LN2 0.6931471805599453f
 
