@@ -143,6 +143,9 @@ enum Cmd {
         /// Share of free device memory given to the KV cache (smaller under a profiler).
         #[arg(long, default_value_t = 0.85)]
         kv_fraction: f64,
+        /// Tokens per KV page (the backend's `tokens_per_block`).
+        #[arg(long, default_value_t = 32)]
+        tokens_per_block: usize,
         /// One more eager step per point inside cuProfilerStart/Stop, for
         /// `ncu --profile-from-start off` (tools/gpu/ncu_summary.py sums it per kernel).
         #[arg(long)]
@@ -322,9 +325,11 @@ fn main() -> Result<()> {
             batches,
             contexts,
             kv_fraction,
+            tokens_per_block,
             profile,
         } => {
             let mut cfg = CudaConfig::new(ModelSource::Seeded { shape, seed: 1 });
+            cfg.tokens_per_block = tokens_per_block;
             cfg.max_batch_size = batches.iter().copied().max().unwrap_or(1).max(112);
             cfg.max_context = contexts.iter().copied().max().unwrap_or(4096) + 64;
             cfg.kv_memory_fraction = kv_fraction;

@@ -47,6 +47,33 @@ serve_and_check() {
   wait "$pid" 2>/dev/null
 }
 
+# nvidia-smi sampling in the background: smi_start FILE, then smi_stop FILE prints a summary.
+SMI_PID=
+smi_start() {
+  local reasons=clocks_event_reasons.active
+  nvidia-smi --query-gpu=$reasons --format=csv > /dev/null 2>&1 || reasons=clocks_throttle_reasons.active
+  nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,$reasons \
+    --format=csv,noheader,nounits -lms 200 > "$1" 2>/dev/null &
+  SMI_PID=$!
+}
+smi_stop() {
+  [ -n "$SMI_PID" ] && kill "$SMI_PID" 2>/dev/null && wait "$SMI_PID" 2>/dev/null
+  SMI_PID=
+  python3 - "$1" <<'PY'
+import sys, collections
+rows = [l.split(", ") for l in open(sys.argv[1]) if l.count(",") >= 5]
+busy = [r for r in rows if float(r[3]) > 200]  # samples under load (power above 200 W)
+if not busy:
+    print("smi: no samples under load"); sys.exit()
+sm = sorted(float(r[1]) for r in busy); mem = sorted(float(r[2]) for r in busy)
+pw = sorted(float(r[3]) for r in busy); temp = max(float(r[4]) for r in busy)
+why = collections.Counter(r[5].strip() for r in busy).most_common(3)
+print(f"smi: {len(busy)} samples under load: SM clock min {sm[0]:.0f} median {sm[len(sm)//2]:.0f} MHz, "
+      f"memory clock {mem[len(mem)//2]:.0f} MHz, power median {pw[len(pw)//2]:.0f} max {pw[-1]:.0f} W, "
+      f"max {temp:.0f} C, clock-limit reasons {why}")
+PY
+}
+
 if has probe; then
   stage probe
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv || true
@@ -135,11 +162,14 @@ if has bench; then
       esac
       tag=$(echo "$v" | tr -c 'A-Za-z0-9\n' '-' | sed 's/GENSLOT-//g')
       stage "bench ($kern attention, $v)"
+      # Clocks, power and the driver's clock-limit reasons while it runs (every 200 ms).
+      smi_start "$W/smi-llama-8b-$kern-$tag.csv"
       env "${settings[@]}" GENSLOT_ATTN_KERNEL=$kern "$G/genslot-gpu" bench --shape llama-8b \
         --json "$W/bench-llama-8b-$kern-$tag.json" ${BENCH_ARGS:-} 2>&1 | tee -a "$W/summary.txt" \
         || fail "bench $kern $v"
-      # A small model shows what graph replay saves on launch overhead.
-      env "${settings[@]}" GENSLOT_ATTN_KERNEL=$kern "$G/genslot-gpu" bench --shape llama-1b \
+      smi_stop "$W/smi-llama-8b-$kern-$tag.csv" | tee -a "$W/summary.txt"
+      # A small model shows what graph replay saves on launch overhead (BENCH_SMALL=0: not).
+      [ "${BENCH_SMALL:-1}" = 0 ] || env "${settings[@]}" GENSLOT_ATTN_KERNEL=$kern "$G/genslot-gpu" bench --shape llama-1b \
         --batches 1,32 --contexts 4096 --json "$W/bench-llama-1b-$kern-$tag.json" 2>&1 \
         | tee -a "$W/summary.txt" || fail "bench llama-1b $kern $v"
     done

@@ -14,7 +14,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use cudarc::driver::{sys, CudaGraph};
+use cudarc::driver::{sys, CudaEvent, CudaGraph};
 
 use super::device::{DevBuf, Gpu, Which, A};
 use super::draft::{self, DraftConfig};
@@ -104,6 +104,8 @@ pub struct CudaBackend {
     /// The drafter arena and the verify pass's inputs, when drafting.
     draft: Option<DraftDev>,
     weights: Weights,
+    /// Events around each decode step's kernels, when the bench asks (`time_device`).
+    step_events: Option<(CudaEvent, CudaEvent)>,
     gpu: Gpu,
     reqs: Residents,
     table_width: usize,
@@ -326,6 +328,7 @@ impl CudaBackend {
             pre,
             kv,
             weights,
+            step_events: None,
             gpu,
             reqs: Residents::default(),
             table_width,
@@ -371,6 +374,11 @@ impl CudaBackend {
     }
     pub(crate) fn kv_cache(&self) -> &KvCache {
         &self.kv
+    }
+    /// 4 device bytes a probe kernel may write: the first of the decode logits, which every
+    /// step overwrites.
+    pub(crate) fn probe_sink(&self) -> u64 {
+        self.dec.logits.ptr
     }
 
     fn bucket_for(&self, rows: usize) -> usize {
@@ -724,7 +732,15 @@ impl CudaBackend {
             }
             self.gpu.htod(w, self.dec.seg_slot.ptr, &seg)?;
         }
+        if let Some((e0, _)) = &self.step_events {
+            e0.record(self.gpu.stream(w))
+                .map_err(super::device::drv("event record"))?;
+        }
         self.run_step(graph, n)?;
+        if let Some((_, e1)) = &self.step_events {
+            e1.record(self.gpu.stream(w))
+                .map_err(super::device::drv("event record"))?;
+        }
         let mut out = vec![0i32; n];
         self.gpu.dtoh(w, &mut out, self.dec.out_tok.ptr)?;
         let mut logits = Vec::new();
@@ -876,6 +892,36 @@ impl CudaBackend {
             .bind_to_thread()
             .map_err(super::device::drv("bind context"))?;
         self.kv.fill_random(&self.gpu, seed)
+    }
+
+    /// Records events around each later decode step's kernels (on) or stops (off), so that
+    /// `last_step_device_ms` can tell device time from the host's share of a step.
+    pub fn time_device(&mut self, on: bool) -> Result<(), BackendError> {
+        self.step_events = match on {
+            false => None,
+            true => {
+                let ev = || {
+                    self.gpu
+                        .ctx
+                        .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
+                        .map_err(super::device::drv("event"))
+                };
+                Some((ev()?, ev()?))
+            }
+        };
+        Ok(())
+    }
+
+    /// Milliseconds between the events around the last decode step's kernels (graph replay
+    /// or eager launches; not the host's input copies or the token read-back).
+    pub fn last_step_device_ms(&self) -> Result<Option<f64>, BackendError> {
+        match &self.step_events {
+            None => Ok(None),
+            Some((e0, e1)) => e0
+                .elapsed_ms(e1)
+                .map(|ms| Some(ms as f64))
+                .map_err(super::device::drv("event time")),
+        }
     }
 }
 

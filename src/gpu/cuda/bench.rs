@@ -47,7 +47,11 @@ impl Default for BenchOptions {
 pub struct StepRowResult {
     pub batch: usize,
     pub context: usize,
+    /// Wall time of a step through `decode` (input copies, graph replay, token read-back).
     pub graph_ms: f64,
+    /// Device time of the graph replay alone (events around it): graph_ms less the host's
+    /// share of the step.
+    pub graph_device_ms: f64,
     pub eager_ms: f64,
     /// Weight bytes + KV bytes one step must read.
     pub bytes_read: u64,
@@ -93,6 +97,11 @@ pub struct BenchReport {
     pub kv_pages: usize,
     pub tokens_per_block: usize,
     pub copy_bandwidth_gbs: f64,
+    /// Bytes read per second by a plain streaming read of the KV cache (`read_probe`): the
+    /// read-only ceiling beside the copy's read+write one the roofline uses.
+    pub read_bandwidth_gbs: f64,
+    /// (chunk bytes, GB/s) of the same read in scattered chunks, as paged attention reads.
+    pub read_chunks_gbs: Vec<(usize, f64)>,
     pub steps: Vec<StepRowResult>,
     pub pause: PauseResult,
     /// At the first context; batch 1 is the reference.
@@ -109,10 +118,40 @@ fn median(mut v: Vec<f64>) -> f64 {
 pub fn copy_bandwidth(b: &CudaBackend, bytes: usize) -> Result<f64, BackendError> {
     let kv = b.kv_cache();
     let bytes = bytes.min(kv.bytes() / 2);
+    let (src, dst) = (kv.k(0), kv.k(0) + bytes as u64);
+    let ms = timed(b, |_, s| {
+        // SAFETY: both ranges lie inside the KV allocation and do not overlap.
+        unsafe { cudarc::driver::result::memcpy_dtod_async(dst, src, bytes, s.cu_stream()) }
+            .map_err(drv("device copy"))
+    })?;
+    Ok(2.0 * bytes as f64 / (ms * 1e-3) / 1e9)
+}
+
+/// A streaming read of the KV cache (`read_probe`: at most `bytes`, the largest power of two
+/// that fits), in address order (`chunk` 0) or in scattered chunks of `chunk` bytes, timed
+/// with events; GB/s of bytes read (median of 10).
+pub fn read_bandwidth(b: &CudaBackend, bytes: usize, chunk: usize) -> Result<f64, BackendError> {
+    let kv = b.kv_cache();
+    let cap = bytes.min(kv.bytes() / 2).max(16);
+    let bytes = 1usize << (usize::BITS - 1 - cap.leading_zeros());
+    // The cache's upper end, past the copy's range, so the copy's last writes are not what
+    // the read finds in L2.
+    let src = kv.k(0) + (kv.bytes() - bytes) as u64;
+    let sink = b.probe_sink();
+    let ms = timed(b, |gpu, _| {
+        gpu.read_probe(Which::Decode, src, bytes, chunk, sink)
+    })?;
+    Ok(bytes as f64 / (ms * 1e-3) / 1e9)
+}
+
+/// Median milliseconds of `f` on the decode stream over 10 runs after 2 untimed ones.
+fn timed(
+    b: &CudaBackend,
+    f: impl Fn(&super::device::Gpu, &cudarc::driver::CudaStream) -> Result<(), BackendError>,
+) -> Result<f64, BackendError> {
     let gpu = b.gpu();
     gpu.ctx.bind_to_thread().map_err(drv("bind context"))?;
     let s = &gpu.decode;
-    let (src, dst) = (kv.k(0), kv.k(0) + bytes as u64);
     let ev = |_: ()| {
         gpu.ctx
             .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
@@ -122,16 +161,14 @@ pub fn copy_bandwidth(b: &CudaBackend, bytes: usize) -> Result<f64, BackendError
     let mut times = Vec::new();
     for i in 0..12 {
         e0.record(s).map_err(drv("event record"))?;
-        // SAFETY: both ranges lie inside the KV allocation and do not overlap.
-        unsafe { cudarc::driver::result::memcpy_dtod_async(dst, src, bytes, s.cu_stream()) }
-            .map_err(drv("device copy"))?;
+        f(gpu, s)?;
         e1.record(s).map_err(drv("event record"))?;
         gpu.sync(Which::Decode)?;
         if i >= 2 {
             times.push(e0.elapsed_ms(&e1).map_err(drv("event time"))? as f64);
         }
     }
-    Ok(2.0 * bytes as f64 / (median(times) * 1e-3) / 1e9)
+    Ok(median(times))
 }
 
 /// Rows for `n` requests at context `ctx`, pages handed out round-robin over `owners`
@@ -157,22 +194,29 @@ fn rows_for(b: &CudaBackend, active: &[usize], owners: usize, ctx: usize) -> (Ve
     (rows, aliased)
 }
 
+/// Median wall milliseconds of a step, and of its device time with graphs (NaN eager).
 fn time_steps(
     b: &mut CudaBackend,
     rows: &[StepRow],
     launch: Launch,
     o: &BenchOptions,
-) -> Result<f64, BackendError> {
+) -> Result<(f64, f64), BackendError> {
     for _ in 0..o.warmup {
         b.decode(rows, launch, false)?;
     }
-    let mut t = Vec::with_capacity(o.iters);
+    let on_device = launch == Launch::Graph;
+    b.time_device(on_device)?;
+    let (mut t, mut dev) = (Vec::with_capacity(o.iters), Vec::with_capacity(o.iters));
     for _ in 0..o.iters {
         let t0 = Instant::now();
         b.decode(rows, launch, false)?;
         t.push(t0.elapsed().as_secs_f64() * 1e3);
+        if let Some(ms) = b.last_step_device_ms()? {
+            dev.push(ms);
+        }
     }
-    Ok(median(t))
+    b.time_device(false)?;
+    Ok((median(t), median(dev)))
 }
 
 /// One eager step inside the profiler's capture range.
@@ -236,6 +280,12 @@ fn invariance(
 /// Runs the whole benchmark on a backend whose KV cache holds seeded values.
 pub fn run(b: &mut CudaBackend, o: &BenchOptions) -> Result<BenchReport, BackendError> {
     let bw = copy_bandwidth(b, o.copy_bytes)?;
+    let read_bw = read_bandwidth(b, o.copy_bytes, 0)?;
+    // Scattered chunks: one KV page of one kv head is tokens_per_block x head_dim x 2 bytes.
+    let read_chunks = [4usize << 10, 8 << 10, 64 << 10]
+        .into_iter()
+        .map(|c| Ok((c, read_bandwidth(b, o.copy_bytes, c)?)))
+        .collect::<Result<Vec<_>, BackendError>>()?;
     let s = b.shape().clone();
     // Every weight is read once per step except the embedding table (B rows of it).
     let embed = (s.vocab * s.hidden * 2) as u64;
@@ -245,8 +295,8 @@ pub fn run(b: &mut CudaBackend, o: &BenchOptions) -> Result<BenchReport, Backend
         for &batch in &o.batches {
             let ids: Vec<usize> = (0..batch).collect();
             let (rows, aliased) = rows_for(b, &ids, batch, ctx);
-            let graph_ms = time_steps(b, &rows, Launch::Graph, o)?;
-            let eager_ms = time_steps(b, &rows, Launch::Eager, o)?;
+            let (graph_ms, graph_device_ms) = time_steps(b, &rows, Launch::Graph, o)?;
+            let (eager_ms, _) = time_steps(b, &rows, Launch::Eager, o)?;
             if o.profile {
                 profiled_step(b, &rows)?;
             }
@@ -260,6 +310,7 @@ pub fn run(b: &mut CudaBackend, o: &BenchOptions) -> Result<BenchReport, Backend
                 batch,
                 context: ctx,
                 graph_ms,
+                graph_device_ms,
                 eager_ms,
                 bytes_read: bytes,
                 roofline_ms,
@@ -271,10 +322,10 @@ pub fn run(b: &mut CudaBackend, o: &BenchOptions) -> Result<BenchReport, Backend
     let (pb, pc, pn) = o.paused;
     let ids: Vec<usize> = (0..pb).collect();
     let (alone, _) = rows_for(b, &ids, pb, pc);
-    let none_paused_ms = time_steps(b, &alone, Launch::Graph, o)?;
+    let (none_paused_ms, _) = time_steps(b, &alone, Launch::Graph, o)?;
     // pb + pn residents own interleaved pages; the pn paused ones are left out of the batch.
     let (with, _) = rows_for(b, &ids, pb + pn, pc);
-    let with_paused_ms = time_steps(b, &with, Launch::Graph, o)?;
+    let (with_paused_ms, _) = time_steps(b, &with, Launch::Graph, o)?;
     let mut sizes = o.batches.clone();
     sizes.insert(0, 1);
     sizes.dedup();
@@ -288,6 +339,8 @@ pub fn run(b: &mut CudaBackend, o: &BenchOptions) -> Result<BenchReport, Backend
         kv_pages: b.kv_pages(),
         tokens_per_block: b.capacity_page_size(),
         copy_bandwidth_gbs: bw,
+        read_bandwidth_gbs: read_bw,
+        read_chunks_gbs: read_chunks,
         steps,
         pause: PauseResult {
             batch: pb,
@@ -303,20 +356,31 @@ pub fn run(b: &mut CudaBackend, o: &BenchOptions) -> Result<BenchReport, Backend
 /// A readable table of the report.
 pub fn table(r: &BenchReport) -> String {
     let mut s = format!(
-        "{} {} ({})  weights {:.2} GB  copy bandwidth {:.0} GB/s (read+write)\n\
-         batch  context   graph_ms   eager_ms  roofline_ms  x_roofline  aliased\n",
+        "{} {} ({})  weights {:.2} GB  copy bandwidth {:.0} GB/s (read+write)  \
+         read bandwidth {:.0} GB/s\n",
         r.device,
         r.shape,
         r.launch,
         r.weight_bytes as f64 / 1e9,
-        r.copy_bandwidth_gbs
+        r.copy_bandwidth_gbs,
+        r.read_bandwidth_gbs
     );
+    if !r.read_chunks_gbs.is_empty() {
+        let chunks: Vec<String> = r
+            .read_chunks_gbs
+            .iter()
+            .map(|(c, g)| format!("{} KiB {g:.0}", c >> 10))
+            .collect();
+        s += &format!("read in scattered chunks, GB/s: {}\n", chunks.join(", "));
+    }
+    s += "batch  context   graph_ms  device_ms   eager_ms  roofline_ms  x_roofline  aliased\n";
     for x in &r.steps {
         s += &format!(
-            "{:5}  {:7}  {:9.3}  {:9.3}  {:11.3}  {:10.2}  {}\n",
+            "{:5}  {:7}  {:9.3}  {:9.3}  {:9.3}  {:11.3}  {:10.3}  {}\n",
             x.batch,
             x.context,
             x.graph_ms,
+            x.graph_device_ms,
             x.eager_ms,
             x.roofline_ms,
             x.over_roofline,

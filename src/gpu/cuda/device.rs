@@ -107,6 +107,7 @@ pub fn kernel_names(attn: &[AttnShape]) -> Vec<String> {
         "attn_combine",
         "draft_lookup",
         "draft_accept",
+        "read_probe",
     ]
     .iter()
     .map(|s| s.to_string())
@@ -377,6 +378,8 @@ pub(crate) struct Kernels {
     pub silu_mul: DepKernel,
     pub sample: DepKernel,
     pub fill_pages: CudaFunction,
+    /// The bench's read-bandwidth probe (init.cu).
+    pub read_probe: CudaFunction,
     pub combine: DepKernel,
     /// The model's attention kernel of `opts.attn` (its head_dim and group size).
     pub attn: DepKernel,
@@ -525,6 +528,7 @@ impl Gpu {
             silu_mul: dep("silu_mul")?,
             sample: dep("sample_rows")?,
             fill_pages: f("fill_kv_pages")?,
+            read_probe: f("read_probe")?,
             combine: dep("attn_combine")?,
             attn: DepKernel::new(attn_fn, &attn_name)?,
             opts,
@@ -768,6 +772,35 @@ impl Gpu {
             A::F(offset),
         ];
         self.launch(w, &self.k.init, (blocks, 1, 1), 256, &args)
+    }
+
+    /// Reads `bytes` at `src` once, streaming: the bench's read-only bandwidth ceiling, in
+    /// address order (`chunk` 0) or in scattered chunks of `chunk` bytes (a power of two of
+    /// at least 16; `bytes` then a power of two too). `sink` is 4 device bytes the kernel
+    /// practically never writes.
+    pub fn read_probe(
+        &self,
+        w: Which,
+        src: u64,
+        bytes: usize,
+        chunk: usize,
+        sink: u64,
+    ) -> Result<(), BackendError> {
+        let log2 = match chunk {
+            0 => 0,
+            c if c.is_power_of_two() && c >= 16 && bytes.is_power_of_two() => {
+                (c / 16).trailing_zeros()
+            }
+            c => {
+                return Err(BackendError::Failed(format!(
+                    "read probe: chunks of {c} bytes over {bytes}: both must be powers of two"
+                )))
+            }
+        };
+        // Eight blocks of 256 threads a multiprocessor, four 16-byte loads each in flight.
+        let blocks = self.sm_count * 8;
+        let args = [A::P(src), A::L((bytes / 16) as u64), A::U(log2), A::P(sink)];
+        self.launch(w, &self.k.read_probe, (blocks, 1, 1), 256, &args)
     }
 }
 
