@@ -148,11 +148,37 @@ __device__ __forceinline__ void attn_tc(const bf16_t* __restrict__ q, int q_stri
 
     const int tiles = (end - start + TC_TILE - 1) / TC_TILE;
     const int mine = tiles > warp ? (tiles - warp + TC_WARPS - 1) / TC_WARPS : 0;
+    // Splits start on whole tiles (split_chunk), so with pages of whole tiles a tile's
+    // tokens lie in one page: one page-table read and one division a tile, and a lane's
+    // copies step through the page by whole rows. Otherwise each 16-byte copy looks up its
+    // own token's page.
+    const bool tile_in_page = P % TC_TILE == 0;
+    static_assert(32 % CH == 0, "a warp's 32 copies cover whole rows");
+    constexpr int ROWS_PER_PASS = 32 / CH;
     auto issue = [&](int k) {
         if (k < mine) {
             const int t0 = start + (warp + k * TC_WARPS) * TC_TILE;
             bf16_t* ks = ring + (k % TC_STAGES) * TcSmem<D>::STAGE;
             bf16_t* vs = ks + TC_TILE * ROW;
+            if (tile_in_page) {
+                const int part = lane % CH, r0 = lane / CH;
+                const u64 base =
+                    (((u64)table[t0 / P] * KV + kvh) * P + (t0 % P)) * D + part * 8;
+                const unsigned ks0 = smem_addr(ks + r0 * ROW + part * 8);
+                const unsigned vs0 = smem_addr(vs + r0 * ROW + part * 8);
+#pragma unroll
+                for (int i = 0; i < TC_TILE / ROWS_PER_PASS; ++i) {
+                    const int row = r0 + i * ROWS_PER_PASS;
+                    const bool ok = t0 + row < end;
+                    // Past the end: zero-fill, reading nothing, from the tile's first row.
+                    const u64 src = base + (ok ? (u64)row * D : 0);
+                    const unsigned dst = i * ROWS_PER_PASS * ROW * 2;
+                    cp_async16(ks0 + dst, kc + src, ok ? 16 : 0);
+                    cp_async16(vs0 + dst, vc + src, ok ? 16 : 0);
+                }
+                cp_async_commit();
+                return;
+            }
 #pragma unroll
             for (int c = lane; c < TC_TILE * CH; c += 32) {
                 const int row = c / CH, part = c % CH;
