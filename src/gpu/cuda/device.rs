@@ -26,6 +26,7 @@ const SAMPLE: &str = include_str!("kernels/sample.cu");
 const DRAFT: &str = include_str!("kernels/draft.cu");
 const RECURRENT: &str = include_str!("kernels/recurrent.cu");
 const GEMV: &str = include_str!("kernels/gemv.cu");
+const PROBE: &str = include_str!("kernels/probe.cu");
 
 /// The most rows the GEMV kernels take (`GEMV_MAX_ROWS` in gemv.cu; a test checks).
 pub const GEMV_MAX_ROWS: usize = 4;
@@ -60,6 +61,7 @@ pub fn kernel_source(attn: &[AttnShape]) -> String {
         DRAFT,
         RECURRENT,
         GEMV,
+        PROBE,
     ]
     .join("\n");
     for &(d, g) in attn {
@@ -378,7 +380,7 @@ pub(crate) struct Kernels {
     pub silu_mul: DepKernel,
     pub sample: DepKernel,
     pub fill_pages: CudaFunction,
-    /// The bench's read-bandwidth probe (init.cu).
+    /// The bench's read-bandwidth probe (probe.cu).
     pub read_probe: CudaFunction,
     pub combine: DepKernel,
     /// The model's attention kernel of `opts.attn` (its head_dim and group size).
