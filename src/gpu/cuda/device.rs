@@ -453,10 +453,12 @@ pub(crate) enum Output {
 }
 
 impl Product {
-    fn y_f32(&self) -> bool {
+    /// y is f32 (the logits, or the residual stream added to).
+    pub fn y_f32(&self) -> bool {
         self.output != Output::Bf16
     }
-    fn accumulate(&self) -> bool {
+    /// y's old value is added to (beta 1).
+    pub fn accumulate(&self) -> bool {
         self.output == Output::AddF32
     }
 }

@@ -10,7 +10,7 @@ use std::sync::Mutex;
 
 use cudarc::cublaslt::{result as lt, sys as lt_sys};
 
-use super::device::{Output, Product};
+use super::device::Product;
 use crate::gpu::BackendError;
 
 /// The row count whose heuristic picks the algorithm: the largest decode batch we measure.
@@ -236,7 +236,7 @@ impl PinnedGemms {
         let k = Key {
             out: p.out,
             inp: p.inp,
-            y_f32: p.output != Output::Bf16,
+            y_f32: p.y_f32(),
         };
         let rows = p.rows as u64;
         let mut shapes = self.shapes.lock().unwrap_or_else(|e| e.into_inner());
@@ -262,11 +262,7 @@ impl PinnedGemms {
         };
         let d = &shape.by_rows[di].1;
         let alpha = 1.0f32;
-        let beta = if p.output == Output::AddF32 {
-            1.0f32
-        } else {
-            0.0
-        };
+        let beta = if p.accumulate() { 1.0f32 } else { 0.0 };
         // SAFETY: pointers are live device buffers of the sizes the shape implies; the
         // workspace belongs to this stream's products only.
         unsafe {
