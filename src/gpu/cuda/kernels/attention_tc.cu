@@ -29,6 +29,10 @@ __device__ __forceinline__ void cp_async16(unsigned dst, const void* src, int sr
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
                  "r"(src_bytes));
 }
+// The same copy of 16 bytes that all exist (no source-size operand).
+__device__ __forceinline__ void cp_async16_full(unsigned dst, const void* src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
@@ -48,18 +52,6 @@ __device__ __forceinline__ void ldsm_x4_t(unsigned addr, unsigned& r0, unsigned&
                  : "r"(addr));
 }
 
-// D += A(16x16, rows 8..15 zero) * B(16x8); only the accumulators of rows 0..7 are kept.
-__device__ __forceinline__ void mma_top(float& d0, float& d1, unsigned a0, unsigned a2,
-                                        unsigned b0, unsigned b1) {
-    float x2, x3;
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%10,%11,%12,%13};\n"
-        : "=f"(d0), "=f"(d1), "=f"(x2), "=f"(x3)
-        : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1), "f"(d0), "f"(d1), "f"(0.0f),
-          "f"(0.0f));
-}
-
 // D += A(16x16) * B(16x8), all 16 rows.
 __device__ __forceinline__ void mma_full(float& d0, float& d1, float& d2, float& d3, unsigned a0,
                                          unsigned a1, unsigned a2, unsigned a3, unsigned b0,
@@ -71,20 +63,31 @@ __device__ __forceinline__ void mma_full(float& d0, float& d1, float& d2, float&
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// d[2R] += A * B, where a[R][2] holds the A fragments of R row halves (rows qh and qh + 8) for
-// columns qc and qc + 8: one half uses the MMA's top rows only.
+// d[4] += A * B, where a[R][2] holds the A fragments of R row halves (rows qh and qh + 8) for
+// columns qc and qc + 8. With one half the MMA's rows 8..15 are zero, and so stay d[2], d[3]
+// when they start at zero: kept as accumulators, not re-zeroed before every MMA.
 template <int R>
-__device__ __forceinline__ void mma_rows(float (&d)[2 * R], const unsigned (&a)[R][2],
-                                         unsigned b0, unsigned b1) {
+__device__ __forceinline__ void mma_rows(float (&d)[4], const unsigned (&a)[R][2], unsigned b0,
+                                         unsigned b1) {
     if constexpr (R == 1) {
-        mma_top(d[0], d[1], a[0][0], a[0][1], b0, b1);
+        mma_full(d[0], d[1], d[2], d[3], a[0][0], 0u, a[0][1], 0u, b0, b1);
     } else {
         mma_full(d[0], d[1], d[2], d[3], a[0][0], a[1][0], a[0][1], a[1][1], b0, b1);
     }
 }
 
+// Two floats to bf16 (round to nearest even, as `f2bf` for finite values) in one instruction.
 __device__ __forceinline__ unsigned pack_bf2(float lo, float hi) {
-    return (unsigned)f2bf(lo) | ((unsigned)f2bf(hi) << 16);
+    unsigned r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+// 2^x on the SFU alone (exp2f adds range fix-ups around it): x <= 0 here, -inf gives 0.
+__device__ __forceinline__ float fast_exp2(float x) {
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(x));
+    return r;
 }
 
 // Shared-memory bytes one block needs (the host asks for the same through attn_tc_smem).
@@ -149,29 +152,53 @@ __device__ __forceinline__ void attn_tc(const bf16_t* __restrict__ q, int q_stri
     const int tiles = (end - start + TC_TILE - 1) / TC_TILE;
     const int mine = tiles > warp ? (tiles - warp + TC_WARPS - 1) / TC_WARPS : 0;
     // Splits start on whole tiles (split_chunk), so with pages of whole tiles a tile's
-    // tokens lie in one page: one page-table read and one division a tile, and a lane's
-    // copies step through the page by whole rows. Otherwise each 16-byte copy looks up its
-    // own token's page.
+    // tokens lie in one page: one page-table read a tile, and a lane's copies step through
+    // the page by whole rows. Otherwise each 16-byte copy looks up its own token's page.
     const bool tile_in_page = P % TC_TILE == 0;
     static_assert(32 % CH == 0, "a warp's 32 copies cover whole rows");
     constexpr int ROWS_PER_PASS = 32 / CH;
+    // The next tile's page (index into the row's table) and offset in it: divided once, then
+    // stepped by the warp's stride of TC_WARPS tiles, as `issue` takes tiles in order.
+    constexpr int STRIDE = TC_WARPS * TC_TILE;
+    const int step_pages = STRIDE / P, step_off = STRIDE % P;
+    int next_page = (start + warp * TC_TILE) / P, next_off = (start + warp * TC_TILE) % P;
     auto issue = [&](int k) {
         if (k < mine) {
             const int t0 = start + (warp + k * TC_WARPS) * TC_TILE;
             bf16_t* ks = ring + (k % TC_STAGES) * TcSmem<D>::STAGE;
             bf16_t* vs = ks + TC_TILE * ROW;
             if (tile_in_page) {
+                // This lane's first row in the KV cache.
                 const int part = lane % CH, r0 = lane / CH;
                 const u64 base =
-                    (((u64)table[t0 / P] * KV + kvh) * P + (t0 % P)) * D + part * 8;
+                    (((u64)table[next_page] * KV + kvh) * P + next_off + r0) * D + part * 8;
+                next_off += step_off;
+                next_page += step_pages;
+                if (next_off >= P) {
+                    next_off -= P;
+                    ++next_page;
+                }
                 const unsigned ks0 = smem_addr(ks + r0 * ROW + part * 8);
                 const unsigned vs0 = smem_addr(vs + r0 * ROW + part * 8);
+                if (t0 + TC_TILE <= end) {
+                    // A whole tile (all but a split's last): fixed offsets from one address.
+                    const bf16_t* kb = kc + base;
+                    const bf16_t* vb = vc + base;
+#pragma unroll
+                    for (int i = 0; i < TC_TILE / ROWS_PER_PASS; ++i) {
+                        const unsigned dst = i * ROWS_PER_PASS * ROW * 2;
+                        cp_async16_full(ks0 + dst, kb + i * ROWS_PER_PASS * D);
+                        cp_async16_full(vs0 + dst, vb + i * ROWS_PER_PASS * D);
+                    }
+                    cp_async_commit();
+                    return;
+                }
 #pragma unroll
                 for (int i = 0; i < TC_TILE / ROWS_PER_PASS; ++i) {
                     const int row = r0 + i * ROWS_PER_PASS;
                     const bool ok = t0 + row < end;
-                    // Past the end: zero-fill, reading nothing, from the tile's first row.
-                    const u64 src = base + (ok ? (u64)row * D : 0);
+                    // Past the end: zero-fill, reading nothing, from the lane's first row.
+                    const u64 src = base + (ok ? (u64)(row - r0) * D : 0);
                     const unsigned dst = i * ROWS_PER_PASS * ROW * 2;
                     cp_async16(ks0 + dst, kc + src, ok ? 16 : 0);
                     cp_async16(vs0 + dst, vc + src, ok ? 16 : 0);
@@ -195,13 +222,14 @@ __device__ __forceinline__ void attn_tc(const bf16_t* __restrict__ q, int q_stri
         cp_async_commit();
     };
 
-    // o[n][2h + e]: head qh + 8h, dims n*8 + qc + e.
-    float o[NT][2 * R];
+    // o[n][2h + e]: head qh + 8h, dims n*8 + qc + e (with one half, o[n][2..3] are the
+    // MMA's zero rows).
+    float o[NT][4];
 #pragma unroll
     for (int n = 0; n < NT; ++n)
 #pragma unroll
-        for (int e = 0; e < 2 * R; ++e) o[n][e] = 0.0f;
-    float m_run[R], l_run[R];  // log2 units, per head of this lane
+        for (int e = 0; e < 4; ++e) o[n][e] = 0.0f;
+    float m_run[R], l_run[R];  // log2 units, per head of this lane; l_run over its tokens
 #pragma unroll
     for (int h = 0; h < R; ++h) {
         m_run[h] = NEG_INF;
@@ -213,6 +241,7 @@ __device__ __forceinline__ void attn_tc(const bf16_t* __restrict__ q, int q_stri
     for (int k = 0; k < TC_STAGES - 1; ++k) issue(k);
     for (int k = 0; k < mine; ++k) {
         cp_async_wait<TC_STAGES - 2>();
+        // Every lane is done with the stage the next issue refills (read last iteration).
         __syncwarp();
         issue(k + TC_STAGES - 1);
         const bf16_t* ks = ring + (k % TC_STAGES) * TcSmem<D>::STAGE;
@@ -221,11 +250,11 @@ __device__ __forceinline__ void attn_tc(const bf16_t* __restrict__ q, int q_stri
 
         // Scores of 16 tokens: n-tile 0 = tokens 0..7, n-tile 1 = tokens 8..15;
         // sc[nt][2h + e] is head qh + 8h, token nt*8 + qc + e.
-        float sc[2][2 * R];
+        float sc[2][4];
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
-            for (int e = 0; e < 2 * R; ++e) sc[nt][e] = 0.0f;
+            for (int e = 0; e < 4; ++e) sc[nt][e] = 0.0f;
         {
             const int mi = lane >> 3, rr = lane & 7;
             const unsigned a = smem_addr(ks + ((mi >> 1) * 8 + rr) * ROW + (mi & 1) * 8);
@@ -254,17 +283,17 @@ __device__ __forceinline__ void attn_tc(const bf16_t* __restrict__ q, int q_stri
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
             const float m_new = fmaxf(m_run[h], mx);
-            const float alpha = (m_run[h] == NEG_INF) ? 0.0f : exp2f(m_run[h] - m_new);
+            const float alpha = (m_run[h] == NEG_INF) ? 0.0f : fast_exp2(m_run[h] - m_new);
             float p[2][2], sum = 0.0f;
 #pragma unroll
             for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
-                    p[nt][e] = exp2f(v[nt][e] - m_new);
+                    p[nt][e] = fast_exp2(v[nt][e] - m_new);
                     sum += p[nt][e];
                 }
-            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+            // This lane's tokens only: the quad shares m (so alpha), and adds its four
+            // partial sums once, after the last tile.
             l_run[h] = l_run[h] * alpha + sum;
             m_run[h] = m_new;
 #pragma unroll
@@ -292,6 +321,11 @@ __device__ __forceinline__ void attn_tc(const bf16_t* __restrict__ q, int q_stri
         }
     }
     cp_async_wait<0>();
+#pragma unroll
+    for (int h = 0; h < R; ++h) {
+        l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
+        l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
+    }
     __syncthreads();
 
     // Merge the warps' states for each head; the ring is free now.
