@@ -177,24 +177,32 @@ if has bench; then
 fi
 if has ncu; then
   # One eager llama-8b step per batch (4k context) under ncu: kernel time by role
-  # (tools/gpu/ncu_summary.py). NCU_ATTN=1 adds the attention kernel's memory and occupancy
-  # sections.
+  # (tools/gpu/ncu_summary.py). NCU_ATTN=1 adds the attention kernel's sections.
   stage ncu
   nb=${NCU_BATCHES:-1,64,128}
-  /usr/local/cuda/bin/ncu --clock-control none --profile-from-start off \
+  # NCU_STEP=0: only the attention sections below.
+  [ "${NCU_STEP:-1}" = 0 ] || /usr/local/cuda/bin/ncu --clock-control none --profile-from-start off \
     --csv --page raw --print-units base \
     --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
     "$G/genslot-gpu" bench --shape llama-8b --batches "$nb" --contexts 4096 --iters 2 \
     --kv-fraction 0.6 --profile > "$W/ncu-step.csv" 2> "$W/ncu-step.log" || fail "ncu step"
-  python3 "$G/ncu_summary.py" "$W/ncu-step.csv" $(echo "$nb" | sed 's/\([0-9]*\)/b\1/g; s/,/ /g') \
+  [ "${NCU_STEP:-1}" = 0 ] || python3 "$G/ncu_summary.py" "$W/ncu-step.csv" $(echo "$nb" | sed 's/\([0-9]*\)/b\1/g; s/,/ /g') \
     --json "$W/ncu-step.json" 2>&1 | tee -a "$W/summary.txt" || fail "ncu summary"
   if [ -n "${NCU_ATTN:-}" ]; then
+    # One attention launch (layer 9) of the profiled step per batch in NCU_ATTN_BATCHES, with
+    # the stall reasons (WarpStateStats), issue (SchedulerStats) and the SASS lines that stall
+    # most (SourceCounters); the KV cache as large as in the step profile (no aliased pages).
+    # NCU_ENV adds launch options (VAR=VALUE words).
     for kern in ${BENCH_KERNELS:-tc}; do
-      GENSLOT_ATTN_KERNEL=$kern /usr/local/cuda/bin/ncu --clock-control none --kernel-name regex:paged_attn \
-        --launch-skip 40 --launch-count 1 --section SpeedOfLight --section MemoryWorkloadAnalysis \
-        --section Occupancy --section WarpStateStats --section LaunchStats \
-        "$G/genslot-gpu" bench --shape llama-8b --batches 128 --contexts 4096 --iters 2 --kv-fraction 0.05 2>&1 \
-        | tee "$W/ncu-attn-$kern.txt" | grep -E "Memory Throughput|DRAM Throughput|Duration|Achieved Occupancy|Registers Per|Warp Cycles Per Issued|Compute \(SM\)|Stall|Theoretical Occ|Block Limit" || fail ncu
+      for b in ${NCU_ATTN_BATCHES:-64 128}; do
+        env ${NCU_ENV:-} GENSLOT_ATTN_KERNEL=$kern /usr/local/cuda/bin/ncu --clock-control none \
+          --profile-from-start off --kernel-name regex:paged_attn \
+          --launch-skip 8 --launch-count 1 --section SpeedOfLight --section MemoryWorkloadAnalysis \
+          --section Occupancy --section WarpStateStats --section LaunchStats --section SchedulerStats \
+          --section InstructionStats --section SourceCounters \
+          "$G/genslot-gpu" bench --shape llama-8b --batches "$b" --contexts 4096 --iters 2 --kv-fraction 0.6 \
+          --profile 2>&1 | tee "$W/ncu-attn-$kern-b$b${NCU_TAG:-}.txt" | grep -E "Memory Throughput|DRAM Throughput|Duration|Achieved Occupancy|Registers Per|Warp Cycles Per Issued|Compute \(SM\)|Stall|Theoretical Occ|Block Limit|Issued Warp|No Eligible|Active Warps|Eligible Warps|Executed Instructions " || fail ncu
+      done
     done
   fi
 fi
