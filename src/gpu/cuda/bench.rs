@@ -326,8 +326,10 @@ pub fn run(b: &mut CudaBackend, o: &BenchOptions) -> Result<BenchReport, Backend
     // pb + pn residents own interleaved pages; the pn paused ones are left out of the batch.
     let (with, _) = rows_for(b, &ids, pb + pn, pc);
     let (with_paused_ms, _) = time_steps(b, &with, Launch::Graph, o)?;
+    // Batch 1 first (the reference), then every other size once, whatever the order asked.
     let mut sizes = o.batches.clone();
-    sizes.insert(0, 1);
+    sizes.push(1);
+    sizes.sort_unstable();
     sizes.dedup();
     let ctx0 = o.contexts.first().copied().unwrap_or(pc);
     let invariance = invariance(b, &sizes, ctx0)?.unwrap_or_default();
