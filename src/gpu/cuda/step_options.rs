@@ -180,7 +180,8 @@ impl StepOptions {
             true => "splits by row length (batch-invariant)".to_string(),
             false => format!("{} blocks/SM", self.attn_blocks_per_sm),
         };
-        let ring = match self.attn_ring == TcRing::default() {
+        // The ring shapes the tensor-core kernel only.
+        let ring = match self.attn == AttnKernel::Simt || self.attn_ring == TcRing::default() {
             true => String::new(),
             false => format!(
                 " ({} warps x {} stages)",
@@ -246,9 +247,16 @@ mod tests {
         );
         assert_eq!(
             o.describe(),
-            "attention simt (2 warps x 5 stages), 2 blocks/SM, direct single split on, PDL on, \
-             GEMV up to 4 rows"
+            "attention simt, 2 blocks/SM, direct single split on, PDL on, GEMV up to 4 rows"
         );
+        // The ring shapes (and is named for) the tensor-core kernel only.
+        let tc = StepOptions {
+            attn: AttnKernel::TensorCore,
+            ..o
+        };
+        assert!(tc
+            .describe()
+            .starts_with("attention tc (2 warps x 5 stages), 2 blocks/SM"));
         assert_eq!(
             StepOptions::default().describe(),
             "attention tc, 2 blocks/SM, direct single split on, PDL on, GEMV for 1 row"
