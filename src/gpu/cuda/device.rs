@@ -182,9 +182,6 @@ impl TcRing {
 // Must equal TC_TILE in attention_tc.cu (a test checks).
 const TC_TILE: usize = 16;
 
-/// Dynamic shared memory a block may opt into on sm_90 (227 KiB).
-const MAX_BLOCK_SMEM: u32 = 232_448;
-
 pub(crate) fn drv(what: &str) -> impl Fn(DriverError) -> BackendError + '_ {
     move |e| BackendError::Failed(format!("{what}: {e:?}"))
 }
@@ -508,10 +505,16 @@ impl Gpu {
         let attn_name = attn_kernel_name(attn_kind, d, g);
         let attn_fn = f(&attn_name)?;
         let smem = attn_kind.smem_bytes(d, opts.attn_ring);
-        if smem > MAX_BLOCK_SMEM {
+        // What this device lets a block opt into (227 KiB on sm_90).
+        let max_smem = ctx
+            .attribute(
+                sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+            )
+            .map_err(drv("shared memory a block may opt into"))? as u32;
+        if smem > max_smem {
             return Err(BackendError::Failed(format!(
                 "{attn_name}: {} warps x {} stages need {smem} bytes of shared memory a block, \
-                 past the {MAX_BLOCK_SMEM} a block may have",
+                 past the {max_smem} a block may have on this device",
                 opts.attn_ring.warps, opts.attn_ring.stages
             )));
         }
