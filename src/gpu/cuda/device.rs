@@ -449,10 +449,17 @@ pub(crate) enum Output {
     AddF32,
 }
 
-impl Product {
+impl Output {
     /// y is f32 (the logits, or the residual stream added to).
+    pub fn is_f32(self) -> bool {
+        self != Output::Bf16
+    }
+}
+
+impl Product {
+    /// y is f32 (`Output::is_f32`).
     pub fn y_f32(&self) -> bool {
-        self.output != Output::Bf16
+        self.output.is_f32()
     }
     /// y's old value is added to (beta 1).
     pub fn accumulate(&self) -> bool {

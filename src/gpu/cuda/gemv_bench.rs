@@ -64,7 +64,7 @@ pub fn run(s: &ModelShape, opts: StepOptions, iters: usize) -> Result<GemvReport
     let w = Which::Decode;
     let mut out = Vec::new();
     for (i, (name, n, k, output)) in products(s).into_iter().enumerate() {
-        let y_f32 = output != Output::Bf16;
+        let y_f32 = output.is_f32();
         let bytes = n * k * 2;
         let copies = RING_BYTES.div_ceil(bytes).max(2);
         let ring = (0..copies)
