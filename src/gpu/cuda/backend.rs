@@ -396,6 +396,7 @@ impl CudaBackend {
             logits_row0: 0,
             logits_rows: rows,
             segments: rows,
+            kv_settled: true,
         }
     }
 
@@ -451,7 +452,12 @@ impl CudaBackend {
                 A::P(self.dec.table.ptr),
             ],
         )?;
-        self.enqueue_pass(w, &self.dec, self.decode_pass(n * d.rows_per()))?;
+        // A row's drafts read the K and V that the row's other positions write in this pass.
+        let verify = Pass {
+            kv_settled: false,
+            ..self.decode_pass(n * d.rows_per())
+        };
+        self.enqueue_pass(w, &self.dec, verify)?;
         self.gpu.launch(
             w,
             &self.gpu.k.draft_accept,
@@ -643,6 +649,7 @@ impl CudaBackend {
                 logits_row0: n - 1,
                 logits_rows: last as usize,
                 segments: 1,
+                kv_settled: false,
             };
             self.enqueue_pass(w, &self.pre, pass)?;
             // The host input vectors are reused next chunk; pageable copies are staged.

@@ -946,13 +946,10 @@ mod tests {
                 "{name} does not begin with PDL_BEGIN"
             );
         }
-        for sig in ["paged_attn_d##D##_g##G(", "paged_attn_tc_d##D##_g##G("] {
-            assert_eq!(
-                first_statement(body_after(&src, sig)).trim(),
-                "PDL_BEGIN()",
-                "{sig}"
-            );
-        }
+        assert_eq!(
+            first_statement(body_after(&src, "paged_attn_d##D##_g##G(")).trim(),
+            "PDL_BEGIN()"
+        );
         // The rest launch plainly: `DepKernel` refuses them.
         for name in [
             "embed_rows",
@@ -965,6 +962,43 @@ mod tests {
         assert!(pdl_ready(&attn_kernel_name(AttnKernel::TensorCore, 128, 4)));
         assert!(pdl_ready(&attn_kernel_name(AttnKernel::Simt, 64, 1)));
         assert!(pdl_ready(&gemv_kernel_name(GEMV_MAX_ROWS)));
+    }
+
+    #[test]
+    fn tensor_core_attention_copies_only_settled_kv_before_it_waits() {
+        // Before griddepcontrol.wait the kernel before (RoPE + KV write) may still be writing
+        // q and the row's last position, and reading nothing the kernel writes; lens and the
+        // page table come from the host before the step.
+        let src = kernel_source(&[(128, 4)]);
+        let body = body_after(&src, "void attn_tc(");
+        let body = &body[..body.find("#define ATTN_TC_INSTANCE").expect("attn_tc ends")];
+        // The main path's wait: the first after the gated early copies.
+        let gate = body
+            .find("if (kv_settled && ")
+            .expect("the early copies are gated");
+        let wait = gate + body[gate..].find("PDL_BEGIN()").expect("attn_tc waits");
+        let (before, after) = body.split_at(wait);
+        let words = |t: &str| -> Vec<String> {
+            t.split(|c: char| !(c.is_alphanumeric() || c == '_'))
+                .map(str::to_string)
+                .collect()
+        };
+        // An empty split waits first, then writes its partials and returns.
+        let e0 = before.find("if (start >= end) {").expect("an empty split");
+        let e1 = e0 + before[e0..].find("return;").expect("it returns");
+        assert_eq!(
+            first_statement(&before[e0 + "if (start >= end) {".len()..]).trim(),
+            "PDL_BEGIN()"
+        );
+        let w = words(&format!("{}{}", &before[..e0], &before[e1..]));
+        let has = |n: &str| w.iter().any(|x| x == n);
+        assert!(has("issue"), "the early copies are made before the wait");
+        for name in ["q", "qa", "out", "part_o", "part_ml"] {
+            assert!(!has(name), "{name} is touched before the wait");
+        }
+        // The early copies stop before the row's last position (what the kernel before writes).
+        assert!(before.contains("<= len - 1"));
+        assert!(after.contains("if (k >= early) issue(k);"));
     }
 
     #[test]

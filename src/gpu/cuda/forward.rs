@@ -219,6 +219,12 @@ pub(crate) struct Pass {
     /// Segments of the recurrent layers (the scratch's `seg_*`): `rows` in a decode step,
     /// one in a prefill chunk.
     pub segments: usize,
+    /// Each row writes only its own last position's K and V in this pass, and no kernel of
+    /// the pass writes `lens` or the page table (a plain decode step; not a prefill chunk,
+    /// whose rows read each other's new positions, nor a verify pass, whose lookup writes
+    /// the table): attention may copy the rest before its predecessor ends
+    /// (`StepOptions::early_kv`).
+    pub kv_settled: bool,
 }
 
 /// Threads of the RMSNorm block for a row of `hidden`: a float4 a thread where it fits
@@ -383,6 +389,7 @@ pub(crate) fn enqueue(
                 A::P(sc.part_o.ptr),
                 A::P(sc.part_ml.ptr),
                 A::P(if direct { sc.attn.ptr } else { 0 }),
+                A::I((p.kv_settled && k.opts.early_kv) as i32),
             ],
         )?;
         if direct {

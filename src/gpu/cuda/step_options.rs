@@ -36,6 +36,9 @@ pub struct StepOptions {
     /// warps and each warp's cp.async stages (how many bytes a multiprocessor has in flight,
     /// against how many blocks fit in its shared memory).
     pub attn_ring: TcRing,
+    /// `GENSLOT_EARLY_KV=0|1`: in a decode step the tensor-core attention kernel copies its
+    /// first tiles of K and V before it waits for the kernel before it (with PDL).
+    pub early_kv: bool,
 }
 
 impl Default for StepOptions {
@@ -54,6 +57,7 @@ impl Default for StepOptions {
             gemv_rows: 1,
             batch_invariant: false,
             attn_ring: TcRing::default(),
+            early_kv: true,
         }
     }
 }
@@ -73,6 +77,7 @@ impl StepOptions {
             gemv_rows: 0,
             batch_invariant: false,
             attn_ring: TcRing::default(),
+            early_kv: false,
         }
     }
 
@@ -161,6 +166,7 @@ impl StepOptions {
                 warps: count("GENSLOT_ATTN_WARPS", d.attn_ring.warps, 1, 16)?,
                 stages: count("GENSLOT_ATTN_STAGES", d.attn_ring.stages, 2, 8)?,
             },
+            early_kv: flag("GENSLOT_EARLY_KV", d.early_kv)?,
         })
     }
 
@@ -189,8 +195,10 @@ impl StepOptions {
             ),
         };
         format!(
-            "attention {attn}{ring}, {splits}, direct single split {}, PDL {}, GEMV {gemv}",
+            "attention {attn}{ring}, {splits}, direct single split {}, early KV {}, PDL {}, \
+             GEMV {gemv}",
             on(self.direct_single_split),
+            on(self.early_kv && self.attn == AttnKernel::TensorCore),
             on(self.pdl)
         )
     }
@@ -213,7 +221,7 @@ mod tests {
         let o = StepOptions::parse(env(&[])).unwrap();
         assert_eq!(o, StepOptions::default());
         assert_eq!(o.attn, AttnKernel::TensorCore);
-        assert!(o.pdl && o.direct_single_split && !o.batch_invariant);
+        assert!(o.pdl && o.direct_single_split && o.early_kv && !o.batch_invariant);
         assert_eq!(o.attn_blocks_per_sm, 2);
         assert_eq!(o.gemv_rows, 1);
     }
@@ -228,6 +236,7 @@ mod tests {
             ("GENSLOT_GEMV_ROWS", "4"),
             ("GENSLOT_ATTN_WARPS", "2"),
             ("GENSLOT_ATTN_STAGES", "5"),
+            ("GENSLOT_EARLY_KV", "0"),
         ]))
         .unwrap();
         assert_eq!(
@@ -243,11 +252,13 @@ mod tests {
                     warps: 2,
                     stages: 5
                 },
+                early_kv: false,
             }
         );
         assert_eq!(
             o.describe(),
-            "attention simt, 2 blocks/SM, direct single split on, PDL on, GEMV up to 4 rows"
+            "attention simt, 2 blocks/SM, direct single split on, early KV off, PDL on, GEMV up \
+             to 4 rows"
         );
         // The ring shapes (and is named for) the tensor-core kernel only.
         let tc = StepOptions {
@@ -259,15 +270,22 @@ mod tests {
             .starts_with("attention tc (2 warps x 5 stages), 2 blocks/SM"));
         assert_eq!(
             StepOptions::default().describe(),
-            "attention tc, 2 blocks/SM, direct single split on, PDL on, GEMV for 1 row"
+            "attention tc, 2 blocks/SM, direct single split on, early KV on, PDL on, GEMV for 1 \
+             row"
         );
+        // Early copies are the tensor-core kernel's: the SIMT kernel is never said to make them.
+        let simt = StepOptions {
+            attn: AttnKernel::Simt,
+            ..StepOptions::default()
+        };
+        assert!(simt.describe().contains("early KV off"));
     }
 
     #[test]
     fn the_plain_launch_turns_every_option_off_and_variables_still_apply_on_top() {
         let o = StepOptions::parse(env(&[("GENSLOT_LAUNCH", "plain")])).unwrap();
         assert_eq!(o, StepOptions::plain());
-        assert!(!o.pdl && !o.direct_single_split);
+        assert!(!o.pdl && !o.direct_single_split && !o.early_kv);
         assert_eq!((o.attn_blocks_per_sm, o.gemv_rows), (8, 0));
         assert!(!o.batch_invariant);
         let o =
@@ -314,6 +332,7 @@ mod tests {
         for (k, v) in [
             ("GENSLOT_PDL", "on"),
             ("GENSLOT_ATTN_DIRECT", "yes"),
+            ("GENSLOT_EARLY_KV", "2"),
             ("GENSLOT_ATTN_KERNEL", "flash"),
             ("GENSLOT_ATTN_BLOCKS_PER_SM", "0"),
             ("GENSLOT_ATTN_BLOCKS_PER_SM", "65"),

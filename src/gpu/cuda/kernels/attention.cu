@@ -243,7 +243,8 @@ __device__ __forceinline__ void attn_partial(const bf16_t* __restrict__ q, int q
         paged_attn_d##D##_g##G(const bf16_t* q, int q_stride, const bf16_t* kc,               \
                                const bf16_t* vc, const int* lens, const int* page_table,      \
                                int table_stride, int KV, int P, int S, float scale,           \
-                               float* part_o, float* part_ml, bf16_t* out) {                  \
+                               float* part_o, float* part_ml, bf16_t* out,                    \
+                               int /* kv_settled: used by the tc kernel alone */) {           \
         PDL_BEGIN();                                                                           \
         attn_partial<D, G>(q, q_stride, kc, vc, lens, page_table, table_stride, KV, P, S,     \
                            scale, part_o, part_ml, out);                                      \

@@ -7,6 +7,12 @@
 // the rows of the MMA's A operand (rows G..15 are zero): Q·Kᵀ gives a 16 x 16 score tile,
 // whose accumulators become P's A fragments for P·V without a trip through shared memory.
 // P is rounded to bf16 for the P·V product, as PyTorch's bf16 attention does.
+//
+// Launched programmatically (PDL) a block starts while the kernel before it (RoPE + KV
+// write) runs. In a pass whose rows write only their own last position (`kv_settled`: a
+// plain decode step), every earlier position's K and V is final before the step begins, so
+// the ring's first tiles that end before that position are copied before griddepcontrol.wait;
+// q, the new position and every output are touched only after it (a test checks).
 #define TC_TILE 16
 // Warps a block and cp.async stages a warp: the host may set both (NVRTC -D, `TcRing`).
 #ifndef TC_WARPS
@@ -108,7 +114,7 @@ __device__ __forceinline__ void attn_tc(const bf16_t* __restrict__ q, int q_stri
                                         const int* __restrict__ page_table, int table_stride,
                                         int KV, int P, int S, float scale,
                                         float* __restrict__ part_o, float* __restrict__ part_ml,
-                                        bf16_t* __restrict__ out) {
+                                        bf16_t* __restrict__ out, int kv_settled) {
     static_assert(G >= 1 && G <= 16, "1 to 16 query heads per kv head");
     extern __shared__ __align__(16) unsigned char tc_smem[];
     constexpr int R = G > 8 ? 2 : 1;
@@ -121,33 +127,20 @@ __device__ __forceinline__ void attn_tc(const bf16_t* __restrict__ q, int q_stri
     const int kvh = blockIdx.x, r = blockIdx.y, s = blockIdx.z;
     const int H = KV * G;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    // lens and the page table come from the host before the step: readable before the wait.
+    const int len = lens[r];
     int start, end;
-    split_range(lens[r], S, s, start, end);
+    split_range(len, S, s, start, end);
     const u64 ob = ((u64)r * H + (u64)kvh * G) * S + s;
 
     if (start >= end) {
+        PDL_BEGIN();
         empty_split<G, D>(part_ml, out, ob, S);
         return;
     }
     const int* table = page_table + (u64)r * table_stride;
     bf16_t* ring = (bf16_t*)tc_smem + warp * TC_STAGES * TcSmem<D>::STAGE;
-
-    // This lane's query rows (heads kvh*G + qh + 8h) as A fragments; rows >= G are zero.
     const int qh = lane >> 2, qc = (lane & 3) * 2;
-    unsigned qa[KS][R][2];
-#pragma unroll
-    for (int k = 0; k < KS; ++k)
-#pragma unroll
-        for (int h = 0; h < R; ++h) {
-            qa[k][h][0] = 0u;
-            qa[k][h][1] = 0u;
-            if (qh + 8 * h < G) {
-                const bf16_t* qr =
-                    q + (u64)r * q_stride + (u64)(kvh * G + qh + 8 * h) * D + k * 16 + qc;
-                qa[k][h][0] = *(const unsigned*)qr;
-                qa[k][h][1] = *(const unsigned*)(qr + 8);
-            }
-        }
 
     const int tiles = (end - start + TC_TILE - 1) / TC_TILE;
     const int mine = tiles > warp ? (tiles - warp + TC_WARPS - 1) / TC_WARPS : 0;
@@ -237,8 +230,40 @@ __device__ __forceinline__ void attn_tc(const bf16_t* __restrict__ q, int q_stri
     }
     const float sl2 = scale * TC_LOG2E;
 
+    // The ring's first tiles, as far as they end before the row's last position (written
+    // by the kernel before), are issued before the wait when the pass settled the others.
+    // Unrolled, as the loop below: with a runtime stage index the compiler laid out the main
+    // loop differently and a step at batch 64 took 0.3 % longer (BENCHMARKS.md §3.9).
+    int early = 0;
 #pragma unroll
-    for (int k = 0; k < TC_STAGES - 1; ++k) issue(k);
+    for (int k = 0; k < TC_STAGES - 1; ++k) {
+        if (kv_settled && early == k && k < mine &&
+            start + (warp + k * TC_WARPS + 1) * TC_TILE <= len - 1) {
+            issue(k);
+            ++early;
+        }
+    }
+    PDL_BEGIN();
+
+    // This lane's query rows (heads kvh*G + qh + 8h) as A fragments; rows >= G are zero.
+    unsigned qa[KS][R][2];
+#pragma unroll
+    for (int k = 0; k < KS; ++k)
+#pragma unroll
+        for (int h = 0; h < R; ++h) {
+            qa[k][h][0] = 0u;
+            qa[k][h][1] = 0u;
+            if (qh + 8 * h < G) {
+                const bf16_t* qr =
+                    q + (u64)r * q_stride + (u64)(kvh * G + qh + 8 * h) * D + k * 16 + qc;
+                qa[k][h][0] = *(const unsigned*)qr;
+                qa[k][h][1] = *(const unsigned*)(qr + 8);
+            }
+        }
+#pragma unroll
+    for (int k = 0; k < TC_STAGES - 1; ++k) {
+        if (k >= early) issue(k);
+    }
     for (int k = 0; k < mine; ++k) {
         cp_async_wait<TC_STAGES - 2>();
         // Every lane is done with the stage the next issue refills (read last iteration).
@@ -380,8 +405,8 @@ __device__ __forceinline__ void attn_tc(const bf16_t* __restrict__ q, int q_stri
         paged_attn_tc_d##D##_g##G(const bf16_t* q, int q_stride, const bf16_t* kc,            \
                                   const bf16_t* vc, const int* lens, const int* page_table,   \
                                   int table_stride, int KV, int P, int S, float scale,        \
-                                  float* part_o, float* part_ml, bf16_t* out) {               \
-        PDL_BEGIN();                                                                           \
+                                  float* part_o, float* part_ml, bf16_t* out,                 \
+                                  int kv_settled) {                                           \
         attn_tc<D, G>(q, q_stride, kc, vc, lens, page_table, table_stride, KV, P, S, scale,   \
-                      part_o, part_ml, out);                                                  \
+                      part_o, part_ml, out, kv_settled);                                      \
     }
