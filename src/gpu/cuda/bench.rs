@@ -52,7 +52,12 @@ pub struct StepRowResult {
     /// Device time of the graph replay alone (events around it): graph_ms less the host's
     /// share of the step.
     pub graph_device_ms: f64,
+    /// Wall and device time of an eager step (the same kernels launched one by one), timed
+    /// in turn with graph steps after graph_ms was measured.
     pub eager_ms: f64,
+    pub eager_device_ms: f64,
+    /// eager_ms over the wall time of the graph steps it alternated with.
+    pub eager_over_graph: f64,
     /// Weight bytes + KV bytes one step must read.
     pub bytes_read: u64,
     pub roofline_ms: f64,
@@ -194,29 +199,48 @@ fn rows_for(b: &CudaBackend, active: &[usize], owners: usize, ctx: usize) -> (Ve
     (rows, aliased)
 }
 
-/// Median wall milliseconds of a step, and of its device time with graphs (NaN eager).
-fn time_steps(
+/// Median wall and device milliseconds of each of `runs` (rows, launch), their steps taken
+/// in turn: on a card at its power cap the clock drifts over a second of steps, and timed
+/// one after the other each would see another clock.
+fn time_alternating(
     b: &mut CudaBackend,
-    rows: &[StepRow],
-    launch: Launch,
+    runs: &[(&[StepRow], Launch)],
     o: &BenchOptions,
-) -> Result<(f64, f64), BackendError> {
+) -> Result<Vec<Timing>, BackendError> {
     for _ in 0..o.warmup {
-        b.decode(rows, launch, false)?;
+        for &(rows, launch) in runs {
+            b.decode(rows, launch, false)?;
+        }
     }
-    let on_device = launch == Launch::Graph;
-    b.time_device(on_device)?;
-    let (mut t, mut dev) = (Vec::with_capacity(o.iters), Vec::with_capacity(o.iters));
+    b.time_device(true)?;
+    let mut wall = vec![Vec::with_capacity(o.iters); runs.len()];
+    let mut dev = vec![Vec::with_capacity(o.iters); runs.len()];
     for _ in 0..o.iters {
-        let t0 = Instant::now();
-        b.decode(rows, launch, false)?;
-        t.push(t0.elapsed().as_secs_f64() * 1e3);
-        if let Some(ms) = b.last_step_device_ms()? {
-            dev.push(ms);
+        for (i, &(rows, launch)) in runs.iter().enumerate() {
+            let t0 = Instant::now();
+            b.decode(rows, launch, false)?;
+            wall[i].push(t0.elapsed().as_secs_f64() * 1e3);
+            if let Some(ms) = b.last_step_device_ms()? {
+                dev[i].push(ms);
+            }
         }
     }
     b.time_device(false)?;
-    Ok((median(t), median(dev)))
+    Ok(wall
+        .into_iter()
+        .zip(dev)
+        .map(|(w, d)| Timing {
+            wall_ms: median(w),
+            device_ms: median(d),
+        })
+        .collect())
+}
+
+/// Median milliseconds of a step: on the host's clock, and between events around its
+/// kernels on the device.
+struct Timing {
+    wall_ms: f64,
+    device_ms: f64,
 }
 
 /// One eager step inside the profiler's capture range.
@@ -295,8 +319,11 @@ pub fn run(b: &mut CudaBackend, o: &BenchOptions) -> Result<BenchReport, Backend
         for &batch in &o.batches {
             let ids: Vec<usize> = (0..batch).collect();
             let (rows, aliased) = rows_for(b, &ids, batch, ctx);
-            let (graph_ms, graph_device_ms) = time_steps(b, &rows, Launch::Graph, o)?;
-            let (eager_ms, _) = time_steps(b, &rows, Launch::Eager, o)?;
+            // Graph steps back to back, as a worker runs them: the step time.
+            let graph = time_alternating(b, &[(&rows, Launch::Graph)], o)?.remove(0);
+            // Eager against graph launches, step by step in turn (an eager step draws more
+            // power, which slows the graph steps between them: compared only with each other).
+            let pair = time_alternating(b, &[(&rows, Launch::Graph), (&rows, Launch::Eager)], o)?;
             if o.profile {
                 profiled_step(b, &rows)?;
             }
@@ -309,12 +336,14 @@ pub fn run(b: &mut CudaBackend, o: &BenchOptions) -> Result<BenchReport, Backend
             steps.push(StepRowResult {
                 batch,
                 context: ctx,
-                graph_ms,
-                graph_device_ms,
-                eager_ms,
+                graph_ms: graph.wall_ms,
+                graph_device_ms: graph.device_ms,
+                eager_ms: pair[1].wall_ms,
+                eager_device_ms: pair[1].device_ms,
+                eager_over_graph: pair[1].wall_ms / pair[0].wall_ms,
                 bytes_read: bytes,
                 roofline_ms,
-                over_roofline: graph_ms / roofline_ms,
+                over_roofline: graph.wall_ms / roofline_ms,
                 pages_aliased: aliased,
             });
         }
@@ -322,10 +351,10 @@ pub fn run(b: &mut CudaBackend, o: &BenchOptions) -> Result<BenchReport, Backend
     let (pb, pc, pn) = o.paused;
     let ids: Vec<usize> = (0..pb).collect();
     let (alone, _) = rows_for(b, &ids, pb, pc);
-    let (none_paused_ms, _) = time_steps(b, &alone, Launch::Graph, o)?;
     // pb + pn residents own interleaved pages; the pn paused ones are left out of the batch.
     let (with, _) = rows_for(b, &ids, pb + pn, pc);
-    let (with_paused_ms, _) = time_steps(b, &with, Launch::Graph, o)?;
+    let t = time_alternating(b, &[(&alone, Launch::Graph), (&with, Launch::Graph)], o)?;
+    let (none_paused_ms, with_paused_ms) = (t[0].wall_ms, t[1].wall_ms);
     // Batch 1 first (the reference), then every other size once, whatever the order asked.
     let mut sizes = o.batches.clone();
     sizes.push(1);
@@ -375,15 +404,17 @@ pub fn table(r: &BenchReport) -> String {
             .collect();
         s += &format!("read in scattered chunks, GB/s: {}\n", chunks.join(", "));
     }
-    s += "batch  context   graph_ms  device_ms   eager_ms  roofline_ms  x_roofline  aliased\n";
+    s += "batch  context   graph_ms  device_ms   eager_ms  eager/graph  roofline_ms  x_roofline  \
+          aliased\n";
     for x in &r.steps {
         s += &format!(
-            "{:5}  {:7}  {:9.3}  {:9.3}  {:9.3}  {:11.3}  {:10.3}  {}\n",
+            "{:5}  {:7}  {:9.3}  {:9.3}  {:9.3}  {:11.3}  {:11.3}  {:10.3}  {}\n",
             x.batch,
             x.context,
             x.graph_ms,
             x.graph_device_ms,
             x.eager_ms,
+            x.eager_over_graph,
             x.roofline_ms,
             x.over_roofline,
             x.pages_aliased
