@@ -260,12 +260,17 @@ fn profiled_step(b: &mut CudaBackend, rows: &[StepRow]) -> Result<(), BackendErr
 
 /// Row 0 decoded at each batch size of `batches` (one graph step each, logits read back),
 /// against batch 1. Every batch takes its rows from one layout of `max(batches)` owners, so
-/// row 0 reads the same pages at every size; None when that layout would alias pages.
+/// row 0 reads the same pages at every size; None when that layout would alias pages, or
+/// when the model has recurrent layers (each step advances a row's state in place, so row
+/// 0's next decode would start from another state than its first).
 fn invariance(
     b: &mut CudaBackend,
     batches: &[usize],
     ctx: usize,
 ) -> Result<Option<Vec<InvarianceRow>>, BackendError> {
+    if b.state_bytes() > 0 {
+        return Ok(None);
+    }
     let owners = batches.iter().copied().max().unwrap_or(1);
     let ids: Vec<usize> = (0..owners).collect();
     let (rows, aliased) = rows_for(b, &ids, owners, ctx);

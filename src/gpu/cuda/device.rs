@@ -978,8 +978,11 @@ mod tests {
             .expect("the early copies are gated");
         let wait = gate + body[gate..].find("PDL_BEGIN()").expect("attn_tc waits");
         let (before, after) = body.split_at(wait);
+        // The words of code, not of comments.
         let words = |t: &str| -> Vec<String> {
-            t.split(|c: char| !(c.is_alphanumeric() || c == '_'))
+            t.lines()
+                .map(|l| l.split("//").next().unwrap_or(""))
+                .flat_map(|l| l.split(|c: char| !(c.is_alphanumeric() || c == '_')))
                 .map(str::to_string)
                 .collect()
         };
