@@ -1,6 +1,6 @@
 """What the served GPU checks (serve_check.py, serve_real.py, serve_paused.py) share: a JSON
-POST that reports the server's error body, the wait for /health, and the pause and resume
-counters from /metrics. Stdlib only; tools/gpu/stage.sh copies it beside the scripts."""
+POST that reports the server's error body, the wait for /health, the pause and resume
+counters from /metrics, and a load repeated until it pauses something. Stdlib only; tools/gpu/stage.sh copies it beside the scripts."""
 import json
 import sys
 import time
@@ -37,3 +37,20 @@ def counters(url):
             k, v = line.rsplit(" ", 1)
             out[k] = float(v)
     return out
+
+
+def load_until_paused(url, run_load, attempts):
+    """Runs `run_load()` (one closed-loop load; it returns the load's outputs) until the
+    server's pause counter has moved, at most `attempts` times. Whether a load pauses anything
+    depends on how its waits fall around X: a steady load whose waits come out even keeps
+    every head of the queue on time, and a load that paused nothing checks nothing about
+    pausing. Returns the outputs of every load run, the pauses they made together, and their
+    seconds."""
+    before = counters(url).get("genslot_pauses_total", 0.0)
+    t0, loads, moved = time.time(), [], 0.0
+    for _ in range(max(1, attempts)):
+        loads.append(run_load())
+        moved = counters(url).get("genslot_pauses_total", 0.0) - before
+        if moved > 0:
+            break
+    return loads, moved, time.time() - t0

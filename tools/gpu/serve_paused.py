@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Paused or not, identical outputs, for any served model (stdlib only): LANES closed-loop
 lanes of ROUNDS greedy completions each (ignore_eos) on a server with preemption on and a
-small batch, then the same prompts one at a time; every output must be identical and the
-pause counter must have moved. Lanes, not one burst: in a burst every later head waits past
+small batch, repeated (at most ATTEMPTS loads) until the pause counter moves, then the same
+prompts one at a time; every loaded output must be identical to its solo one and the pause
+counter must have moved. Lanes, not one burst: in a burst every later head waits past
 the X the earlier ones formed by more than W, and `tpot_budget` never sees a head at risk.
 tools/gpu/run.sh runs it against config/cuda-llama-hybrid-1b.yaml (the hybrid shape: each
 paused request keeps its recurrent state in its slot).
@@ -13,7 +14,6 @@ import json
 import os
 import sys
 import threading
-import time
 from functools import partial
 
 import serve_client
@@ -24,11 +24,9 @@ LANES = int(os.environ.get("SERVE_PAUSED_LANES", 12))
 ROUNDS = int(os.environ.get("SERVE_PAUSED_ROUNDS", 3))
 N = LANES * ROUNDS
 MAX_TOKENS = int(os.environ.get("SERVE_PAUSED_TOKENS", 200))
+# Loads run until one pauses something (serve_client.load_until_paused).
+ATTEMPTS = int(os.environ.get("SERVE_PAUSED_ATTEMPTS", 3))
 post = partial(serve_client.post, URL)
-
-
-def pauses():
-    return serve_client.counters(URL).get("genslot_pauses_total", 0.0)
 
 
 def complete(prompt):
@@ -41,36 +39,37 @@ serve_client.wait_healthy(URL, 1200)
 
 prompts = [f"request {i} of the paused check: the words repeat, the words repeat {i}"
            for i in range(N)]
-out = [None] * N
 
 
-def lane(l):
-    for r in range(ROUNDS):
-        i = l * ROUNDS + r
-        out[i] = complete(prompts[i])
+def load():
+    out = [None] * N
+
+    def lane(l):
+        for r in range(ROUNDS):
+            i = l * ROUNDS + r
+            out[i] = complete(prompts[i])
+
+    threads = [threading.Thread(target=lane, args=(l,)) for l in range(LANES)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return out
 
 
-before = pauses()
-t0 = time.time()
-threads = [threading.Thread(target=lane, args=(l,)) for l in range(LANES)]
-for t in threads:
-    t.start()
-for t in threads:
-    t.join()
-t_load = time.time() - t0
-moved = pauses() - before
+loads, moved, t_load = serve_client.load_until_paused(URL, load, ATTEMPTS)
 solo = [complete(p) for p in prompts]
-same = sum(a == b for a, b in zip(out, solo))
-print(f"load: {LANES} lanes x {ROUNDS} requests x {MAX_TOKENS} tokens in {t_load:.1f} s; pauses {moved:.0f}; "
-      f"identical to solo: {same}/{N}")
+same = sum(a == b for out in loads for a, b in zip(out, solo))
+print(f"load: {LANES} lanes x {ROUNDS} requests x {MAX_TOKENS} tokens, {len(loads)} load(s) in {t_load:.1f} s; "
+      f"pauses {moved:.0f}; identical to solo: {same}/{N * len(loads)}")
 if OUT:
-    json.dump({"n": N, "tokens": MAX_TOKENS, "pauses": moved, "identical": same,
-               "load_s": t_load}, open(OUT, "w"), indent=1)
+    json.dump({"n": N, "loads": len(loads), "tokens": MAX_TOKENS, "pauses": moved,
+               "identical": same, "load_s": t_load}, open(OUT, "w"), indent=1)
 failures = []
 if moved <= 0:
     failures.append("no request was paused")
-if same != N:
-    failures.append(f"{N - same} outputs differ from their solo runs")
+if same != N * len(loads):
+    failures.append(f"{N * len(loads) - same} outputs differ from their solo runs")
 for f in failures:
     print("FAIL:", f)
 sys.exit(1 if failures else 0)
