@@ -311,6 +311,16 @@ fn every_step_option_computes_the_tokens_the_plain_launch_computes() {
             ..d
         },
         StepOptions::invariant(),
+        // down_proj of 2 and 3 rows in K slices, added into the residual by the next RMSNorm
+        // (the one-row passes keep the GEMV).
+        StepOptions {
+            down_splits: 4,
+            ..StepOptions::default()
+        },
+        StepOptions {
+            down_splits: 2,
+            ..d
+        },
         // Another tensor-core attention block (two warps of four stages). Its warps take
         // other tokens, so P is rounded to bf16 against other running maxima: the logits
         // move by more than the options above move them, the tokens must not.

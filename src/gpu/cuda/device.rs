@@ -735,6 +735,58 @@ impl Gpu {
         .map_err(blas_err("cuBLAS GEMM"))
     }
 
+    /// `p` (an f32 product) as `parts` products, one per slice of K, into `parts` f32
+    /// outputs `stride_rows` rows apart from `p.y`: one strided-batched cuBLAS call. The
+    /// caller sums the parts (`StepOptions::down_splits`).
+    pub fn gemm_parts(
+        &self,
+        w: Which,
+        p: &Product,
+        parts: usize,
+        stride_rows: usize,
+    ) -> Result<(), BackendError> {
+        let kk = p.inp.checked_div(parts).unwrap_or(0);
+        if kk == 0 || kk * parts != p.inp || !p.y_f32() || p.accumulate() || stride_rows < p.rows {
+            return Err(BackendError::Failed(format!(
+                "{} x {} product in {parts} parts: K must split evenly into f32 parts",
+                p.out, p.inp
+            )));
+        }
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        let bf = blas_sys::cudaDataType::CUDA_R_16BF;
+        // As `gemm_cublas`, each batch entry a slice of K: W^T's and x's rows kk * s onwards.
+        // SAFETY: pointers are live device buffers of the sizes the shape implies; y holds
+        // `parts` outputs of stride_rows x out.
+        unsafe {
+            blas_result::gemm_strided_batched_ex(
+                *self.blas(w).handle(),
+                blas_sys::cublasOperation_t::CUBLAS_OP_T,
+                blas_sys::cublasOperation_t::CUBLAS_OP_N,
+                p.out as i32,
+                p.rows as i32,
+                kk as i32,
+                &alpha as *const f32 as *const _,
+                p.weight as *const _,
+                bf,
+                p.inp as i32,
+                kk as i64,
+                p.x as *const _,
+                bf,
+                p.inp as i32,
+                kk as i64,
+                &beta as *const f32 as *const _,
+                p.y as *mut _,
+                blas_sys::cudaDataType::CUDA_R_32F,
+                p.out as i32,
+                (p.out * stride_rows) as i64,
+                parts as i32,
+                blas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                blas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+        }
+        .map_err(blas_err("cuBLAS strided-batched GEMM"))
+    }
+
     pub fn htod<T>(&self, w: Which, dst: u64, src: &[T]) -> Result<(), BackendError> {
         // SAFETY: the caller sized `dst` for `src`.
         unsafe { cudarc::driver::result::memcpy_htod_async(dst, src, self.stream(w).cu_stream()) }

@@ -2,10 +2,12 @@
 //! step (one token per request) and each prefill chunk (one row per prompt token, sharing a
 //! page table) run the same sequence of kernels and GEMMs. Buffers are fixed per scratch, so
 //! a decode pass can be captured into a CUDA graph. The residual stream `x` is float32 (the o
-//! and down GEMMs accumulate into it with a float32 C); everything a GEMM reads is bf16.
+//! and down GEMMs accumulate into it with a float32 C, or down's K-slice parts are added by
+//! the next RMSNorm: `StepOptions::down_splits`); everything a GEMM reads is bf16.
 
 use super::device::{DevBuf, Gpu, Output, Product, Which, A};
 use super::shape::ModelShape;
+use super::step_options::StepOptions;
 use super::weights::Weights;
 use crate::gpu::BackendError;
 
@@ -147,6 +149,11 @@ pub(crate) struct Scratch {
     pub logits: DevBuf,
     part_o: DevBuf,
     part_ml: DevBuf,
+    /// down_proj's K-slice parts (`StepOptions::down_splits`): `parts_count` parts of
+    /// `parts_rows` x hidden f32 in a decode scratch, none in a prefill one.
+    parts: DevBuf,
+    parts_rows: usize,
+    parts_count: usize,
     /// One `SampleRow` per logit row.
     pub samp: DevBuf,
     pub out_tok: DevBuf,
@@ -170,9 +177,18 @@ impl Scratch {
     ) -> Result<Self, BackendError> {
         let a = |n: usize| gpu.alloc(n, w);
         let hd = s.heads * s.head_dim;
+        // Decode passes only: a prefill chunk's rows are many, and cuBLAS needs no K splits
+        // to fill the chip there.
+        let (parts_rows, parts_count) = match w {
+            Which::Decode => (rows, gpu.k.opts.down_splits),
+            _ => (0, 0),
+        };
         Ok(Scratch {
             rows,
             part_rows_splits,
+            parts: a((parts_count * parts_rows * s.hidden * 4).max(4))?,
+            parts_rows,
+            parts_count,
             tokens: a(rows * 4)?,
             pos: a(rows * 4)?,
             lens: a(rows * 4)?,
@@ -325,8 +341,10 @@ pub(crate) fn enqueue(
     // One split: the attention kernel writes `attn` itself (`StepOptions::direct_single_split`).
     let direct = k.opts.direct_single_split && p.splits == 1;
     let scale = 1.0 / (s.head_dim as f32).sqrt();
+    // down_proj's parts not yet added into the residual (the next RMSNorm adds them).
+    let mut parts = 0;
     for (l, lw) in wt.layers.iter().enumerate() {
-        rmsnorm(gpu, w, s, sc.x.ptr, lw.attn_norm, sc.h.ptr, p.rows)?;
+        rmsnorm(gpu, w, s, sc, parts, lw.attn_norm, 0, p.rows)?;
         let qkv = Product {
             weight: lw.qkv,
             out: s.qkv_dim(),
@@ -339,7 +357,7 @@ pub(crate) fn enqueue(
         gpu.gemm(w, &qkv)?;
         if let (Some(sl), Some(st)) = (s.state_layer(l), states) {
             recurrent(gpu, w, s, lw, st, sl, sc, p)?;
-            mlp(gpu, w, s, lw, sc, p)?;
+            parts = mlp(gpu, w, s, lw, sc, p)?;
             continue;
         }
         let Some(kl) = s.kv_layer(l) else {
@@ -393,7 +411,7 @@ pub(crate) fn enqueue(
             ],
         )?;
         if direct {
-            mlp(gpu, w, s, lw, sc, p)?;
+            parts = mlp(gpu, w, s, lw, sc, p)?;
             continue;
         }
         gpu.launch_dep(
@@ -412,12 +430,17 @@ pub(crate) fn enqueue(
                 A::I(p.splits as i32),
             ],
         )?;
-        mlp(gpu, w, s, lw, sc, p)?;
+        parts = mlp(gpu, w, s, lw, sc, p)?;
     }
     if p.logits_rows > 0 {
-        let x0 = sc.x.at(p.logits_row0 * hid * 4);
         let h0 = sc.h.at(p.logits_row0 * hid * 2);
-        rmsnorm(gpu, w, s, x0, wt.final_norm, h0, p.logits_rows)?;
+        // With parts pending every row takes them (the residual is whole again) and is
+        // normed; otherwise only the rows that get logits.
+        let (row0, rows) = match parts {
+            0 => (p.logits_row0, p.logits_rows),
+            _ => (0, p.rows),
+        };
+        rmsnorm(gpu, w, s, sc, parts, wt.final_norm, row0, rows)?;
         let lm_head = Product {
             weight: wt.lm_head,
             out: s.vocab,
@@ -445,34 +468,46 @@ pub(crate) fn enqueue(
     Ok(())
 }
 
-/// RMSNorm of `rows` float32 rows at `x` with `weight`, into bf16 rows at `out`.
+/// RMSNorm of the scratch's float32 residual rows `row0..row0 + rows` with `weight`, into
+/// the same bf16 rows of `h`, after adding down_proj's `parts` parts into them (none: 0).
+#[allow(clippy::too_many_arguments)]
 fn rmsnorm(
     gpu: &Gpu,
     w: Which,
     s: &ModelShape,
-    x: u64,
+    sc: &Scratch,
+    parts: usize,
     weight: u64,
-    out: u64,
+    row0: usize,
     rows: usize,
 ) -> Result<(), BackendError> {
+    let hid = s.hidden;
     gpu.launch_dep(
         w,
         &gpu.k.rmsnorm,
         (rows as u32, 1, 1),
-        rms_threads(s.hidden),
+        rms_threads(hid),
         0,
         &[
-            A::P(x),
+            A::P(sc.x.at(row0 * hid * 4)),
+            // Read only with parts to add (a prefill scratch has none).
+            A::P(match parts {
+                0 => 0,
+                _ => sc.parts.at(row0 * hid * 4),
+            }),
+            A::I(parts as i32),
+            A::L((sc.parts_rows * hid) as u64),
             A::P(weight),
-            A::P(out),
-            A::I(s.hidden as i32),
+            A::P(sc.h.at(row0 * hid * 2)),
+            A::I(hid as i32),
             A::F(s.rms_eps),
         ],
     )
 }
 
 /// The rest of a layer after its token mixer wrote `attn`: o_proj into the residual, then
-/// RMSNorm and the SwiGLU MLP.
+/// RMSNorm and the SwiGLU MLP. Returns how many parts down_proj left for the next RMSNorm
+/// to add into the residual (`StepOptions::down_splits`), 0 when it added its own.
 fn mlp(
     gpu: &Gpu,
     w: Which,
@@ -480,7 +515,7 @@ fn mlp(
     lw: &super::weights::LayerPtrs,
     sc: &Scratch,
     p: Pass,
-) -> Result<(), BackendError> {
+) -> Result<usize, BackendError> {
     let k = &gpu.k;
     let r = p.rows as u32;
     let (hid, hdim) = (s.hidden, s.heads * s.head_dim);
@@ -494,7 +529,7 @@ fn mlp(
         output: Output::AddF32,
     };
     gpu.gemm(w, &o)?;
-    rmsnorm(gpu, w, s, sc.x.ptr, lw.ffn_norm, sc.h.ptr, p.rows)?;
+    rmsnorm(gpu, w, s, sc, 0, lw.ffn_norm, 0, p.rows)?;
     let gate_up = Product {
         weight: lw.gate_up,
         out: 2 * s.ffn,
@@ -524,7 +559,42 @@ fn mlp(
         y: sc.x.ptr,
         output: Output::AddF32,
     };
-    gpu.gemm(w, &down)
+    let n = down_parts(&k.opts, s.ffn, p.rows, sc.parts_rows, sc.parts_count);
+    if n == 0 {
+        gpu.gemm(w, &down)?;
+        return Ok(0);
+    }
+    let down = Product {
+        y: sc.parts.ptr,
+        output: Output::F32,
+        ..down
+    };
+    gpu.gemm_parts(w, &down, n, sc.parts_rows)?;
+    Ok(n)
+}
+
+/// How many K slices down_proj runs as (`StepOptions::down_splits`), 0 for cuBLAS's own
+/// product into the residual: rows the GEMV takes, a batch-invariant launch, a K the count
+/// does not divide, or a scratch without room for the parts keep the plain product.
+fn down_parts(
+    o: &StepOptions,
+    ffn: usize,
+    rows: usize,
+    parts_rows: usize,
+    parts_count: usize,
+) -> usize {
+    let n = o.down_splits;
+    let plain = n == 0
+        || o.batch_invariant
+        || rows <= o.gemv_rows
+        || rows > parts_rows
+        || n > parts_count
+        || !ffn.is_multiple_of(n);
+    if plain {
+        0
+    } else {
+        n
+    }
 }
 
 /// A recurrent layer's mixer: the scan over each segment's rows, reading q|k|v and the normed
@@ -574,6 +644,35 @@ fn recurrent(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn down_proj_runs_in_parts_only_where_the_option_and_the_scratch_allow() {
+        let on = StepOptions {
+            down_splits: 4,
+            ..StepOptions::default()
+        };
+        // 64 rows of llama-8b's 14336 on a decode scratch of 128 rows holding 4 parts.
+        assert_eq!(down_parts(&on, 14_336, 64, 128, 4), 4);
+        // Off, one row (the GEMV's), more rows than the scratch holds, no room for the
+        // parts (a prefill scratch), a K the count does not divide: the plain product.
+        assert_eq!(down_parts(&StepOptions::default(), 14_336, 64, 128, 4), 0);
+        assert_eq!(down_parts(&on, 14_336, 1, 128, 4), 0);
+        assert_eq!(down_parts(&on, 14_336, 129, 128, 4), 0);
+        assert_eq!(down_parts(&on, 14_336, 64, 0, 0), 0);
+        let three = StepOptions {
+            down_splits: 3,
+            ..on
+        };
+        assert_eq!(down_parts(&three, 14_336, 64, 128, 4), 0);
+        // Without the GEMV a single row takes parts too; a batch-invariant launch never does.
+        let no_gemv = StepOptions { gemv_rows: 0, ..on };
+        assert_eq!(down_parts(&no_gemv, 14_336, 1, 128, 4), 4);
+        let invariant = StepOptions {
+            batch_invariant: true,
+            ..no_gemv
+        };
+        assert_eq!(down_parts(&invariant, 14_336, 64, 128, 4), 0);
+    }
 
     #[test]
     fn rmsnorm_blocks_hold_the_row_in_registers_up_to_16k_hidden() {

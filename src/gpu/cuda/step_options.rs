@@ -39,6 +39,12 @@ pub struct StepOptions {
     /// `GENSLOT_EARLY_KV=0|1`: in a decode step the tensor-core attention kernel copies its
     /// first tiles of K and V before it waits for the kernel before it (with PDL).
     pub early_kv: bool,
+    /// `GENSLOT_DOWN_SPLITS=N`: a decode pass of more rows than the GEMV takes runs down_proj
+    /// as N slices of its K (one strided-batched cuBLAS product into N float32 parts), and the
+    /// next RMSNorm adds the parts into the residual (layers.cu), instead of cuBLAS adding
+    /// its own K splits with a reduction launch; 0 (or a K that N does not divide) leaves
+    /// down_proj to cuBLAS. Not with `batch_invariant`.
+    pub down_splits: usize,
 }
 
 impl Default for StepOptions {
@@ -58,12 +64,15 @@ impl Default for StepOptions {
             batch_invariant: false,
             attn_ring: TcRing::default(),
             early_kv: true,
+            down_splits: 0,
         }
     }
 }
 
 /// The most attention blocks per multiprocessor a split policy may ask for.
 const MAX_BLOCKS_PER_SM: usize = 64;
+/// The most K slices down_proj may be cut into (`StepOptions::down_splits`).
+const MAX_DOWN_SPLITS: usize = 8;
 
 impl StepOptions {
     /// Every option off: plain launches, cuBLAS for every product, 8 attention blocks per
@@ -78,6 +87,7 @@ impl StepOptions {
             batch_invariant: false,
             attn_ring: TcRing::default(),
             early_kv: false,
+            down_splits: 0,
         }
     }
 
@@ -87,6 +97,7 @@ impl StepOptions {
         StepOptions {
             gemv_rows: 0,
             batch_invariant: true,
+            down_splits: 0,
             ..StepOptions::default()
         }
     }
@@ -155,6 +166,18 @@ impl StepOptions {
             (true, _) => 0,
             (false, _) => count("GENSLOT_GEMV_ROWS", d.gemv_rows, 0, GEMV_MAX_ROWS)?,
         };
+        // The pinned products keep one K split; parts would be another order of sums.
+        let down_splits = match (batch_invariant, get("GENSLOT_DOWN_SPLITS")) {
+            (true, Some(v)) if v != "0" => {
+                return Err(bad(
+                    "GENSLOT_DOWN_SPLITS",
+                    &v,
+                    "0 with GENSLOT_BATCH_INVARIANT=1 (the pinned products keep one K split)",
+                ))
+            }
+            (true, _) => 0,
+            (false, _) => count("GENSLOT_DOWN_SPLITS", d.down_splits, 0, MAX_DOWN_SPLITS)?,
+        };
         Ok(StepOptions {
             attn,
             pdl: flag("GENSLOT_PDL", d.pdl)?,
@@ -167,6 +190,7 @@ impl StepOptions {
                 stages: count("GENSLOT_ATTN_STAGES", d.attn_ring.stages, 2, 8)?,
             },
             early_kv: flag("GENSLOT_EARLY_KV", d.early_kv)?,
+            down_splits,
         })
     }
 
@@ -194,9 +218,13 @@ impl StepOptions {
                 self.attn_ring.warps, self.attn_ring.stages
             ),
         };
+        let down = match self.down_splits {
+            0 => String::new(),
+            n => format!(", down_proj in {n} K slices"),
+        };
         format!(
             "attention {attn}{ring}, {splits}, direct single split {}, early KV {}, PDL {}, \
-             GEMV {gemv}",
+             GEMV {gemv}{down}",
             on(self.direct_single_split),
             on(self.early_kv && self.attn == AttnKernel::TensorCore),
             on(self.pdl)
@@ -237,6 +265,7 @@ mod tests {
             ("GENSLOT_ATTN_WARPS", "2"),
             ("GENSLOT_ATTN_STAGES", "5"),
             ("GENSLOT_EARLY_KV", "0"),
+            ("GENSLOT_DOWN_SPLITS", "4"),
         ]))
         .unwrap();
         assert_eq!(
@@ -253,12 +282,13 @@ mod tests {
                     stages: 5
                 },
                 early_kv: false,
+                down_splits: 4,
             }
         );
         assert_eq!(
             o.describe(),
             "attention simt, 2 blocks/SM, direct single split on, early KV off, PDL on, GEMV up \
-             to 4 rows"
+             to 4 rows, down_proj in 4 K slices"
         );
         // The ring shapes (and is named for) the tensor-core kernel only.
         let tc = StepOptions {
@@ -325,6 +355,14 @@ mod tests {
             e.contains("GENSLOT_GEMV_ROWS=1") && e.contains("BATCH_INVARIANT"),
             "{e}"
         );
+        // So is cutting down_proj into parts: another order of sums.
+        let e = StepOptions::parse(env(&[
+            ("GENSLOT_BATCH_INVARIANT", "1"),
+            ("GENSLOT_DOWN_SPLITS", "4"),
+        ]))
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("GENSLOT_DOWN_SPLITS=4"), "{e}");
     }
 
     #[test]
@@ -344,6 +382,7 @@ mod tests {
             ("GENSLOT_ATTN_WARPS", "0"),
             ("GENSLOT_ATTN_STAGES", "1"),
             ("GENSLOT_ATTN_STAGES", "9"),
+            ("GENSLOT_DOWN_SPLITS", "9"),
         ] {
             let e = StepOptions::parse(env(&[(k, v)])).unwrap_err().to_string();
             assert!(e.contains(&format!("{k}={v}")), "{e}");

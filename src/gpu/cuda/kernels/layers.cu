@@ -19,11 +19,17 @@ extern "C" __global__ void embed_rows(const bf16_t* table, const int* tokens, fl
 // registers between the sum and the scaling: every load of a row is in flight at once, one
 // trip to memory instead of a loop of dependent ones (a decode step runs this 2 x layers
 // times, and at batch 1 its latency is all it costs).
+//
+// With nparts > 0 the row first takes the sum of its nparts float32 parts (parts + s *
+// part_stride, s in order) into the residual and writes it back: the K slices of a weight
+// product that adds into the residual (StepOptions::down_splits), summed here rather than by
+// a reduction launch of their own.
 #define RMS_VEC 4
-extern "C" __global__ void rmsnorm(const float* x, const bf16_t* w, bf16_t* out, int hidden,
-                                   float eps) {
+extern "C" __global__ void rmsnorm(float* x, const float* parts, int nparts, long long part_stride,
+                                   const bf16_t* w, bf16_t* out, int hidden, float eps) {
     PDL_BEGIN();
-    const float* xr = x + (u64)blockIdx.x * hidden;
+    float* xr = x + (u64)blockIdx.x * hidden;
+    const float* pr = parts + (u64)blockIdx.x * hidden;
     bf16_t* yr = out + (u64)blockIdx.x * hidden;
     const int n4 = hidden >> 2;
     float ss = 0.0f;
@@ -33,6 +39,16 @@ extern "C" __global__ void rmsnorm(const float* x, const bf16_t* w, bf16_t* out,
         for (int k = 0; k < RMS_VEC; k++) {
             int i = threadIdx.x + k * blockDim.x;
             v[k] = i < n4 ? ((const float4*)xr)[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (nparts > 0 && i < n4) {
+                for (int s = 0; s < nparts; s++) {
+                    float4 p = ((const float4*)(pr + (u64)s * part_stride))[i];
+                    v[k].x += p.x;
+                    v[k].y += p.y;
+                    v[k].z += p.z;
+                    v[k].w += p.w;
+                }
+                ((float4*)xr)[i] = v[k];
+            }
             ss += v[k].x * v[k].x + v[k].y * v[k].y + v[k].z * v[k].z + v[k].w * v[k].w;
         }
         ss = block_sum(ss);
@@ -51,8 +67,11 @@ extern "C" __global__ void rmsnorm(const float* x, const bf16_t* w, bf16_t* out,
         }
         return;
     }
+    // Each thread reads back only the elements it wrote.
     for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
         float v = xr[i];
+        for (int s = 0; s < nparts; s++) v += pr[(u64)s * part_stride + i];
+        if (nparts > 0) xr[i] = v;
         ss += v * v;
     }
     ss = block_sum(ss);
