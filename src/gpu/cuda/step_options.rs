@@ -1,8 +1,9 @@
 //! How a forward pass is launched: which attention kernel, programmatic dependent launch,
 //! how finely attention splits a row's context, whether a single-split pass skips the
-//! split merge, up to how many rows the weight products run on the GEMV kernels, and whether
-//! a row's sums must not depend on its batch (`batch_invariant`). The
-//! defaults are what BENCHMARKS.md §3.5 measured best on the H200; the environment overrides
+//! split merge, up to how many rows the weight products run on the GEMV kernels, whether
+//! down_proj's K slices are summed by the next RMSNorm, and whether a row's sums must not
+//! depend on its batch (`batch_invariant`). The defaults are what BENCHMARKS.md §3.5
+//! measured best on the H200; the environment overrides
 //! each one so that `tools/gpu/run.sh` can time them side by side from one binary, and
 //! `StepOptions::plain` (every option off) is the launch the GPU tests check them against.
 
