@@ -6,7 +6,7 @@
 3. The same prompts again one at a time (nothing to pause), and the outputs compared:
    a paused-then-resumed request must produce exactly the tokens it produces unpaused.
 """
-import json, sys, threading, time
+import json, sys, time
 from functools import partial
 
 import serve_client
@@ -45,15 +45,8 @@ def complete(p, max_tokens):
 
 
 before = metrics()
-loaded = [None] * N
-def worker(i):
-    loaded[i] = complete(prompts[i], MAX_TOKENS[i])
-threads = [threading.Thread(target=worker, args=(i,)) for i in range(N)]
 t0 = time.time()
-for t in threads:
-    t.start()
-for t in threads:
-    t.join()
+loaded = serve_client.concurrent([lambda i=i: complete(prompts[i], MAX_TOKENS[i]) for i in range(N)])
 t_load = time.time() - t0
 after = metrics()
 pauses = after.get("genslot_pauses_total", 0) - before.get("genslot_pauses_total", 0)

@@ -1,8 +1,10 @@
 """What the served GPU checks (serve_check.py, serve_real.py, serve_paused.py) share: a JSON
 POST that reports the server's error body, the wait for /health, the pause and resume
-counters from /metrics, and a load repeated until it pauses something. Stdlib only; tools/gpu/stage.sh copies it beside the scripts."""
+counters from /metrics, callables run at once, and a load repeated until it pauses
+something. Stdlib only; tools/gpu/stage.sh copies it beside the scripts."""
 import json
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -36,6 +38,20 @@ def counters(url):
         if line.startswith(("genslot_pauses_total", "genslot_resumes_total")):
             k, v = line.rsplit(" ", 1)
             out[k] = float(v)
+    return out
+
+
+def concurrent(jobs):
+    """Runs the callables at once, one thread each; their results in order."""
+    out = [None] * len(jobs)
+
+    def run(i):
+        out[i] = jobs[i]()
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(jobs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
     return out
 
 

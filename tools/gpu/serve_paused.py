@@ -13,7 +13,6 @@ usage: serve_paused.py URL [OUT.json]
 import json
 import os
 import sys
-import threading
 from functools import partial
 
 import serve_client
@@ -41,20 +40,13 @@ prompts = [f"request {i} of the paused check: the words repeat, the words repeat
            for i in range(N)]
 
 
+def lane(l):
+    return [complete(prompts[l * ROUNDS + r]) for r in range(ROUNDS)]
+
+
 def load():
-    out = [None] * N
-
-    def lane(l):
-        for r in range(ROUNDS):
-            i = l * ROUNDS + r
-            out[i] = complete(prompts[i])
-
-    threads = [threading.Thread(target=lane, args=(l,)) for l in range(LANES)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return out
+    lanes = serve_client.concurrent([lambda l=l: lane(l) for l in range(LANES)])
+    return [out for outs in lanes for out in outs]
 
 
 loads, moved, t_load = serve_client.load_until_paused(URL, load, ATTEMPTS)

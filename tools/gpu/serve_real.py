@@ -21,7 +21,6 @@ usage: serve_real.py URL [OUT.json]
 import json
 import os
 import sys
-import threading
 from functools import partial
 
 import serve_client
@@ -40,6 +39,7 @@ MAX_TOKENS = int(os.environ.get("SERVE_REAL_TOKENS", 200))
 ATTEMPTS = int(os.environ.get("SERVE_REAL_ATTEMPTS", 3))
 report = {}
 post = partial(serve_client.post, URL)
+concurrent = serve_client.concurrent
 
 
 def chat(content, stream=False, **params):
@@ -58,20 +58,6 @@ def chat(content, stream=False, **params):
     usage = [c["usage"] for c in chunks if c.get("usage")]
     assert lines[-1] == "data: [DONE]", f"stream ends with {lines[-1]!r}"
     return text, next((f for f in reversed(finish) if f), None), usage[-1] if usage else None
-
-
-def concurrent(jobs):
-    """Runs the callables at once; their results in order."""
-    out = [None] * len(jobs)
-
-    def run(i):
-        out[i] = jobs[i]()
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(jobs))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return out
 
 
 def complete(prompt, ignore_eos=True, **params):
