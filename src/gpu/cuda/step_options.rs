@@ -154,31 +154,30 @@ impl StepOptions {
             MAX_BLOCKS_PER_SM,
         )?;
         let batch_invariant = flag("GENSLOT_BATCH_INVARIANT", d.batch_invariant)?;
-        // The GEMV sums one row in another order than cuBLAS sums a batch's.
-        let gemv_rows = match (batch_invariant, get("GENSLOT_GEMV_ROWS")) {
-            (true, Some(v)) if v != "0" => {
-                return Err(bad(
-                    "GENSLOT_GEMV_ROWS",
+        // A count the batch-invariant launch holds at 0 (it would change a row's order of
+        // sums); asked for there, an error saying `why`.
+        let invariant_zero =
+            |k: &str, default: usize, hi: usize, why: &str| match (batch_invariant, get(k)) {
+                (true, Some(v)) if v != "0" => Err(bad(
+                    k,
                     &v,
-                    "0 with GENSLOT_BATCH_INVARIANT=1 (the GEMV adds a row's products in \
-                     another order than cuBLAS adds a batch's)",
-                ))
-            }
-            (true, _) => 0,
-            (false, _) => count("GENSLOT_GEMV_ROWS", d.gemv_rows, 0, GEMV_MAX_ROWS)?,
-        };
-        // The pinned products keep one K split; parts would be another order of sums.
-        let down_splits = match (batch_invariant, get("GENSLOT_DOWN_SPLITS")) {
-            (true, Some(v)) if v != "0" => {
-                return Err(bad(
-                    "GENSLOT_DOWN_SPLITS",
-                    &v,
-                    "0 with GENSLOT_BATCH_INVARIANT=1 (the pinned products keep one K split)",
-                ))
-            }
-            (true, _) => 0,
-            (false, _) => count("GENSLOT_DOWN_SPLITS", d.down_splits, 0, MAX_DOWN_SPLITS)?,
-        };
+                    &format!("0 with GENSLOT_BATCH_INVARIANT=1 ({why})"),
+                )),
+                (true, _) => Ok(0),
+                (false, _) => count(k, default, 0, hi),
+            };
+        let gemv_rows = invariant_zero(
+            "GENSLOT_GEMV_ROWS",
+            d.gemv_rows,
+            GEMV_MAX_ROWS,
+            "the GEMV adds a row's products in another order than cuBLAS adds a batch's",
+        )?;
+        let down_splits = invariant_zero(
+            "GENSLOT_DOWN_SPLITS",
+            d.down_splits,
+            MAX_DOWN_SPLITS,
+            "the pinned products keep one K split",
+        )?;
         Ok(StepOptions {
             attn,
             pdl: flag("GENSLOT_PDL", d.pdl)?,
