@@ -311,14 +311,26 @@ fn every_step_option_computes_the_tokens_the_plain_launch_computes() {
             ..d
         },
         StepOptions::invariant(),
-        // down_proj of 2 and 3 rows in K slices, added into the residual by the next RMSNorm
-        // (the one-row passes keep the GEMV).
+        // Products of 2 and 3 rows in K slices: down_proj's and o_proj's parts added into the
+        // residual by the next RMSNorm, qkv's summed by RoPE + KV write (the one-row passes
+        // keep the GEMV).
         StepOptions {
             down_splits: 4,
             ..StepOptions::default()
         },
         StepOptions {
             down_splits: 2,
+            ..d
+        },
+        StepOptions {
+            qkv_splits: 2,
+            o_splits: 4,
+            down_splits: 4,
+            ..StepOptions::default()
+        },
+        StepOptions {
+            qkv_splits: 4,
+            o_splits: 2,
             ..d
         },
         // Another tensor-core attention block (two warps of four stages). Its warps take

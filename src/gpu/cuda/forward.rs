@@ -2,8 +2,9 @@
 //! step (one token per request) and each prefill chunk (one row per prompt token, sharing a
 //! page table) run the same sequence of kernels and GEMMs. Buffers are fixed per scratch, so
 //! a decode pass can be captured into a CUDA graph. The residual stream `x` is float32 (the o
-//! and down GEMMs accumulate into it with a float32 C, or down's K-slice parts are added by
-//! the next RMSNorm: `StepOptions::down_splits`); everything a GEMM reads is bf16.
+//! and down GEMMs accumulate into it with a float32 C, or their K-slice parts are added by
+//! the next RMSNorm: `StepOptions::o_splits`, `down_splits`); everything a GEMM reads is
+//! bf16 (qkv's K-slice parts are summed and rounded by RoPE + KV write: `qkv_splits`).
 
 use super::device::{DevBuf, Gpu, Output, Product, Which, A};
 use super::shape::ModelShape;
@@ -149,11 +150,13 @@ pub(crate) struct Scratch {
     pub logits: DevBuf,
     part_o: DevBuf,
     part_ml: DevBuf,
-    /// down_proj's K-slice parts (`StepOptions::down_splits`): `parts_count` parts of
-    /// `parts_rows` x hidden f32 in a decode scratch, none in a prefill one.
+    /// A product's K-slice parts (`StepOptions::qkv_splits`, `o_splits`, `down_splits`):
+    /// N parts of `parts_rows` x the product's width, f32, in `parts_elems` floats of a
+    /// decode scratch (none in a prefill one). One product's parts at a time: each is summed
+    /// by the next kernel that reads its output, before the next product writes parts.
     parts: DevBuf,
     parts_rows: usize,
-    parts_count: usize,
+    parts_elems: usize,
     /// One `SampleRow` per logit row.
     pub samp: DevBuf,
     pub out_tok: DevBuf,
@@ -179,16 +182,27 @@ impl Scratch {
         let hd = s.heads * s.head_dim;
         // Decode passes only: a prefill chunk's rows are many, and cuBLAS needs no K splits
         // to fill the chip there.
-        let (parts_rows, parts_count) = match w {
-            Which::Decode => (rows, gpu.k.opts.down_splits),
+        let o = &gpu.k.opts;
+        let (parts_rows, parts_elems) = match w {
+            Which::Decode => (
+                rows,
+                rows * [
+                    o.qkv_splits * s.qkv_dim(),
+                    o.o_splits * s.hidden,
+                    o.down_splits * s.hidden,
+                ]
+                .into_iter()
+                .max()
+                .unwrap_or(0),
+            ),
             _ => (0, 0),
         };
         Ok(Scratch {
             rows,
             part_rows_splits,
-            parts: a((parts_count * parts_rows * s.hidden * 4).max(4))?,
+            parts: a((parts_elems * 4).max(4))?,
             parts_rows,
-            parts_count,
+            parts_elems,
             tokens: a(rows * 4)?,
             pos: a(rows * 4)?,
             lens: a(rows * 4)?,
@@ -354,8 +368,8 @@ pub(crate) fn enqueue(
             y: sc.qkv.ptr,
             output: Output::Bf16,
         };
-        gpu.gemm(w, &qkv)?;
         if let (Some(sl), Some(st)) = (s.state_layer(l), states) {
+            gpu.gemm(w, &qkv)?;
             recurrent(gpu, w, s, lw, st, sl, sc, p)?;
             parts = mlp(gpu, w, s, lw, sc, p)?;
             continue;
@@ -365,6 +379,8 @@ pub(crate) fn enqueue(
                 "layer {l} is recurrent and the backend holds no recurrent states"
             )));
         };
+        // RoPE + KV write reads q|k|v from the parts when there are some.
+        let qkv_parts = product(gpu, w, sc, &qkv, k.opts.qkv_splits)?;
         gpu.launch_dep(
             w,
             &k.rope_kv,
@@ -373,6 +389,9 @@ pub(crate) fn enqueue(
             0,
             &[
                 A::P(sc.qkv.ptr),
+                A::P(parts_ptr(sc, qkv_parts)),
+                A::I(qkv_parts as i32),
+                A::L((sc.parts_rows * s.qkv_dim()) as u64),
                 A::P(sc.pos.ptr),
                 A::P(sc.lens.ptr),
                 A::P(sc.table.ptr),
@@ -469,7 +488,8 @@ pub(crate) fn enqueue(
 }
 
 /// RMSNorm of the scratch's float32 residual rows `row0..row0 + rows` with `weight`, into
-/// the same bf16 rows of `h`, after adding down_proj's `parts` parts into them (none: 0).
+/// the same bf16 rows of `h`, after adding the `parts` parts of the product before it (o_proj
+/// or down_proj) into them (none: 0).
 #[allow(clippy::too_many_arguments)]
 fn rmsnorm(
     gpu: &Gpu,
@@ -528,8 +548,8 @@ fn mlp(
         y: sc.x.ptr,
         output: Output::AddF32,
     };
-    gpu.gemm(w, &o)?;
-    rmsnorm(gpu, w, s, sc, 0, lw.ffn_norm, 0, p.rows)?;
+    let o_parts = product(gpu, w, sc, &o, k.opts.o_splits)?;
+    rmsnorm(gpu, w, s, sc, o_parts, lw.ffn_norm, 0, p.rows)?;
     let gate_up = Product {
         weight: lw.gate_up,
         out: 2 * s.ffn,
@@ -559,37 +579,57 @@ fn mlp(
         y: sc.x.ptr,
         output: Output::AddF32,
     };
-    let n = down_parts(&k.opts, s.ffn, p.rows, sc.parts_rows, sc.parts_count);
+    product(gpu, w, sc, &down, k.opts.down_splits)
+}
+
+/// Enqueues `p`, in `n` K slices into the scratch's parts where `k_slices` allows, else as
+/// asked. Returns how many parts the next kernel must sum in place of `p`'s output (0: none).
+fn product(
+    gpu: &Gpu,
+    w: Which,
+    sc: &Scratch,
+    p: &Product,
+    n: usize,
+) -> Result<usize, BackendError> {
+    let n = k_slices(&gpu.k.opts, n, p, sc.parts_rows, sc.parts_elems);
     if n == 0 {
-        gpu.gemm(w, &down)?;
+        gpu.gemm(w, p)?;
         return Ok(0);
     }
-    let down = Product {
+    let sliced = Product {
         y: sc.parts.ptr,
         output: Output::F32,
-        ..down
+        ..*p
     };
-    gpu.gemm_parts(w, &down, n, sc.parts_rows)?;
+    gpu.gemm_parts(w, &sliced, n, sc.parts_rows)?;
     Ok(n)
 }
 
-/// How many K slices down_proj runs as (`StepOptions::down_splits`), 0 for cuBLAS's own
-/// product into the residual: rows the GEMV takes, a batch-invariant launch, a K the count
-/// does not divide, or a scratch without room for the parts keep the plain product.
-fn down_parts(
+/// The parts' address for a kernel that sums `n` of them (0 when it sums none).
+fn parts_ptr(sc: &Scratch, n: usize) -> u64 {
+    match n {
+        0 => 0,
+        _ => sc.parts.ptr,
+    }
+}
+
+/// How many K slices `p` runs as when `n` are asked for (`StepOptions::qkv_splits`,
+/// `o_splits`, `down_splits`), 0 for the plain product: rows the GEMV takes, a
+/// batch-invariant launch, a K the count does not divide, or a scratch without room for
+/// the parts (`parts_elems` floats, `parts_rows` rows a part) keep it.
+fn k_slices(
     o: &StepOptions,
-    ffn: usize,
-    rows: usize,
+    n: usize,
+    p: &Product,
     parts_rows: usize,
-    parts_count: usize,
+    parts_elems: usize,
 ) -> usize {
-    let n = o.down_splits;
     let plain = n == 0
         || o.batch_invariant
-        || rows <= o.gemv_rows
-        || rows > parts_rows
-        || n > parts_count
-        || !ffn.is_multiple_of(n);
+        || p.rows <= o.gemv_rows
+        || p.rows > parts_rows
+        || n * parts_rows * p.out > parts_elems
+        || !p.inp.is_multiple_of(n);
     if plain {
         0
     } else {
@@ -646,32 +686,45 @@ mod tests {
     use super::*;
 
     #[test]
-    fn down_proj_runs_in_parts_only_where_the_option_and_the_scratch_allow() {
-        let on = StepOptions {
-            down_splits: 4,
-            ..StepOptions::default()
+    fn products_run_in_k_slices_only_where_the_option_and_the_scratch_allow() {
+        let o = StepOptions::default();
+        // llama-8b's down_proj at 64 rows, on a decode scratch of 128 rows with room for 4
+        // parts of hidden 4096.
+        let down = |rows| Product {
+            weight: 0,
+            out: 4096,
+            inp: 14_336,
+            rows,
+            x: 0,
+            y: 0,
+            output: Output::AddF32,
         };
-        // 64 rows of llama-8b's 14336 on a decode scratch of 128 rows holding 4 parts.
-        assert_eq!(down_parts(&on, 14_336, 64, 128, 4), 4);
-        // Off, one row (the GEMV's), more rows than the scratch holds, no room for the
-        // parts (a prefill scratch), a K the count does not divide: the plain product.
-        assert_eq!(down_parts(&StepOptions::default(), 14_336, 64, 128, 4), 0);
-        assert_eq!(down_parts(&on, 14_336, 1, 128, 4), 0);
-        assert_eq!(down_parts(&on, 14_336, 129, 128, 4), 0);
-        assert_eq!(down_parts(&on, 14_336, 64, 0, 0), 0);
-        let three = StepOptions {
-            down_splits: 3,
-            ..on
+        let room = 4 * 128 * 4096;
+        assert_eq!(k_slices(&o, 4, &down(64), 128, room), 4);
+        // Not asked, one row (the GEMV's), more rows than the scratch holds, no room for the
+        // parts (a prefill scratch, or a wider product), a K the count does not divide: the
+        // plain product.
+        assert_eq!(k_slices(&o, 0, &down(64), 128, room), 0);
+        assert_eq!(k_slices(&o, 4, &down(1), 128, room), 0);
+        assert_eq!(k_slices(&o, 4, &down(129), 128, room), 0);
+        assert_eq!(k_slices(&o, 4, &down(64), 0, 0), 0);
+        assert_eq!(k_slices(&o, 8, &down(64), 128, room), 0);
+        let qkv = Product {
+            out: 6144,
+            inp: 4096,
+            ..down(64)
         };
-        assert_eq!(down_parts(&three, 14_336, 64, 128, 4), 0);
+        assert_eq!(k_slices(&o, 4, &qkv, 128, room), 0);
+        assert_eq!(k_slices(&o, 2, &qkv, 128, room), 2);
+        assert_eq!(k_slices(&o, 3, &down(64), 128, room), 0);
         // Without the GEMV a single row takes parts too; a batch-invariant launch never does.
-        let no_gemv = StepOptions { gemv_rows: 0, ..on };
-        assert_eq!(down_parts(&no_gemv, 14_336, 1, 128, 4), 4);
+        let no_gemv = StepOptions { gemv_rows: 0, ..o };
+        assert_eq!(k_slices(&no_gemv, 4, &down(1), 128, room), 4);
         let invariant = StepOptions {
             batch_invariant: true,
             ..no_gemv
         };
-        assert_eq!(down_parts(&invariant, 14_336, 64, 128, 4), 0);
+        assert_eq!(k_slices(&invariant, 4, &down(64), 128, room), 0);
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! How a forward pass is launched: which attention kernel, programmatic dependent launch,
 //! how finely attention splits a row's context, whether a single-split pass skips the
 //! split merge, up to how many rows the weight products run on the GEMV kernels, whether
-//! down_proj's K slices are summed by the next RMSNorm, and whether a row's sums must not
+//! qkv, o_proj and down_proj run in K slices summed by the kernel that reads their output,
+//! and whether a row's sums must not
 //! depend on its batch (`batch_invariant`). The defaults are what BENCHMARKS.md §3.5
 //! measured best on the H200; the environment overrides
 //! each one so that `tools/gpu/run.sh` can time them side by side from one binary, and
@@ -46,6 +47,14 @@ pub struct StepOptions {
     /// its own K splits with a reduction launch; 0 (or a K that N does not divide) leaves
     /// down_proj to cuBLAS. Not with `batch_invariant`.
     pub down_splits: usize,
+    /// `GENSLOT_O_SPLITS=N`: o_proj as `down_splits` runs down_proj, its parts added by the
+    /// RMSNorm before the MLP. At batch 64 cuBLAS runs o_proj on about one block a
+    /// multiprocessor at 2.6 TB/s (BENCHMARKS.md §3.11); slices give it more blocks.
+    pub o_splits: usize,
+    /// `GENSLOT_QKV_SPLITS=N`: an attention layer's qkv product in N K slices, its parts
+    /// summed (and rounded to bf16, as cuBLAS rounds its output) by RoPE + KV write
+    /// (`rope_kv_write` in layers.cu). A recurrent layer's qkv keeps the plain product.
+    pub qkv_splits: usize,
 }
 
 impl Default for StepOptions {
@@ -66,14 +75,17 @@ impl Default for StepOptions {
             attn_ring: TcRing::default(),
             early_kv: true,
             down_splits: 0,
+            o_splits: 0,
+            qkv_splits: 0,
         }
     }
 }
 
 /// The most attention blocks per multiprocessor a split policy may ask for.
 const MAX_BLOCKS_PER_SM: usize = 64;
-/// The most K slices down_proj may be cut into (`StepOptions::down_splits`).
-const MAX_DOWN_SPLITS: usize = 8;
+/// The most K slices a product may be cut into (`StepOptions::down_splits`, `o_splits`,
+/// `qkv_splits`).
+const MAX_K_SLICES: usize = 8;
 
 impl StepOptions {
     /// Every option off: plain launches, cuBLAS for every product, 8 attention blocks per
@@ -89,6 +101,8 @@ impl StepOptions {
             attn_ring: TcRing::default(),
             early_kv: false,
             down_splits: 0,
+            o_splits: 0,
+            qkv_splits: 0,
         }
     }
 
@@ -99,6 +113,8 @@ impl StepOptions {
             gemv_rows: 0,
             batch_invariant: true,
             down_splits: 0,
+            o_splits: 0,
+            qkv_splits: 0,
             ..StepOptions::default()
         }
     }
@@ -172,12 +188,17 @@ impl StepOptions {
             GEMV_MAX_ROWS,
             "the GEMV adds a row's products in another order than cuBLAS adds a batch's",
         )?;
-        let down_splits = invariant_zero(
-            "GENSLOT_DOWN_SPLITS",
-            d.down_splits,
-            MAX_DOWN_SPLITS,
-            "the pinned products keep one K split",
-        )?;
+        let slices = |k: &str, default: usize| {
+            invariant_zero(
+                k,
+                default,
+                MAX_K_SLICES,
+                "the pinned products keep one K split",
+            )
+        };
+        let down_splits = slices("GENSLOT_DOWN_SPLITS", d.down_splits)?;
+        let o_splits = slices("GENSLOT_O_SPLITS", d.o_splits)?;
+        let qkv_splits = slices("GENSLOT_QKV_SPLITS", d.qkv_splits)?;
         Ok(StepOptions {
             attn,
             pdl: flag("GENSLOT_PDL", d.pdl)?,
@@ -191,6 +212,8 @@ impl StepOptions {
             },
             early_kv: flag("GENSLOT_EARLY_KV", d.early_kv)?,
             down_splits,
+            o_splits,
+            qkv_splits,
         })
     }
 
@@ -218,13 +241,18 @@ impl StepOptions {
                 self.attn_ring.warps, self.attn_ring.stages
             ),
         };
-        let down = match self.down_splits {
-            0 => String::new(),
-            n => format!(", down_proj in {n} K slices"),
-        };
+        let slices: String = [
+            ("qkv", self.qkv_splits),
+            ("o_proj", self.o_splits),
+            ("down_proj", self.down_splits),
+        ]
+        .iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(name, n)| format!(", {name} in {n} K slices"))
+        .collect();
         format!(
             "attention {attn}{ring}, {splits}, direct single split {}, early KV {}, PDL {}, \
-             GEMV {gemv}{down}",
+             GEMV {gemv}{slices}",
             on(self.direct_single_split),
             on(self.early_kv && self.attn == AttnKernel::TensorCore),
             on(self.pdl)
@@ -266,6 +294,8 @@ mod tests {
             ("GENSLOT_ATTN_STAGES", "5"),
             ("GENSLOT_EARLY_KV", "0"),
             ("GENSLOT_DOWN_SPLITS", "4"),
+            ("GENSLOT_O_SPLITS", "2"),
+            ("GENSLOT_QKV_SPLITS", "8"),
         ]))
         .unwrap();
         assert_eq!(
@@ -283,12 +313,14 @@ mod tests {
                 },
                 early_kv: false,
                 down_splits: 4,
+                o_splits: 2,
+                qkv_splits: 8,
             }
         );
         assert_eq!(
             o.describe(),
             "attention simt, 2 blocks/SM, direct single split on, early KV off, PDL on, GEMV up \
-             to 4 rows, down_proj in 4 K slices"
+             to 4 rows, qkv in 8 K slices, o_proj in 2 K slices, down_proj in 4 K slices"
         );
         // The ring shapes (and is named for) the tensor-core kernel only.
         let tc = StepOptions {
@@ -355,14 +387,17 @@ mod tests {
             e.contains("GENSLOT_GEMV_ROWS=1") && e.contains("BATCH_INVARIANT"),
             "{e}"
         );
-        // So is cutting down_proj into parts: another order of sums.
-        let e = StepOptions::parse(env(&[
-            ("GENSLOT_BATCH_INVARIANT", "1"),
-            ("GENSLOT_DOWN_SPLITS", "4"),
-        ]))
-        .unwrap_err()
-        .to_string();
-        assert!(e.contains("GENSLOT_DOWN_SPLITS=4"), "{e}");
+        // So is cutting a product into K slices: another order of sums.
+        for k in [
+            "GENSLOT_DOWN_SPLITS",
+            "GENSLOT_O_SPLITS",
+            "GENSLOT_QKV_SPLITS",
+        ] {
+            let e = StepOptions::parse(env(&[("GENSLOT_BATCH_INVARIANT", "1"), (k, "4")]))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(&format!("{k}=4")), "{e}");
+        }
     }
 
     #[test]
@@ -383,6 +418,8 @@ mod tests {
             ("GENSLOT_ATTN_STAGES", "1"),
             ("GENSLOT_ATTN_STAGES", "9"),
             ("GENSLOT_DOWN_SPLITS", "9"),
+            ("GENSLOT_O_SPLITS", "two"),
+            ("GENSLOT_QKV_SPLITS", "9"),
         ] {
             let e = StepOptions::parse(env(&[(k, v)])).unwrap_err().to_string();
             assert!(e.contains(&format!("{k}={v}")), "{e}");

@@ -81,14 +81,27 @@ extern "C" __global__ void rmsnorm(float* x, const float* parts, int nparts, lon
     }
 }
 
+// Element e of row r's q|k|v: the GEMM's bf16 output, or (nparts > 0) its nparts K-slice
+// parts, f32 `part_stride` apart, summed and rounded to bf16 as the GEMM rounds its output.
+__device__ __forceinline__ float qkv_elem(const bf16_t* row, const float* pr, int nparts,
+                                          long long part_stride, int e) {
+    if (nparts == 0) return bf2f(row[e]);
+    float v = 0.0f;
+    for (int s = 0; s < nparts; s++) v += pr[(u64)s * part_stride + e];
+    return bf2f(f2bf(v));
+}
+
 // Rotates q and k of one token in place (HF rotate-half layout) and writes its k and v into
 // the paged cache. qkv row: [H*D q | KV*D k | KV*D v]. Cache layout per layer:
 // [page][kv_head][slot][D]. Rows with lens[r] <= 0 are padding and are skipped.
 // table_stride 0 lets all rows of one prefill share one page table. inv_freq[D/2] holds the
 // rotary frequencies (base and scaling applied on the host, `ModelShape::inv_freq`).
 // Grid (rows, blocks): one thread per rotated pair or copied v element, so a row's work is
-// spread over (H + KV) * D / 2 + KV * D threads instead of looping in one block.
-extern "C" __global__ void rope_kv_write(bf16_t* qkv, const int* pos, const int* lens,
+// spread over (H + KV) * D / 2 + KV * D threads instead of looping in one block. With
+// nparts > 0 the row is read from qkv's K-slice parts (`qkv_elem`; `StepOptions::qkv_splits`)
+// and written back whole, so it ends as it would after the plain product.
+extern "C" __global__ void rope_kv_write(bf16_t* qkv, const float* parts, int nparts,
+                                         long long part_stride, const int* pos, const int* lens,
                                          const int* page_table, int table_stride, bf16_t* kc,
                                          bf16_t* vc, int H, int KV, int D, int P,
                                          const float* inv_freq) {
@@ -96,7 +109,9 @@ extern "C" __global__ void rope_kv_write(bf16_t* qkv, const int* pos, const int*
     int r = blockIdx.x;
     if (lens[r] <= 0) return;
     int p = pos[r];
-    bf16_t* row = qkv + (u64)r * (H + 2 * KV) * D;
+    const int width = (H + 2 * KV) * D;
+    bf16_t* row = qkv + (u64)r * width;
+    const float* pr = nparts > 0 ? parts + (u64)r * width : nullptr;
     const int* table = page_table + (u64)r * table_stride;
     u64 page = (u64)table[p / P];
     int slot = p % P;
@@ -107,11 +122,12 @@ extern "C" __global__ void rope_kv_write(bf16_t* qkv, const int* pos, const int*
         int head = idx / half, i = idx % half;
         float s, c;
         sincosf((float)p * inv_freq[i], &s, &c);
-        bf16_t* h = row + head * D;
-        float x0 = bf2f(h[i]), x1 = bf2f(h[i + half]);
+        int e0 = head * D + i;
+        float x0 = qkv_elem(row, pr, nparts, part_stride, e0);
+        float x1 = qkv_elem(row, pr, nparts, part_stride, e0 + half);
         bf16_t y0 = f2bf(x0 * c - x1 * s), y1 = f2bf(x1 * c + x0 * s);
-        h[i] = y0;
-        h[i + half] = y1;
+        row[e0] = y0;
+        row[e0 + half] = y1;
         if (head >= H) {
             u64 base = ((page * KV + (head - H)) * P + slot) * D;
             kc[base + i] = y0;
@@ -119,7 +135,10 @@ extern "C" __global__ void rope_kv_write(bf16_t* qkv, const int* pos, const int*
         }
     } else if (idx < pairs + KV * D) {
         int e = idx - pairs, kh = e / D, d = e % D;
-        vc[((page * KV + kh) * P + slot) * D + d] = row[(H + KV) * D + e];
+        int ev = (H + KV) * D + e;
+        bf16_t v = nparts > 0 ? f2bf(qkv_elem(row, pr, nparts, part_stride, ev)) : row[ev];
+        if (nparts > 0) row[ev] = v;
+        vc[((page * KV + kh) * P + slot) * D + d] = v;
     }
 }
 
