@@ -48,8 +48,8 @@ pub struct StepOptions {
     /// down_proj to cuBLAS. Not with `batch_invariant`.
     pub down_splits: usize,
     /// `GENSLOT_O_SPLITS=N`: o_proj as `down_splits` runs down_proj, its parts added by the
-    /// RMSNorm before the MLP. At batch 64 cuBLAS runs o_proj on about one block a
-    /// multiprocessor at 2.6 TB/s (BENCHMARKS.md §3.11); slices give it more blocks.
+    /// RMSNorm before the MLP. At batch 64 cuBLAS's o_proj reads its weight at 2.6 TB/s (ncu,
+    /// BENCHMARKS.md §3.11): slices give it more blocks to read with.
     pub o_splits: usize,
     /// `GENSLOT_QKV_SPLITS=N`: an attention layer's qkv product in N K slices, its parts
     /// summed (and rounded to bf16, as cuBLAS rounds its output) by RoPE + KV write
