@@ -311,11 +311,12 @@ fn every_step_option_computes_the_tokens_the_plain_launch_computes() {
             ..d
         },
         StepOptions::invariant(),
-        // Products of 2 and 3 rows in K slices: down_proj's and o_proj's parts added into the
+        // Products of 2 and 3 rows in K slices (the defaults cut down_proj in 4; here cuBLAS's
+        // own down_proj, and other counts): down_proj's and o_proj's parts added into the
         // residual by the next RMSNorm, qkv's summed by RoPE + KV write (the one-row passes
         // keep the GEMV).
         StepOptions {
-            down_splits: 4,
+            down_splits: 0,
             ..StepOptions::default()
         },
         StepOptions {

@@ -41,6 +41,13 @@ serve_and_check() {
     kill -0 "$pid" 2>/dev/null || break
     sleep 1
   done
+  # A server that exited (a refused config, say) fails now with its log, rather than after
+  # the check script's own wait for health.
+  if ! kill -0 "$pid" 2>/dev/null; then
+    fail "serve $name: the server exited"
+    tail -20 "$W/serve-$name.log"
+    return
+  fi
   python3 "$check" "http://127.0.0.1:$port" "$W/serve-$name.json" 2>&1 | tee "$W/serve-$name.txt" \
     || { fail "serve $name"; tail -20 "$W/serve-$name.log"; }
   kill "$pid" 2>/dev/null
