@@ -49,11 +49,12 @@ pub struct StepOptions {
     pub down_splits: usize,
     /// `GENSLOT_O_SPLITS=N`: o_proj as `down_splits` runs down_proj, its parts added by the
     /// RMSNorm before the MLP. At batch 64 cuBLAS's o_proj reads its weight at 2.6 TB/s (ncu,
-    /// BENCHMARKS.md §3.11): slices give it more blocks to read with.
+    /// BENCHMARKS.md §3.11), but in 2 slices the step was no faster (§3.12).
     pub o_splits: usize,
     /// `GENSLOT_QKV_SPLITS=N`: an attention layer's qkv product in N K slices, its parts
     /// summed (and rounded to bf16, as cuBLAS rounds its output) by RoPE + KV write
-    /// (`rope_kv_write` in layers.cu). A recurrent layer's qkv keeps the plain product.
+    /// (`rope_kv_write` in layers.cu). A recurrent layer's qkv keeps the plain product. In 2
+    /// or 4 slices the step was 0.5-1.8 % slower (BENCHMARKS.md §3.12).
     pub qkv_splits: usize,
 }
 
