@@ -389,7 +389,7 @@ pub(crate) fn enqueue(
             0,
             &[
                 A::P(sc.qkv.ptr),
-                A::P(parts_ptr(sc, qkv_parts)),
+                A::P(parts_ptr(sc, qkv_parts, 0)),
                 A::I(qkv_parts as i32),
                 A::L((sc.parts_rows * s.qkv_dim()) as u64),
                 A::P(sc.pos.ptr),
@@ -511,10 +511,7 @@ fn rmsnorm(
         &[
             A::P(sc.x.at(row0 * hid * 4)),
             // Read only with parts to add (a prefill scratch has none).
-            A::P(match parts {
-                0 => 0,
-                _ => sc.parts.at(row0 * hid * 4),
-            }),
+            A::P(parts_ptr(sc, parts, row0 * hid * 4)),
             A::I(parts as i32),
             A::L((sc.parts_rows * hid) as u64),
             A::P(weight),
@@ -605,11 +602,12 @@ fn product(
     Ok(n)
 }
 
-/// The parts' address for a kernel that sums `n` of them (0 when it sums none).
-fn parts_ptr(sc: &Scratch, n: usize) -> u64 {
+/// The parts' address, `offset` bytes in, for a kernel that sums `n` of them (0 when it sums
+/// none).
+fn parts_ptr(sc: &Scratch, n: usize, offset: usize) -> u64 {
     match n {
         0 => 0,
-        _ => sc.parts.ptr,
+        _ => sc.parts.at(offset),
     }
 }
 

@@ -2,9 +2,8 @@
 //! how finely attention splits a row's context, whether a single-split pass skips the
 //! split merge, up to how many rows the weight products run on the GEMV kernels, whether
 //! qkv, o_proj and down_proj run in K slices summed by the kernel that reads their output,
-//! and whether a row's sums must not
-//! depend on its batch (`batch_invariant`). The defaults are what BENCHMARKS.md §3.5
-//! measured best on the H200; the environment overrides
+//! and whether a row's sums must not depend on its batch (`batch_invariant`). The defaults
+//! are what BENCHMARKS.md §3.5–3.12 measured best on the H200; the environment overrides
 //! each one so that `tools/gpu/run.sh` can time them side by side from one binary, and
 //! `StepOptions::plain` (every option off) is the launch the GPU tests check them against.
 

@@ -136,7 +136,8 @@ extern "C" __global__ void rope_kv_write(bf16_t* qkv, const float* parts, int np
     } else if (idx < pairs + KV * D) {
         int e = idx - pairs, kh = e / D, d = e % D;
         int ev = (H + KV) * D + e;
-        bf16_t v = nparts > 0 ? f2bf(qkv_elem(row, pr, nparts, part_stride, ev)) : row[ev];
+        // Without parts qkv_elem reads the bf16 element, which f2bf gives back unchanged.
+        bf16_t v = f2bf(qkv_elem(row, pr, nparts, part_stride, ev));
         if (nparts > 0) row[ev] = v;
         vc[((page * KV + kh) * P + slot) * D + d] = v;
     }
