@@ -104,6 +104,118 @@ struct TcSmem {
     static constexpr int BYTES = TC_WARPS * TC_STAGES * STAGE * 2;
 };
 
+// Row halves of the MMA's A operand that hold query heads: rows 0..7, and 8..15 when G > 8.
+template <int G>
+struct TcRows {
+    static constexpr int R = G > 8 ? 2 : 1;
+};
+
+// This lane's query rows (heads qh + 8h of the G at `qg`, one row's first head of a kv head)
+// as A fragments for columns qc, qc + 8 of each k-step; rows >= G are zero.
+template <int D, int G>
+__device__ __forceinline__ void tc_load_q(const bf16_t* __restrict__ qg, int qh, int qc,
+                                          unsigned (&qa)[D / 16][TcRows<G>::R][2]) {
+#pragma unroll
+    for (int k = 0; k < D / 16; ++k)
+#pragma unroll
+        for (int h = 0; h < TcRows<G>::R; ++h) {
+            qa[k][h][0] = 0u;
+            qa[k][h][1] = 0u;
+            if (qh + 8 * h < G) {
+                const bf16_t* qr = qg + (qh + 8 * h) * D + k * 16 + qc;
+                qa[k][h][0] = *(const unsigned*)qr;
+                qa[k][h][1] = *(const unsigned*)(qr + 8);
+            }
+        }
+}
+
+// One warp's tile of TC_TILE tokens [t0, t0 + TC_TILE) (those at or past `end` masked), K at
+// `ks` and V at `vs` in shared memory: scores Q·Kᵀ, the online softmax of each head, O += P·V.
+// m_run is in log2 units; l_run sums this lane's tokens only (its quad adds them at the end).
+template <int D, int G>
+__device__ __forceinline__ void tc_tile(const bf16_t* ks, const bf16_t* vs,
+                                        const unsigned (&qa)[D / 16][TcRows<G>::R][2], int t0,
+                                        int end, float sl2, int lane,
+                                        float (&m_run)[TcRows<G>::R],
+                                        float (&l_run)[TcRows<G>::R], float (&o)[D / 8][4]) {
+    constexpr int R = TcRows<G>::R;
+    constexpr int ROW = TcSmem<D>::ROW;
+    constexpr int KS = D / 16;  // k-steps of Q·Kᵀ
+    const int qc = (lane & 3) * 2;
+
+    // Scores of 16 tokens: n-tile 0 = tokens 0..7, n-tile 1 = tokens 8..15;
+    // sc[nt][2h + e] is head qh + 8h, token nt*8 + qc + e.
+    float sc[2][4];
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) sc[nt][e] = 0.0f;
+    {
+        const int mi = lane >> 3, rr = lane & 7;
+        const unsigned a = smem_addr(ks + ((mi >> 1) * 8 + rr) * ROW + (mi & 1) * 8);
+#pragma unroll
+        for (int k2 = 0; k2 < KS; ++k2) {
+            unsigned b0, b1, b2, b3;
+            ldsm_x4(a + k2 * 32, b0, b1, b2, b3);
+            mma_rows<R>(sc[0], qa[k2], b0, b1);
+            mma_rows<R>(sc[1], qa[k2], b2, b3);
+        }
+    }
+    // Online softmax for each head over this tile; the 4 lanes of a quad share a head.
+    unsigned pa[R][2];
+#pragma unroll
+    for (int h = 0; h < R; ++h) {
+        float v[2][2];
+        float mx = NEG_INF;
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int t = t0 + nt * 8 + qc + e;
+                v[nt][e] = t < end ? sc[nt][2 * h + e] * sl2 : NEG_INF;
+                mx = fmaxf(mx, v[nt][e]);
+            }
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float m_new = fmaxf(m_run[h], mx);
+        const float alpha = (m_run[h] == NEG_INF) ? 0.0f : fast_exp2(m_run[h] - m_new);
+        float p[2][2], sum = 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                p[nt][e] = fast_exp2(v[nt][e] - m_new);
+                sum += p[nt][e];
+            }
+        // This lane's tokens only: the quad shares m (so alpha), and adds its four
+        // partial sums once, after the last tile.
+        l_run[h] = l_run[h] * alpha + sum;
+        m_run[h] = m_new;
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n) {
+            o[n][2 * h] *= alpha;
+            o[n][2 * h + 1] *= alpha;
+        }
+        // P's A fragments come straight from the score accumulators: tokens qc, qc+1
+        // (k 0..7) and 8 + qc, 8 + qc + 1 (k 8..15) of this head's row.
+        pa[h][0] = pack_bf2(p[0][0], p[0][1]);
+        pa[h][1] = pack_bf2(p[1][0], p[1][1]);
+    }
+
+    // O += P·V.
+    {
+        const int mi = lane >> 3, rr = lane & 7;
+        const unsigned a = smem_addr(vs + ((mi & 1) * 8 + rr) * ROW + (mi >> 1) * 8);
+#pragma unroll
+        for (int nb = 0; nb < D / 16; ++nb) {
+            unsigned b0, b1, b2, b3;
+            ldsm_x4_t(a + nb * 32, b0, b1, b2, b3);
+            mma_rows<R>(o[2 * nb], pa, b0, b1);
+            mma_rows<R>(o[2 * nb + 1], pa, b2, b3);
+        }
+    }
+}
+
 // G query heads (1..16) per kv head. Lane l holds head qh = l / 4 in the MMA's top rows and,
 // when G > 8, head qh + 8 in its bottom rows (R = 2 row halves); rows >= G are zero.
 template <int D, int G>
@@ -245,21 +357,8 @@ __device__ __forceinline__ void attn_tc(const bf16_t* __restrict__ q, int q_stri
     }
     PDL_BEGIN();
 
-    // This lane's query rows (heads kvh*G + qh + 8h) as A fragments; rows >= G are zero.
     unsigned qa[KS][R][2];
-#pragma unroll
-    for (int k = 0; k < KS; ++k)
-#pragma unroll
-        for (int h = 0; h < R; ++h) {
-            qa[k][h][0] = 0u;
-            qa[k][h][1] = 0u;
-            if (qh + 8 * h < G) {
-                const bf16_t* qr =
-                    q + (u64)r * q_stride + (u64)(kvh * G + qh + 8 * h) * D + k * 16 + qc;
-                qa[k][h][0] = *(const unsigned*)qr;
-                qa[k][h][1] = *(const unsigned*)(qr + 8);
-            }
-        }
+    tc_load_q<D, G>(q + (u64)r * q_stride + (u64)kvh * G * D, qh, qc, qa);
 #pragma unroll
     for (int k = 0; k < TC_STAGES - 1; ++k) {
         if (k >= early) issue(k);
@@ -272,78 +371,7 @@ __device__ __forceinline__ void attn_tc(const bf16_t* __restrict__ q, int q_stri
         const bf16_t* ks = ring + (k % TC_STAGES) * TcSmem<D>::STAGE;
         const bf16_t* vs = ks + TC_TILE * ROW;
         const int t0 = start + (warp + k * TC_WARPS) * TC_TILE;
-
-        // Scores of 16 tokens: n-tile 0 = tokens 0..7, n-tile 1 = tokens 8..15;
-        // sc[nt][2h + e] is head qh + 8h, token nt*8 + qc + e.
-        float sc[2][4];
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) sc[nt][e] = 0.0f;
-        {
-            const int mi = lane >> 3, rr = lane & 7;
-            const unsigned a = smem_addr(ks + ((mi >> 1) * 8 + rr) * ROW + (mi & 1) * 8);
-#pragma unroll
-            for (int k2 = 0; k2 < KS; ++k2) {
-                unsigned b0, b1, b2, b3;
-                ldsm_x4(a + k2 * 32, b0, b1, b2, b3);
-                mma_rows<R>(sc[0], qa[k2], b0, b1);
-                mma_rows<R>(sc[1], qa[k2], b2, b3);
-            }
-        }
-        // Online softmax for each head over this tile; the 4 lanes of a quad share a head.
-        unsigned pa[R][2];
-#pragma unroll
-        for (int h = 0; h < R; ++h) {
-            float v[2][2];
-            float mx = NEG_INF;
-#pragma unroll
-            for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    const int t = t0 + nt * 8 + qc + e;
-                    v[nt][e] = t < end ? sc[nt][2 * h + e] * sl2 : NEG_INF;
-                    mx = fmaxf(mx, v[nt][e]);
-                }
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            const float m_new = fmaxf(m_run[h], mx);
-            const float alpha = (m_run[h] == NEG_INF) ? 0.0f : fast_exp2(m_run[h] - m_new);
-            float p[2][2], sum = 0.0f;
-#pragma unroll
-            for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    p[nt][e] = fast_exp2(v[nt][e] - m_new);
-                    sum += p[nt][e];
-                }
-            // This lane's tokens only: the quad shares m (so alpha), and adds its four
-            // partial sums once, after the last tile.
-            l_run[h] = l_run[h] * alpha + sum;
-            m_run[h] = m_new;
-#pragma unroll
-            for (int n = 0; n < NT; ++n) {
-                o[n][2 * h] *= alpha;
-                o[n][2 * h + 1] *= alpha;
-            }
-            // P's A fragments come straight from the score accumulators: tokens qc, qc+1
-            // (k 0..7) and 8 + qc, 8 + qc + 1 (k 8..15) of this head's row.
-            pa[h][0] = pack_bf2(p[0][0], p[0][1]);
-            pa[h][1] = pack_bf2(p[1][0], p[1][1]);
-        }
-
-        // O += P·V.
-        {
-            const int mi = lane >> 3, rr = lane & 7;
-            const unsigned a = smem_addr(vs + ((mi & 1) * 8 + rr) * ROW + (mi >> 1) * 8);
-#pragma unroll
-            for (int nb = 0; nb < D / 16; ++nb) {
-                unsigned b0, b1, b2, b3;
-                ldsm_x4_t(a + nb * 32, b0, b1, b2, b3);
-                mma_rows<R>(o[2 * nb], pa, b0, b1);
-                mma_rows<R>(o[2 * nb + 1], pa, b2, b3);
-            }
-        }
+        tc_tile<D, G>(ks, vs, qa, t0, end, sl2, lane, m_run, l_run, o);
     }
     cp_async_wait<0>();
 #pragma unroll
