@@ -275,6 +275,12 @@ impl CudaBackend {
             .map(|b| b * per * pass_splits(&gpu, kvh, b * per, Some(cfg.max_context)))
             .max()
             .unwrap_or(1);
+        // The balanced attention's slots: one a (row, kv head) and one a warp of its grid,
+        // which is widest for the fewest rows (`forward::balanced_launch`).
+        let dec_parts = match gpu.balanced_grid(1, shape.head_dim)? {
+            Some(g) => dec_parts.max(dec_rows + g.warps.div_ceil(kvh)),
+            None => dec_parts,
+        };
         let dec = Scratch::new(
             &gpu,
             &shape,

@@ -22,6 +22,7 @@ const INIT: &str = include_str!("kernels/init.cu");
 const LAYERS: &str = include_str!("kernels/layers.cu");
 const ATTENTION: &str = include_str!("kernels/attention.cu");
 const ATTENTION_TC: &str = include_str!("kernels/attention_tc.cu");
+const ATTENTION_BALANCED: &str = include_str!("kernels/attention_balanced.cu");
 const SAMPLE: &str = include_str!("kernels/sample.cu");
 const DRAFT: &str = include_str!("kernels/draft.cu");
 const RECURRENT: &str = include_str!("kernels/recurrent.cu");
@@ -57,6 +58,7 @@ pub fn kernel_source(attn: &[AttnShape]) -> String {
         LAYERS,
         ATTENTION,
         ATTENTION_TC,
+        ATTENTION_BALANCED,
         SAMPLE,
         DRAFT,
         RECURRENT,
@@ -66,7 +68,7 @@ pub fn kernel_source(attn: &[AttnShape]) -> String {
     .join("\n");
     for &(d, g) in attn {
         src.push_str(&format!(
-            "ATTN_INSTANCE({d}, {g})\nATTN_TC_INSTANCE({d}, {g})\n"
+            "ATTN_INSTANCE({d}, {g})\nATTN_TC_INSTANCE({d}, {g})\nATTN_TCB_INSTANCE({d}, {g})\n"
         ));
     }
     for d in head_dims(attn) {
@@ -96,6 +98,12 @@ pub fn attn_kernel_name(kind: AttnKernel, d: usize, g: usize) -> String {
     }
 }
 
+/// Name of the balanced tensor-core attention kernel (`StepOptions::attn_balanced`) for
+/// head_dim `d` and group `g`.
+pub fn attn_balanced_kernel_name(d: usize, g: usize) -> String {
+    format!("paged_attn_tcb_d{d}_g{g}")
+}
+
 /// Every kernel a module compiled from `kernel_source(attn)` defines.
 pub fn kernel_names(attn: &[AttnShape]) -> Vec<String> {
     let mut v: Vec<String> = [
@@ -120,6 +128,7 @@ pub fn kernel_names(attn: &[AttnShape]) -> Vec<String> {
         for kind in [AttnKernel::Simt, AttnKernel::TensorCore] {
             v.push(attn_kernel_name(kind, d, g));
         }
+        v.push(attn_balanced_kernel_name(d, g));
     }
     v
 }
@@ -188,6 +197,17 @@ pub(crate) fn drv(what: &str) -> impl Fn(DriverError) -> BackendError + '_ {
 
 fn blas_err(what: &str) -> impl Fn(cudarc::cublas::result::CublasError) -> BackendError + '_ {
     move |e| BackendError::Failed(format!("{what}: {e:?}"))
+}
+
+/// One launch of the balanced attention (`Gpu::balanced_grid`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BalancedGrid {
+    pub blocks: u32,
+    pub threads: u32,
+    pub smem: u32,
+    /// Warps of the grid: the pieces a pass's (row, kv head) pairs may be cut into, beyond
+    /// one a pair, are at most this many (the scratch's partial slots).
+    pub warps: usize,
 }
 
 /// A device allocation addressed by raw pointer.
@@ -382,6 +402,8 @@ pub(crate) struct Kernels {
     pub combine: DepKernel,
     /// The model's attention kernel of `opts.attn` (its head_dim and group size).
     pub attn: DepKernel,
+    /// The balanced tensor-core attention, when `opts.attn_balanced` asks for it.
+    pub attn_balanced: Option<DepKernel>,
     /// How passes are launched (`opts.pdl`: whether `launch_dep` launches programmatically).
     pub opts: StepOptions,
     /// Prompt lookup and verification (`draft.cu`).
@@ -533,6 +555,24 @@ impl Gpu {
                 )
                 .map_err(drv("attention shared-memory limit"))?;
         }
+        let attn_balanced = match (attn_kind, opts.attn_balanced) {
+            (AttnKernel::TensorCore, true) => {
+                let n = attn_balanced_kernel_name(d, g);
+                let bf = f(&n)?;
+                // Its ring's bytes and a few more a row (`Gpu::balanced_grid`): all that the
+                // block may opt into beside its static shared memory.
+                let fixed = bf
+                    .get_attribute(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)
+                    .map_err(drv("balanced attention static shared memory"))?;
+                bf.set_attribute(
+                    sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    max_smem as i32 - fixed,
+                )
+                .map_err(drv("balanced attention shared-memory limit"))?;
+                Some(DepKernel::new(bf, &n)?)
+            }
+            _ => None,
+        };
         let dep = |n: &str| DepKernel::new(f(n)?, n);
         let k = Kernels {
             init: f("init_uniform_bf16")?,
@@ -545,6 +585,7 @@ impl Gpu {
             read_probe: f("read_probe")?,
             combine: dep("attn_combine")?,
             attn: DepKernel::new(attn_fn, &attn_name)?,
+            attn_balanced,
             opts,
             draft_lookup: f("draft_lookup")?,
             draft_accept: f("draft_accept")?,
@@ -598,6 +639,37 @@ impl Gpu {
             Which::Prefill => &self.prefill,
             Which::Transfer => &self.transfer,
         }
+    }
+
+    /// The balanced attention's launch for a pass of `rows` rows: as many blocks as fit on
+    /// the chip at once, and each one's shared memory (the ring, then the rows' tile
+    /// prefix). None when the option is off.
+    pub fn balanced_grid(
+        &self,
+        rows: usize,
+        head_dim: usize,
+    ) -> Result<Option<BalancedGrid>, BackendError> {
+        let Some(f) = &self.k.attn_balanced else {
+            return Ok(None);
+        };
+        let ring = self.k.opts.attn_ring;
+        let threads = AttnKernel::TensorCore.threads(ring);
+        let smem = AttnKernel::TensorCore.smem_bytes(head_dim, ring) as usize + 4 * (rows + 1);
+        let per_sm =
+            f.0.occupancy_max_active_blocks_per_multiprocessor(threads, smem, None)
+                .map_err(drv("balanced attention occupancy"))?;
+        if per_sm == 0 {
+            return Err(BackendError::Failed(format!(
+                "balanced attention: no block of {smem} bytes of shared memory fits ({rows} rows)"
+            )));
+        }
+        let blocks = per_sm * self.sm_count;
+        Ok(Some(BalancedGrid {
+            blocks,
+            threads,
+            smem: smem as u32,
+            warps: blocks as usize * ring.warps,
+        }))
     }
 
     fn blas(&self, w: Which) -> &CudaBlas {
@@ -902,6 +974,10 @@ mod tests {
             let inst = name
                 .strip_prefix("paged_attn_tc_d")
                 .map(|r| ("ATTN_TC_INSTANCE", r))
+                .or_else(|| {
+                    name.strip_prefix("paged_attn_tcb_d")
+                        .map(|r| ("ATTN_TCB_INSTANCE", r))
+                })
                 .or_else(|| {
                     name.strip_prefix("paged_attn_d")
                         .map(|r| ("ATTN_INSTANCE", r))

@@ -6,7 +6,7 @@
 //! the next RMSNorm: `StepOptions::o_splits`, `down_splits`); everything a GEMM reads is
 //! bf16 (qkv's K-slice parts are summed and rounded by RoPE + KV write: `qkv_splits`).
 
-use super::device::{DevBuf, Gpu, Output, Product, Which, A};
+use super::device::{BalancedGrid, DepKernel, DevBuf, Gpu, Output, Product, Which, A};
 use super::shape::ModelShape;
 use super::step_options::StepOptions;
 use super::weights::Weights;
@@ -150,6 +150,9 @@ pub(crate) struct Scratch {
     pub logits: DevBuf,
     part_o: DevBuf,
     part_ml: DevBuf,
+    /// The balanced attention's count of finished pieces a (row, kv head) pair, each left at
+    /// zero by the warp that merges the pair (attention_balanced.cu); decode scratch only.
+    attn_counts: DevBuf,
     /// A product's K-slice parts (`StepOptions::qkv_splits`, `o_splits`, `down_splits`):
     /// N parts of `parts_rows` x the product's width, f32, in `parts_elems` floats of a
     /// decode scratch (none in a prefill one). One product's parts at a time: each is summed
@@ -216,6 +219,10 @@ impl Scratch {
             logits: a(logit_rows * s.vocab * 4)?,
             part_o: a(part_rows_splits * hd * 4)?,
             part_ml: a(part_rows_splits * s.heads * 2 * 4)?,
+            attn_counts: a(match w {
+                Which::Decode if o.attn_balanced => rows * s.kv_heads * 4,
+                _ => 4,
+            })?,
             samp: a(logit_rows.max(1) * std::mem::size_of::<crate::sampling::SampleRow>())?,
             out_tok: a(logit_rows.max(1) * 4)?,
             seg_slot: a(rows * 4)?,
@@ -256,6 +263,43 @@ pub(crate) struct Pass {
     /// (`StepOptions::early_kv`).
     pub kv_settled: bool,
 }
+
+/// The balanced attention's kernel and grid for pass `p`, when it takes the pass
+/// (`StepOptions::attn_balanced`): a decode pass (each row its own page-table row) of one
+/// split a row, over pages of whole 16-token tiles, on a scratch with a counter for each
+/// (row, kv head) and a partial slot for each piece.
+fn balanced_launch<'g>(
+    gpu: &'g Gpu,
+    s: &ModelShape,
+    kv: &KvCache,
+    sc: &Scratch,
+    p: Pass,
+) -> Result<Option<(&'g DepKernel, BalancedGrid)>, BackendError> {
+    let Some(f) = &gpu.k.attn_balanced else {
+        return Ok(None);
+    };
+    if p.splits != 1 || p.table_stride == 0 || !kv.page_size.is_multiple_of(BALANCED_TILE) {
+        return Ok(None);
+    }
+    let Some(g) = gpu.balanced_grid(p.rows, s.head_dim)? else {
+        return Ok(None);
+    };
+    // Slots: one a pair, and one more for each cut between warps.
+    let slots = p.rows * s.kv_heads + g.warps;
+    if sc.attn_counts.bytes < p.rows * s.kv_heads * 4 || sc.part_rows_splits * s.kv_heads < slots {
+        return Err(BackendError::Failed(format!(
+            "balanced attention over {} rows needs {slots} partial slots and a counter a \
+             (row, kv head); the scratch has {} slots and {} counters",
+            p.rows,
+            sc.part_rows_splits * s.kv_heads,
+            sc.attn_counts.bytes / 4
+        )));
+    }
+    Ok(Some((f, g)))
+}
+
+/// Tokens a tile of the tensor-core attention kernels (TC_TILE in attention_tc.cu).
+const BALANCED_TILE: usize = 16;
 
 /// Threads of the RMSNorm block for a row of `hidden`: a float4 a thread where it fits
 /// (`RMS_VEC` in layers.cu lets a thread hold up to four).
@@ -352,8 +396,9 @@ pub(crate) fn enqueue(
         ],
     )?;
     let attn_fn = &k.attn;
+    let balanced = balanced_launch(gpu, s, kv, sc, p)?;
     // One split: the attention kernel writes `attn` itself (`StepOptions::direct_single_split`).
-    let direct = k.opts.direct_single_split && p.splits == 1;
+    let direct = balanced.is_some() || (k.opts.direct_single_split && p.splits == 1);
     let scale = 1.0 / (s.head_dim as f32).sqrt();
     // down_proj's parts not yet added into the residual (the next RMSNorm adds them).
     let mut parts = 0;
@@ -405,6 +450,35 @@ pub(crate) fn enqueue(
                 A::P(wt.inv_freq),
             ],
         )?;
+        if let Some((f, g)) = balanced {
+            gpu.launch_dep(
+                w,
+                f,
+                (g.blocks, 1, 1),
+                g.threads,
+                g.smem,
+                &[
+                    A::P(sc.qkv.ptr),
+                    A::I(s.qkv_dim() as i32),
+                    A::P(kv.k(kl)),
+                    A::P(kv.v(kl)),
+                    A::P(sc.lens.ptr),
+                    A::P(sc.table.ptr),
+                    A::I(p.table_stride as i32),
+                    A::I(s.kv_heads as i32),
+                    A::I(kv.page_size as i32),
+                    A::I(p.rows as i32),
+                    A::F(scale),
+                    A::P(sc.part_o.ptr),
+                    A::P(sc.part_ml.ptr),
+                    A::P(sc.attn_counts.ptr),
+                    A::P(sc.attn.ptr),
+                    A::I((p.kv_settled && k.opts.early_kv) as i32),
+                ],
+            )?;
+            parts = mlp(gpu, w, s, lw, sc, p)?;
+            continue;
+        }
         gpu.launch_dep(
             w,
             attn_fn,

@@ -37,6 +37,15 @@ pub struct StepOptions {
     /// warps and each warp's cp.async stages (how many bytes a multiprocessor has in flight,
     /// against how many blocks fit in its shared memory).
     pub attn_ring: TcRing,
+    /// `GENSLOT_ATTN_BALANCED=0|1`: a pass of one attention split a row (as many (row, kv
+    /// head) pairs as block slots, or more) runs the tensor-core attention on a grid of the
+    /// blocks that fit on the chip at once, each warp taking an equal run of the pass's
+    /// tiles (attention_balanced.cu), instead of a block per pair in waves. Pages must hold
+    /// whole tiles of 16 tokens; other passes keep the split grid. Not with
+    /// `batch_invariant` (where a row's pieces fall depends on the batch). Off: it read KV
+    /// more slowly than the split grid at 4k (batch 64 2.2 % slower), gaining 0.8 % only at
+    /// 32k batch 128 (BENCHMARKS.md §3.13).
+    pub attn_balanced: bool,
     /// `GENSLOT_EARLY_KV=0|1`: in a decode step the tensor-core attention kernel copies its
     /// first tiles of K and V before it waits for the kernel before it (with PDL).
     pub early_kv: bool,
@@ -74,6 +83,7 @@ impl Default for StepOptions {
             gemv_rows: 1,
             batch_invariant: false,
             attn_ring: TcRing::default(),
+            attn_balanced: false,
             early_kv: true,
             down_splits: 4,
             o_splits: 0,
@@ -100,6 +110,7 @@ impl StepOptions {
             gemv_rows: 0,
             batch_invariant: false,
             attn_ring: TcRing::default(),
+            attn_balanced: false,
             early_kv: false,
             down_splits: 0,
             o_splits: 0,
@@ -113,6 +124,7 @@ impl StepOptions {
         StepOptions {
             gemv_rows: 0,
             batch_invariant: true,
+            attn_balanced: false,
             down_splits: 0,
             o_splits: 0,
             qkv_splits: 0,
@@ -197,6 +209,12 @@ impl StepOptions {
                 "the pinned products keep one K split",
             )
         };
+        let attn_balanced = invariant_zero(
+            "GENSLOT_ATTN_BALANCED",
+            d.attn_balanced as usize,
+            1,
+            "a row's pieces would fall where the batch puts them",
+        )? == 1;
         let down_splits = slices("GENSLOT_DOWN_SPLITS", d.down_splits)?;
         let o_splits = slices("GENSLOT_O_SPLITS", d.o_splits)?;
         let qkv_splits = slices("GENSLOT_QKV_SPLITS", d.qkv_splits)?;
@@ -211,6 +229,7 @@ impl StepOptions {
                 warps: count("GENSLOT_ATTN_WARPS", d.attn_ring.warps, 1, 16)?,
                 stages: count("GENSLOT_ATTN_STAGES", d.attn_ring.stages, 2, 8)?,
             },
+            attn_balanced,
             early_kv: flag("GENSLOT_EARLY_KV", d.early_kv)?,
             down_splits,
             o_splits,
@@ -234,6 +253,11 @@ impl StepOptions {
             true => "splits by row length (batch-invariant)".to_string(),
             false => format!("{} blocks/SM", self.attn_blocks_per_sm),
         };
+        // The balanced grid is the tensor-core kernel's.
+        let balanced = match self.attn_balanced && self.attn == AttnKernel::TensorCore {
+            true => ", balanced",
+            false => "",
+        };
         // The ring shapes the tensor-core kernel only.
         let ring = match self.attn == AttnKernel::Simt || self.attn_ring == TcRing::default() {
             true => String::new(),
@@ -252,7 +276,7 @@ impl StepOptions {
         .map(|(name, n)| format!(", {name} in {n} K slices"))
         .collect();
         format!(
-            "attention {attn}{ring}, {splits}, direct single split {}, early KV {}, PDL {}, \
+            "attention {attn}{ring}, {splits}{balanced}, direct single split {}, early KV {}, PDL {}, \
              GEMV {gemv}{slices}",
             on(self.direct_single_split),
             on(self.early_kv && self.attn == AttnKernel::TensorCore),
@@ -298,6 +322,7 @@ mod tests {
             ("GENSLOT_DOWN_SPLITS", "4"),
             ("GENSLOT_O_SPLITS", "2"),
             ("GENSLOT_QKV_SPLITS", "8"),
+            ("GENSLOT_ATTN_BALANCED", "1"),
         ]))
         .unwrap();
         assert_eq!(
@@ -313,6 +338,7 @@ mod tests {
                     warps: 2,
                     stages: 5
                 },
+                attn_balanced: true,
                 early_kv: false,
                 down_splits: 4,
                 o_splits: 2,
@@ -331,7 +357,7 @@ mod tests {
         };
         assert!(tc
             .describe()
-            .starts_with("attention tc (2 warps x 5 stages), 2 blocks/SM"));
+            .starts_with("attention tc (2 warps x 5 stages), 2 blocks/SM, balanced, direct"));
         assert_eq!(
             StepOptions::default().describe(),
             "attention tc, 2 blocks/SM, direct single split on, early KV on, PDL on, GEMV for 1 \
@@ -400,6 +426,14 @@ mod tests {
                 .to_string();
             assert!(e.contains(&format!("{k}=4")), "{e}");
         }
+        // And the balanced attention grid: where a row's pieces fall depends on the batch.
+        let e = StepOptions::parse(env(&[
+            ("GENSLOT_BATCH_INVARIANT", "1"),
+            ("GENSLOT_ATTN_BALANCED", "1"),
+        ]))
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("GENSLOT_ATTN_BALANCED=1"), "{e}");
     }
 
     #[test]
@@ -422,6 +456,7 @@ mod tests {
             ("GENSLOT_DOWN_SPLITS", "9"),
             ("GENSLOT_O_SPLITS", "two"),
             ("GENSLOT_QKV_SPLITS", "9"),
+            ("GENSLOT_ATTN_BALANCED", "2"),
         ] {
             let e = StepOptions::parse(env(&[(k, v)])).unwrap_err().to_string();
             assert!(e.contains(&format!("{k}={v}")), "{e}");
