@@ -169,7 +169,6 @@ __device__ __forceinline__ void attn_tcb(const bf16_t* __restrict__ q, int q_str
     constexpr int KS = D / 16;  // k-steps of Q·Kᵀ
     constexpr int NT = D / 8;   // n-tiles of P·V
     static_assert(32 % CH == 0, "a warp's 32 copies cover whole rows");
-    constexpr int ROWS_PER_PASS = 32 / CH;
     const int H = KV * G;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int qh = lane >> 2, qc = (lane & 3) * 2;
@@ -201,28 +200,11 @@ __device__ __forceinline__ void attn_tcb(const bf16_t* __restrict__ q, int q_str
             const u64 base = (((u64)table[in.page] * KV + in.kvh) * P + in.off + r0) * D + part * 8;
             const unsigned ks0 = smem_addr(ks + r0 * ROW + part * 8);
             const unsigned vs0 = smem_addr(vs + r0 * ROW + part * 8);
-            if (t0 + TC_TILE <= in.len) {
-#pragma unroll
-                for (int i = 0; i < TC_TILE / ROWS_PER_PASS; ++i) {
-                    const unsigned dst = i * ROWS_PER_PASS * ROW * 2;
-                    cp_async16_full(ks0 + dst, kc + base + i * ROWS_PER_PASS * D);
-                    cp_async16_full(vs0 + dst, vc + base + i * ROWS_PER_PASS * D);
-                }
-            } else {
-#pragma unroll
-                for (int i = 0; i < TC_TILE / ROWS_PER_PASS; ++i) {
-                    const int row = r0 + i * ROWS_PER_PASS;
-                    const bool ok = t0 + row < in.len;
-                    // Past the end: zero-fill, reading nothing, from the lane's first row.
-                    const u64 src = base + (ok ? (u64)(row - r0) * D : 0);
-                    const unsigned dst = i * ROWS_PER_PASS * ROW * 2;
-                    cp_async16(ks0 + dst, kc + src, ok ? 16 : 0);
-                    cp_async16(vs0 + dst, vc + src, ok ? 16 : 0);
-                }
-            }
+            tc_copy_tile<D>(ks0, vs0, kc, vc, base, t0, in.len, r0);
             if (k + 1 < mine) tcb_next(in, pre, lens, KV, P);
+            return;
         }
-        cp_async_commit();
+        cp_async_commit();  // an empty group, so that the waits count as ever
     };
 
     // The ring's first tiles, as far as each ends before its row's last position (written by

@@ -104,6 +104,42 @@ struct TcSmem {
     static constexpr int BYTES = TC_WARPS * TC_STAGES * STAGE * 2;
 };
 
+// Copies this lane's rows of one tile of K and V (a tile within one page) into a ring stage:
+// rows r0, r0 + 32 / (D / 8), ... of the tile whose first token t0 and this lane's first row
+// sit at `base` in the cache, and the lane's 16-byte column at ks0 / vs0 in shared memory.
+// A whole tile (t0 + TC_TILE <= end) is copied with fixed offsets from one address; the
+// last one zero-fills its rows at or past `end`, reading nothing there. Commits the group.
+template <int D>
+__device__ __forceinline__ void tc_copy_tile(unsigned ks0, unsigned vs0,
+                                             const bf16_t* __restrict__ kc,
+                                             const bf16_t* __restrict__ vc, u64 base, int t0,
+                                             int end, int r0) {
+    constexpr int ROWS_PER_PASS = 32 / (D / 8);
+    constexpr int ROW = TcSmem<D>::ROW;
+    if (t0 + TC_TILE <= end) {
+        const bf16_t* kb = kc + base;
+        const bf16_t* vb = vc + base;
+#pragma unroll
+        for (int i = 0; i < TC_TILE / ROWS_PER_PASS; ++i) {
+            const unsigned dst = i * ROWS_PER_PASS * ROW * 2;
+            cp_async16_full(ks0 + dst, kb + i * ROWS_PER_PASS * D);
+            cp_async16_full(vs0 + dst, vb + i * ROWS_PER_PASS * D);
+        }
+        cp_async_commit();
+        return;
+    }
+#pragma unroll
+    for (int i = 0; i < TC_TILE / ROWS_PER_PASS; ++i) {
+        const int row = r0 + i * ROWS_PER_PASS;
+        const bool ok = t0 + row < end;
+        const u64 src = base + (ok ? (u64)(row - r0) * D : 0);
+        const unsigned dst = i * ROWS_PER_PASS * ROW * 2;
+        cp_async16(ks0 + dst, kc + src, ok ? 16 : 0);
+        cp_async16(vs0 + dst, vc + src, ok ? 16 : 0);
+    }
+    cp_async_commit();
+}
+
 // Row halves of the MMA's A operand that hold query heads: rows 0..7, and 8..15 when G > 8.
 template <int G>
 struct TcRows {
@@ -261,7 +297,6 @@ __device__ __forceinline__ void attn_tc(const bf16_t* __restrict__ q, int q_stri
     // the page by whole rows. Otherwise each 16-byte copy looks up its own token's page.
     const bool tile_in_page = P % TC_TILE == 0;
     static_assert(32 % CH == 0, "a warp's 32 copies cover whole rows");
-    constexpr int ROWS_PER_PASS = 32 / CH;
     // The next tile's page (index into the row's table) and offset in it: divided once, then
     // stepped by the warp's stride of TC_WARPS tiles, as `issue` takes tiles in order.
     constexpr int STRIDE = TC_WARPS * TC_TILE;
@@ -285,30 +320,7 @@ __device__ __forceinline__ void attn_tc(const bf16_t* __restrict__ q, int q_stri
                 }
                 const unsigned ks0 = smem_addr(ks + r0 * ROW + part * 8);
                 const unsigned vs0 = smem_addr(vs + r0 * ROW + part * 8);
-                if (t0 + TC_TILE <= end) {
-                    // A whole tile (all but a split's last): fixed offsets from one address.
-                    const bf16_t* kb = kc + base;
-                    const bf16_t* vb = vc + base;
-#pragma unroll
-                    for (int i = 0; i < TC_TILE / ROWS_PER_PASS; ++i) {
-                        const unsigned dst = i * ROWS_PER_PASS * ROW * 2;
-                        cp_async16_full(ks0 + dst, kb + i * ROWS_PER_PASS * D);
-                        cp_async16_full(vs0 + dst, vb + i * ROWS_PER_PASS * D);
-                    }
-                    cp_async_commit();
-                    return;
-                }
-#pragma unroll
-                for (int i = 0; i < TC_TILE / ROWS_PER_PASS; ++i) {
-                    const int row = r0 + i * ROWS_PER_PASS;
-                    const bool ok = t0 + row < end;
-                    // Past the end: zero-fill, reading nothing, from the lane's first row.
-                    const u64 src = base + (ok ? (u64)(row - r0) * D : 0);
-                    const unsigned dst = i * ROWS_PER_PASS * ROW * 2;
-                    cp_async16(ks0 + dst, kc + src, ok ? 16 : 0);
-                    cp_async16(vs0 + dst, vc + src, ok ? 16 : 0);
-                }
-                cp_async_commit();
+                tc_copy_tile<D>(ks0, vs0, kc, vc, base, t0, end, r0);
                 return;
             }
 #pragma unroll
