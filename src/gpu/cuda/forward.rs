@@ -450,32 +450,32 @@ pub(crate) fn enqueue(
                 A::P(wt.inv_freq),
             ],
         )?;
+        // What both attention kernels take first: q, K, V, lengths, page table, the cache's
+        // shape.
+        let inputs = [
+            A::P(sc.qkv.ptr),
+            A::I(s.qkv_dim() as i32),
+            A::P(kv.k(kl)),
+            A::P(kv.v(kl)),
+            A::P(sc.lens.ptr),
+            A::P(sc.table.ptr),
+            A::I(p.table_stride as i32),
+            A::I(s.kv_heads as i32),
+            A::I(kv.page_size as i32),
+        ];
+        let early = A::I((p.kv_settled && k.opts.early_kv) as i32);
         if let Some((f, g)) = balanced {
-            gpu.launch_dep(
-                w,
-                f,
-                (g.blocks, 1, 1),
-                g.threads,
-                g.smem,
-                &[
-                    A::P(sc.qkv.ptr),
-                    A::I(s.qkv_dim() as i32),
-                    A::P(kv.k(kl)),
-                    A::P(kv.v(kl)),
-                    A::P(sc.lens.ptr),
-                    A::P(sc.table.ptr),
-                    A::I(p.table_stride as i32),
-                    A::I(s.kv_heads as i32),
-                    A::I(kv.page_size as i32),
-                    A::I(p.rows as i32),
-                    A::F(scale),
-                    A::P(sc.part_o.ptr),
-                    A::P(sc.part_ml.ptr),
-                    A::P(sc.attn_counts.ptr),
-                    A::P(sc.attn.ptr),
-                    A::I((p.kv_settled && k.opts.early_kv) as i32),
-                ],
-            )?;
+            let rest = [
+                A::I(p.rows as i32),
+                A::F(scale),
+                A::P(sc.part_o.ptr),
+                A::P(sc.part_ml.ptr),
+                A::P(sc.attn_counts.ptr),
+                A::P(sc.attn.ptr),
+                early,
+            ];
+            let args = [&inputs[..], &rest].concat();
+            gpu.launch_dep(w, f, (g.blocks, 1, 1), g.threads, g.smem, &args)?;
             parts = mlp(gpu, w, s, lw, sc, p)?;
             continue;
         }
@@ -486,22 +486,17 @@ pub(crate) fn enqueue(
             k.opts.attn.threads(k.opts.attn_ring),
             k.opts.attn.smem_bytes(s.head_dim, k.opts.attn_ring),
             &[
-                A::P(sc.qkv.ptr),
-                A::I(s.qkv_dim() as i32),
-                A::P(kv.k(kl)),
-                A::P(kv.v(kl)),
-                A::P(sc.lens.ptr),
-                A::P(sc.table.ptr),
-                A::I(p.table_stride as i32),
-                A::I(s.kv_heads as i32),
-                A::I(kv.page_size as i32),
-                A::I(p.splits as i32),
-                A::F(scale),
-                A::P(sc.part_o.ptr),
-                A::P(sc.part_ml.ptr),
-                A::P(if direct { sc.attn.ptr } else { 0 }),
-                A::I((p.kv_settled && k.opts.early_kv) as i32),
-            ],
+                &inputs[..],
+                &[
+                    A::I(p.splits as i32),
+                    A::F(scale),
+                    A::P(sc.part_o.ptr),
+                    A::P(sc.part_ml.ptr),
+                    A::P(if direct { sc.attn.ptr } else { 0 }),
+                    early,
+                ],
+            ]
+            .concat(),
         )?;
         if direct {
             parts = mlp(gpu, w, s, lw, sc, p)?;
