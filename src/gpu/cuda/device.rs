@@ -188,8 +188,9 @@ impl TcRing {
     }
 }
 
-// Must equal TC_TILE in attention_tc.cu (a test checks).
-const TC_TILE: usize = 16;
+/// Tokens a tile of the tensor-core attention kernels. Must equal TC_TILE in
+/// attention_tc.cu (a test checks).
+pub(crate) const TC_TILE: usize = 16;
 
 pub(crate) fn drv(what: &str) -> impl Fn(DriverError) -> BackendError + '_ {
     move |e| BackendError::Failed(format!("{what}: {e:?}"))

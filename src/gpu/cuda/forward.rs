@@ -6,7 +6,7 @@
 //! the next RMSNorm: `StepOptions::o_splits`, `down_splits`); everything a GEMM reads is
 //! bf16 (qkv's K-slice parts are summed and rounded by RoPE + KV write: `qkv_splits`).
 
-use super::device::{BalancedGrid, DepKernel, DevBuf, Gpu, Output, Product, Which, A};
+use super::device::{BalancedGrid, DepKernel, DevBuf, Gpu, Output, Product, Which, A, TC_TILE};
 use super::shape::ModelShape;
 use super::step_options::StepOptions;
 use super::weights::Weights;
@@ -278,7 +278,7 @@ fn balanced_launch<'g>(
     let Some(f) = &gpu.k.attn_balanced else {
         return Ok(None);
     };
-    if p.splits != 1 || p.table_stride == 0 || !kv.page_size.is_multiple_of(BALANCED_TILE) {
+    if p.splits != 1 || p.table_stride == 0 || !kv.page_size.is_multiple_of(TC_TILE) {
         return Ok(None);
     }
     let Some(g) = gpu.balanced_grid(p.rows, s.head_dim)? else {
@@ -297,9 +297,6 @@ fn balanced_launch<'g>(
     }
     Ok(Some((f, g)))
 }
-
-/// Tokens a tile of the tensor-core attention kernels (TC_TILE in attention_tc.cu).
-const BALANCED_TILE: usize = 16;
 
 /// Threads of the RMSNorm block for a row of `hidden`: a float4 a thread where it fits
 /// (`RMS_VEC` in layers.cu lets a thread hold up to four).

@@ -10,7 +10,9 @@
 // pair in one piece is written directly; otherwise each piece writes its (o, max, sum) to
 // `part_o` / `part_ml` at slot pair + warp (unique: along the tiles both only grow), and the
 // warp that finishes a pair's last piece (a counter per pair, left at zero again) merges them.
-// Needs pages of whole tiles (P % TC_TILE == 0); a pass writes every row's output.
+// Needs pages of whole tiles (P % TC_TILE == 0); a pass writes every row's output. Measured
+// on the H200 it reads KV more slowly than attention_tc.cu's grid at 4k (BENCHMARKS.md §3.13),
+// so it is off by default.
 #define TCB_MIN_TILES 32
 
 __device__ __forceinline__ int tcb_tiles(int len) { return len > 0 ? (len + TC_TILE - 1) / TC_TILE : 0; }
