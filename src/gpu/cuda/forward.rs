@@ -394,7 +394,8 @@ pub(crate) fn enqueue(
     )?;
     let attn_fn = &k.attn;
     let balanced = balanced_launch(gpu, s, kv, sc, p)?;
-    // One split: the attention kernel writes `attn` itself (`StepOptions::direct_single_split`).
+    // The attention kernel writes `attn` itself, with no `attn_combine`: the balanced grid
+    // always, the split grid with one split (`StepOptions::direct_single_split`).
     let direct = balanced.is_some() || (k.opts.direct_single_split && p.splits == 1);
     let scale = 1.0 / (s.head_dim as f32).sqrt();
     // down_proj's parts not yet added into the residual (the next RMSNorm adds them).
@@ -461,60 +462,58 @@ pub(crate) fn enqueue(
             A::I(kv.page_size as i32),
         ];
         let early = A::I((p.kv_settled && k.opts.early_kv) as i32);
-        if let Some((f, g)) = balanced {
-            let rest = [
-                A::I(p.rows as i32),
-                A::F(scale),
-                A::P(sc.part_o.ptr),
-                A::P(sc.part_ml.ptr),
-                A::P(sc.attn_counts.ptr),
-                A::P(sc.attn.ptr),
-                early,
-            ];
-            let args = [&inputs[..], &rest].concat();
-            gpu.launch_dep(w, f, (g.blocks, 1, 1), g.threads, g.smem, &args)?;
-            parts = mlp(gpu, w, s, lw, sc, p)?;
-            continue;
-        }
-        gpu.launch_dep(
-            w,
-            attn_fn,
-            (s.kv_heads as u32, r, p.splits as u32),
-            k.opts.attn.threads(k.opts.attn_ring),
-            k.opts.attn.smem_bytes(s.head_dim, k.opts.attn_ring),
-            &[
-                &inputs[..],
-                &[
+        match balanced {
+            Some((f, g)) => {
+                let rest = [
+                    A::I(p.rows as i32),
+                    A::F(scale),
+                    A::P(sc.part_o.ptr),
+                    A::P(sc.part_ml.ptr),
+                    A::P(sc.attn_counts.ptr),
+                    A::P(sc.attn.ptr),
+                    early,
+                ];
+                let args = [&inputs[..], &rest].concat();
+                gpu.launch_dep(w, f, (g.blocks, 1, 1), g.threads, g.smem, &args)?;
+            }
+            None => {
+                let rest = [
                     A::I(p.splits as i32),
                     A::F(scale),
                     A::P(sc.part_o.ptr),
                     A::P(sc.part_ml.ptr),
                     A::P(if direct { sc.attn.ptr } else { 0 }),
                     early,
-                ],
-            ]
-            .concat(),
-        )?;
-        if direct {
-            parts = mlp(gpu, w, s, lw, sc, p)?;
-            continue;
+                ];
+                let args = [&inputs[..], &rest].concat();
+                gpu.launch_dep(
+                    w,
+                    attn_fn,
+                    (s.kv_heads as u32, r, p.splits as u32),
+                    k.opts.attn.threads(k.opts.attn_ring),
+                    k.opts.attn.smem_bytes(s.head_dim, k.opts.attn_ring),
+                    &args,
+                )?;
+            }
         }
-        gpu.launch_dep(
-            w,
-            &k.combine,
-            (s.heads as u32, r, 1),
-            s.head_dim as u32,
-            0,
-            &[
-                A::P(sc.part_o.ptr),
-                A::P(sc.part_ml.ptr),
-                A::P(sc.lens.ptr),
-                A::P(sc.attn.ptr),
-                A::I(s.heads as i32),
-                A::I(s.head_dim as i32),
-                A::I(p.splits as i32),
-            ],
-        )?;
+        if !direct {
+            gpu.launch_dep(
+                w,
+                &k.combine,
+                (s.heads as u32, r, 1),
+                s.head_dim as u32,
+                0,
+                &[
+                    A::P(sc.part_o.ptr),
+                    A::P(sc.part_ml.ptr),
+                    A::P(sc.lens.ptr),
+                    A::P(sc.attn.ptr),
+                    A::I(s.heads as i32),
+                    A::I(s.head_dim as i32),
+                    A::I(p.splits as i32),
+                ],
+            )?;
+        }
         parts = mlp(gpu, w, s, lw, sc, p)?;
     }
     if p.logits_rows > 0 {

@@ -1,5 +1,5 @@
 //! How a forward pass is launched: which attention kernel, programmatic dependent launch,
-//! how finely attention splits a row's context, whether a single-split pass skips the
+//! how finely attention splits a row's context (or deals a pass's tiles out evenly), whether a single-split pass skips the
 //! split merge, up to how many rows the weight products run on the GEMV kernels, whether
 //! qkv, o_proj and down_proj run in K slices summed by the kernel that reads their output,
 //! and whether a row's sums must not depend on its batch (`batch_invariant`). The defaults
