@@ -1,7 +1,8 @@
 //! The decode benchmark behind `genslot-gpu bench`: step time per (batch, context) with
 //! graph replay and eager launches, the copy bandwidth measured in the same run, the HBM
-//! roofline of each step, the step with requests paused in place next to none paused, and
-//! whether a request's logits depend on the batch it runs in.
+//! roofline of each step, the step with every row sampled next to greedy, the step with
+//! requests paused in place next to none paused, and whether a request's logits depend on
+//! the batch it runs in.
 
 use std::time::Instant;
 
@@ -12,6 +13,7 @@ use super::backend::{CudaBackend, Launch};
 use super::device::{drv, Which};
 use super::forward::live_splits;
 use crate::gpu::{BackendError, StepRow};
+use crate::sampling::{row_key, SampleRow};
 
 #[derive(Debug, Clone)]
 pub struct BenchOptions {
@@ -58,6 +60,11 @@ pub struct StepRowResult {
     pub eager_device_ms: f64,
     /// eager_ms over the wall time of the graph steps it alternated with.
     pub eager_over_graph: f64,
+    /// Wall time of a graph step whose every row is sampled ([`SAMPLED`]: temperature,
+    /// top-k and top-p), timed in turn with greedy graph steps.
+    pub sampled_ms: f64,
+    /// sampled_ms over the wall time of the greedy steps it alternated with.
+    pub sampled_over_greedy: f64,
     /// Weight bytes + KV bytes one step must read.
     pub bytes_read: u64,
     pub roofline_ms: f64,
@@ -199,26 +206,62 @@ fn rows_for(b: &CudaBackend, active: &[usize], owners: usize, ctx: usize) -> (Ve
     (rows, aliased)
 }
 
-/// Median wall and device milliseconds of each of `runs` (rows, launch), their steps taken
-/// in turn: on a card at its power cap the clock drifts over a second of steps, and timed
-/// one after the other each would see another clock.
+/// What one timed step runs: its rows, how it is launched, and each row's sampling.
+#[derive(Clone, Copy)]
+struct Run<'a> {
+    rows: &'a [StepRow],
+    launch: Launch,
+    /// None: every row greedy.
+    samples: Option<&'a [SampleRow]>,
+}
+
+impl<'a> Run<'a> {
+    fn greedy(rows: &'a [StepRow], launch: Launch) -> Self {
+        Run {
+            rows,
+            launch,
+            samples: None,
+        }
+    }
+
+    fn step(&self, b: &mut CudaBackend) -> Result<(), BackendError> {
+        match self.samples {
+            Some(s) => b.decode_sampled(self.rows, s, self.launch, false)?,
+            None => b.decode(self.rows, self.launch, false)?,
+        };
+        Ok(())
+    }
+}
+
+/// The sampling of `sampled_ms`: a chat request's usual settings, a seed a row.
+pub const SAMPLED: SampleRow = SampleRow {
+    temperature: 0.8,
+    top_p: 0.95,
+    top_k: 50,
+    banned: -1,
+    key: 0,
+};
+
+/// Median wall and device milliseconds of each of `runs`, their steps taken in turn: on a
+/// card at its power cap the clock drifts over a second of steps, and timed one after the
+/// other each would see another clock.
 fn time_alternating(
     b: &mut CudaBackend,
-    runs: &[(&[StepRow], Launch)],
+    runs: &[Run],
     o: &BenchOptions,
 ) -> Result<Vec<Timing>, BackendError> {
     for _ in 0..o.warmup {
-        for &(rows, launch) in runs {
-            b.decode(rows, launch, false)?;
+        for r in runs {
+            r.step(b)?;
         }
     }
     b.time_device(true)?;
     let mut wall = vec![Vec::with_capacity(o.iters); runs.len()];
     let mut dev = vec![Vec::with_capacity(o.iters); runs.len()];
     for _ in 0..o.iters {
-        for (i, &(rows, launch)) in runs.iter().enumerate() {
+        for (i, r) in runs.iter().enumerate() {
             let t0 = Instant::now();
-            b.decode(rows, launch, false)?;
+            r.step(b)?;
             wall[i].push(t0.elapsed().as_secs_f64() * 1e3);
             if let Some(ms) = b.last_step_device_ms()? {
                 dev[i].push(ms);
@@ -325,10 +368,37 @@ pub fn run(b: &mut CudaBackend, o: &BenchOptions) -> Result<BenchReport, Backend
             let ids: Vec<usize> = (0..batch).collect();
             let (rows, aliased) = rows_for(b, &ids, batch, ctx);
             // Graph steps back to back, as a worker runs them: the step time.
-            let graph = time_alternating(b, &[(&rows, Launch::Graph)], o)?.remove(0);
+            let graph = time_alternating(b, &[Run::greedy(&rows, Launch::Graph)], o)?.remove(0);
             // Eager against graph launches, step by step in turn (an eager step draws more
             // power, which slows the graph steps between them: compared only with each other).
-            let pair = time_alternating(b, &[(&rows, Launch::Graph), (&rows, Launch::Eager)], o)?;
+            let pair = time_alternating(
+                b,
+                &[
+                    Run::greedy(&rows, Launch::Graph),
+                    Run::greedy(&rows, Launch::Eager),
+                ],
+                o,
+            )?;
+            // Every row sampled, each with its own seed, against greedy steps in turn.
+            let samples: Vec<SampleRow> = rows
+                .iter()
+                .map(|r| SampleRow {
+                    key: row_key(r.id, u64::from(r.context_len)),
+                    ..SAMPLED
+                })
+                .collect();
+            let sampled = time_alternating(
+                b,
+                &[
+                    Run::greedy(&rows, Launch::Graph),
+                    Run {
+                        rows: &rows,
+                        launch: Launch::Graph,
+                        samples: Some(&samples),
+                    },
+                ],
+                o,
+            )?;
             if o.profile {
                 profiled_step(b, &rows)?;
             }
@@ -346,6 +416,8 @@ pub fn run(b: &mut CudaBackend, o: &BenchOptions) -> Result<BenchReport, Backend
                 eager_ms: pair[1].wall_ms,
                 eager_device_ms: pair[1].device_ms,
                 eager_over_graph: pair[1].wall_ms / pair[0].wall_ms,
+                sampled_ms: sampled[1].wall_ms,
+                sampled_over_greedy: sampled[1].wall_ms / sampled[0].wall_ms,
                 bytes_read: bytes,
                 roofline_ms,
                 over_roofline: graph.wall_ms / roofline_ms,
@@ -358,7 +430,14 @@ pub fn run(b: &mut CudaBackend, o: &BenchOptions) -> Result<BenchReport, Backend
     let (alone, _) = rows_for(b, &ids, pb, pc);
     // pb + pn residents own interleaved pages; the pn paused ones are left out of the batch.
     let (with, _) = rows_for(b, &ids, pb + pn, pc);
-    let t = time_alternating(b, &[(&alone, Launch::Graph), (&with, Launch::Graph)], o)?;
+    let t = time_alternating(
+        b,
+        &[
+            Run::greedy(&alone, Launch::Graph),
+            Run::greedy(&with, Launch::Graph),
+        ],
+        o,
+    )?;
     let (none_paused_ms, with_paused_ms) = (t[0].wall_ms, t[1].wall_ms);
     // Batch 1 first (the reference), then every other size once, whatever the order asked.
     let mut sizes = o.batches.clone();
@@ -409,17 +488,20 @@ pub fn table(r: &BenchReport) -> String {
             .collect();
         s += &format!("read in scattered chunks, GB/s: {}\n", chunks.join(", "));
     }
-    s += "batch  context   graph_ms  device_ms   eager_ms  eager/graph  roofline_ms  x_roofline  \
-          aliased\n";
+    s += "batch  context   graph_ms  device_ms   eager_ms  eager/graph  sampled_ms  \
+          sampled/greedy  roofline_ms  x_roofline  aliased\n";
     for x in &r.steps {
         s += &format!(
-            "{:5}  {:7}  {:9.3}  {:9.3}  {:9.3}  {:11.3}  {:11.3}  {:10.3}  {}\n",
+            "{:5}  {:7}  {:9.3}  {:9.3}  {:9.3}  {:11.3}  {:10.3}  {:14.3}  {:11.3}  {:10.3}  \
+             {}\n",
             x.batch,
             x.context,
             x.graph_ms,
             x.graph_device_ms,
             x.eager_ms,
             x.eager_over_graph,
+            x.sampled_ms,
+            x.sampled_over_greedy,
             x.roofline_ms,
             x.over_roofline,
             x.pages_aliased
