@@ -611,6 +611,77 @@ fn device_sampling_draws_what_the_cpu_sampler_draws_on_the_same_logits() {
     assert!(agree * 20 >= total * 19, "{agree}/{total}");
 }
 
+/// The device sampler alone against `sampling::sample_row` on the same logits, at a
+/// vocabulary of 128256 (rows of whole float4s: the vector loads) and of 1027 (rows off
+/// 16-byte alignment: the scalar loads): every mode, a banned token, a NaN, and a maximum
+/// held by two tokens (the first index wins).
+#[test]
+fn the_device_sampler_draws_what_the_cpu_sampler_draws_at_any_vocabulary_size() {
+    if !gpu() {
+        return;
+    }
+    let b = tiny(false);
+    let modes = [
+        SamplingParams::GREEDY,
+        sampled(1.0, 1.0, 0, 1),
+        sampled(0.7, 0.9, 0, 2),
+        sampled(1.3, 1.0, 40, 3),
+        sampled(1.0, 0.5, 20, 4),
+        sampled(0.8, 0.95, 50, 5),
+        sampled(1.0, 0.01, 0, 6),
+        sampled(0.5, 1.0, 1, 7),
+    ];
+    for vocab in [128_256usize, 1027] {
+        let (mut agree, mut total) = (0, 0);
+        for round in 0..4u64 {
+            // Seeded logits, a few standard deviations wide, with a tie for the maximum in
+            // row 0, a NaN in row 2 and a banned token in row 3.
+            let mut z = 0x9E37_79B9_7F4A_7C15u64 ^ (round << 32) ^ vocab as u64;
+            let mut logits: Vec<f32> = (0..modes.len() * vocab)
+                .map(|_| {
+                    z = z
+                        .wrapping_mul(6_364_136_223_846_793_005)
+                        .wrapping_add(1_442_695_040_888_963_407);
+                    ((z >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 12.0
+                })
+                .collect();
+            logits[17] = 50.0;
+            logits[vocab - 3] = 50.0;
+            logits[2 * vocab + 5] = f32::NAN;
+            let samp: Vec<_> = modes
+                .iter()
+                .enumerate()
+                .map(|(i, p)| {
+                    let row = &logits[i * vocab..(i + 1) * vocab];
+                    let top = row
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, v)| !v.is_nan())
+                        .max_by(|a, b| a.1.total_cmp(b.1))
+                        .map(|(j, _)| j as u32);
+                    let banned = if i == 3 { top } else { None };
+                    p.device_row(p.seed_for(i as u64), 10 + round, banned)
+                })
+                .collect();
+            let toks = b.sample_logits(&logits, vocab, &samp).unwrap();
+            assert_eq!(toks[0], 17, "greedy takes the first of two equal maxima");
+            for (i, s) in samp.iter().enumerate() {
+                let want = sample_row(&logits[i * vocab..(i + 1) * vocab], s);
+                if i == 0 || i == 7 {
+                    assert_eq!(toks[i], want, "vocab {vocab} round {round}: greedy row {i}");
+                }
+                if s.banned >= 0 {
+                    assert_ne!(toks[i] as i32, s.banned, "the banned token was drawn");
+                }
+                agree += (toks[i] == want) as usize;
+                total += 1;
+            }
+        }
+        eprintln!("vocab {vocab}: device vs CPU sampler {agree}/{total}");
+        assert!(agree * 20 >= total * 19, "vocab {vocab}: {agree}/{total}");
+    }
+}
+
 /// A seeded sampled request draws the same tokens alone, in a batch with others, and when
 /// it sits out steps (paused in place) in between.
 #[test]

@@ -925,6 +925,54 @@ impl CudaBackend {
         Ok(())
     }
 
+    /// The device sampler alone: row i of `logits` (rows of `vocab` float32 values, any
+    /// vocabulary size) drawn by `samples[i]`, as a step's last kernel draws from the
+    /// lm_head's output. For checks against `sampling::sample_row` at vocabularies the model
+    /// has not (the kernel reads rows of a multiple of 4 in float4s, others one by one).
+    pub fn sample_logits(
+        &self,
+        logits: &[f32],
+        vocab: usize,
+        samples: &[SampleRow],
+    ) -> Result<Vec<u32>, BackendError> {
+        let rows = samples.len();
+        if vocab == 0 || logits.len() != rows * vocab || vocab > i32::MAX as usize {
+            return Err(BackendError::Failed(format!(
+                "{} logits are not {rows} rows of {vocab}",
+                logits.len()
+            )));
+        }
+        if rows == 0 {
+            return Ok(Vec::new());
+        }
+        let w = Which::Decode;
+        self.gpu
+            .ctx
+            .bind_to_thread()
+            .map_err(super::device::drv("bind context"))?;
+        let lg = self.gpu.alloc(logits.len() * 4, w)?;
+        let sp = self.gpu.alloc(std::mem::size_of_val(samples), w)?;
+        let out = self.gpu.alloc(rows * 4, w)?;
+        self.gpu.htod(w, lg.ptr, logits)?;
+        self.gpu.htod(w, sp.ptr, samples)?;
+        self.gpu.launch_dep(
+            w,
+            &self.gpu.k.sample,
+            (rows as u32, 1, 1),
+            super::device::SAMPLE_THREADS,
+            0,
+            &[
+                A::P(lg.ptr),
+                A::I(vocab as i32),
+                A::P(sp.ptr),
+                A::P(out.ptr),
+            ],
+        )?;
+        let mut toks = vec![0i32; rows];
+        self.gpu.dtoh(w, &mut toks, out.ptr)?;
+        Ok(toks.into_iter().map(|t| t as u32).collect())
+    }
+
     /// Milliseconds between the events around the last decode step's kernels (graph replay
     /// or eager launches; not the host's input copies or the token read-back).
     pub fn last_step_device_ms(&self) -> Result<Option<f64>, BackendError> {

@@ -188,6 +188,10 @@ impl TcRing {
     }
 }
 
+/// Threads of a `sample_rows` block (one block a row). Must equal SAMPLE_THREADS in
+/// kernels/sample.cu, which sizes its shared staging by it.
+pub(crate) const SAMPLE_THREADS: u32 = 1024;
+
 /// Tokens a tile of the tensor-core attention kernels. Must equal TC_TILE in
 /// attention_tc.cu (a test checks).
 pub(crate) const TC_TILE: usize = 16;
@@ -1011,6 +1015,8 @@ mod tests {
         ));
         assert_eq!(std::mem::size_of::<crate::sampling::SampleRow>(), 24);
         assert_eq!(std::mem::align_of::<crate::sampling::SampleRow>(), 8);
+        // The block the host launches is the one the kernel's shared staging is sized for.
+        assert!(SAMPLE.contains(&format!("#define SAMPLE_THREADS {SAMPLE_THREADS}\n")));
     }
 
     #[test]

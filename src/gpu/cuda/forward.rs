@@ -539,7 +539,7 @@ pub(crate) fn enqueue(
             w,
             &k.sample,
             (p.logits_rows as u32, 1, 1),
-            1024,
+            super::device::SAMPLE_THREADS,
             0,
             &[
                 A::P(sc.logits.ptr),

@@ -2,14 +2,41 @@
 // RMSNorm, RoPE + paged KV write, SwiGLU; the KV transfer stand-in. One block per row unless
 // noted. Sampling is in sample.cu.
 
+// Eight elements a thread through one 16-byte load and two 16-byte stores, all of a
+// thread's loads issued before the first store: hidden is a multiple of 8
+// (`ModelShape::validate`), so rows of the table and of the residual are 16-byte aligned.
+// One scalar element at a time took 15 us a step at batch 64 for 512 KiB.
 extern "C" __global__ void embed_rows(const bf16_t* table, const int* tokens, float* out,
                                       int hidden, int vocab) {
     int r = blockIdx.x;
     int tok = tokens[r];
     if (tok < 0 || tok >= vocab) tok = 0;
-    const bf16_t* src = table + (u64)tok * hidden;
-    float* dst = out + (u64)r * hidden;
-    for (int i = threadIdx.x; i < hidden; i += blockDim.x) dst[i] = bf2f(src[i]);
+    const uint4* src = (const uint4*)(table + (u64)tok * hidden);
+    float4* dst = (float4*)(out + (u64)r * hidden);
+    const int n8 = hidden / 8;
+    for (int base = 0; base < n8; base += 4 * blockDim.x) {
+        uint4 v[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+            const int i = base + u * blockDim.x + threadIdx.x;
+            if (i < n8) v[u] = src[i];
+        }
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+            const int i = base + u * blockDim.x + threadIdx.x;
+            if (i < n8) {
+                const unsigned w[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
+                float f[8];
+#pragma unroll
+                for (int k = 0; k < 4; ++k) {
+                    f[2 * k] = bf2f((bf16_t)(w[k] & 0xffffu));
+                    f[2 * k + 1] = bf2f((bf16_t)(w[k] >> 16));
+                }
+                dst[2 * i] = make_float4(f[0], f[1], f[2], f[3]);
+                dst[2 * i + 1] = make_float4(f[4], f[5], f[6], f[7]);
+            }
+        }
+    }
 }
 
 // RMSNorm of the float32 residual stream, rounded to bf16 once (the GEMMs' input).

@@ -13,7 +13,13 @@
 //      numbers whatever batch it runs in and however often it was paused.
 // Every reduction runs in a fixed order (integer atomics for the histograms), so a row's
 // result depends on its logits alone, run to run.
+//
+// Each pass over a row (512 KiB of float32 logits at a 128k vocabulary) is one block's
+// stream from memory or L2, so its pace is the loads a thread keeps in flight: a pass reads
+// SAMPLE_UNROLL float4s a thread before it looks at any (`for_each_logit`). Scalar loads one
+// at a time took about 54 us a greedy row (BENCHMARKS.md §3.14).
 #define SAMPLE_THREADS 1024
+#define SAMPLE_UNROLL 4
 
 // Per-row parameters; the host's `SampleRow` (#[repr(C)], sampling.rs) has this layout.
 struct SampleRow {
@@ -28,12 +34,6 @@ struct SampleRow {
 __device__ __forceinline__ unsigned order_key(float x) {
     unsigned b = __float_as_uint(x);
     return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
-}
-
-// A logit as the sampler sees it: NaN and the banned token are -inf.
-__device__ __forceinline__ float sample_logit(const float* l, int i, int banned) {
-    float v = l[i];
-    return (i == banned || v != v) ? NEG_INF : v;
 }
 
 // Gumbel variate of token i: u = (n + 0.5) / 2^23 from 23 hashed bits, g = -ln(-ln u).
@@ -98,14 +98,76 @@ __device__ int block_argmax(float best, int idx) {
     return bi[0];
 }
 
-// x = logit / temperature (IEEE division, as on the host).
-__device__ __forceinline__ float scaled_logit(const float* l, int i, int banned, float t) {
-    return __fdiv_rn(sample_logit(l, i, banned), t);
-}
-
 // A top-k candidate's integer probability mass, trunc(exp(x - m) / z * 2^31).
 __device__ __forceinline__ unsigned long long mass_of(float x, float m, float z) {
     return (unsigned long long)(unsigned)(__fmul_rn(__fdiv_rn(expf(x - m), z), 2147483648.0f));
+}
+
+// Calls f(i, v, valid) for the row's logits, in index order within each thread: float4
+// loads when rows are 16-byte aligned (vocab % 4 == 0), scalar ones otherwise, and
+// SAMPLE_UNROLL of them issued before the first is used. Every thread of the block makes the
+// same calls (valid false past the row's end), so f may use warp-wide instructions.
+template <class F>
+__device__ __forceinline__ void for_each_logit(const float* __restrict__ l, int vocab, F f) {
+    const int step = blockDim.x;
+    if ((vocab & 3) == 0) {
+        const float4* l4 = (const float4*)l;
+        const int n4 = vocab >> 2;
+        for (int base = 0; base < n4; base += SAMPLE_UNROLL * step) {
+            float4 v[SAMPLE_UNROLL];
+#pragma unroll
+            for (int u = 0; u < SAMPLE_UNROLL; ++u) {
+                const int j = base + u * step + threadIdx.x;
+                v[u] = j < n4 ? l4[j] : make_float4(NEG_INF, NEG_INF, NEG_INF, NEG_INF);
+            }
+#pragma unroll
+            for (int u = 0; u < SAMPLE_UNROLL; ++u) {
+                const int j = base + u * step + threadIdx.x;
+                const bool ok = j < n4;
+                f(4 * j, v[u].x, ok);
+                f(4 * j + 1, v[u].y, ok);
+                f(4 * j + 2, v[u].z, ok);
+                f(4 * j + 3, v[u].w, ok);
+            }
+        }
+        return;
+    }
+    for (int base = 0; base < vocab; base += SAMPLE_UNROLL * step) {
+        float v[SAMPLE_UNROLL];
+#pragma unroll
+        for (int u = 0; u < SAMPLE_UNROLL; ++u) {
+            const int i = base + u * step + threadIdx.x;
+            v[u] = i < vocab ? l[i] : NEG_INF;
+        }
+#pragma unroll
+        for (int u = 0; u < SAMPLE_UNROLL; ++u) {
+            const int i = base + u * step + threadIdx.x;
+            f(i, v[u], i < vocab);
+        }
+    }
+}
+
+// A logit as the sampler sees it (NaN and the banned token -inf), over the temperature.
+__device__ __forceinline__ float scaled(float v, int i, int banned, float t) {
+    return __fdiv_rn((i == banned || v != v) ? NEG_INF : v, t);
+}
+
+// Adds w into hist[bin] for each lane of the warp with bin < 256 (called by all 32 lanes
+// together). The lanes that share a bin add through one atomic, their lowest lane's: logits
+// crowd a few values of the key's top byte, and same-address atomics of a warp serialize.
+// stage is this warp's 32 slots of shared memory.
+__device__ __forceinline__ void hist_add(unsigned long long* hist, unsigned bin,
+                                         unsigned long long w, unsigned long long* stage) {
+    const int lane = threadIdx.x & 31;
+    const unsigned peers = __match_any_sync(0xffffffffu, bin);
+    stage[lane] = w;
+    __syncwarp();
+    if (bin < 256u && lane == __ffs(peers) - 1) {
+        unsigned long long sum = 0ull;
+        for (unsigned m = peers; m != 0u; m &= m - 1u) sum += stage[__ffs(m) - 1];
+        atomicAdd(&hist[bin], sum);
+    }
+    __syncwarp();
 }
 
 // The largest key t such that the candidates (key >= floor) with key >= t weigh at least
@@ -117,6 +179,8 @@ __device__ unsigned select_key(const float* l, int vocab, int banned, float t, f
                                unsigned long long* hist) {
     __shared__ unsigned sel_prefix;
     __shared__ unsigned long long sel_above;
+    __shared__ unsigned long long stage[SAMPLE_THREADS];
+    unsigned long long* my_stage = stage + (threadIdx.x & ~31);
     if (threadIdx.x == 0) { sel_prefix = 0u; sel_above = 0ull; }
     for (int pass = 0; pass < 4; ++pass) {
         const int shift = 24 - 8 * pass;
@@ -124,13 +188,13 @@ __device__ unsigned select_key(const float* l, int vocab, int banned, float t, f
         for (int d = threadIdx.x; d < 256; d += blockDim.x) hist[d] = 0ull;
         __syncthreads();
         const unsigned prefix = sel_prefix;
-        for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
-            const float x = scaled_logit(l, i, banned, t);
+        for_each_logit(l, vocab, [&](int i, float v, bool ok) {
+            const float x = scaled(v, i, banned, t);
             const unsigned k = order_key(x);
-            if (k >= floor && (k & hi) == prefix) {
-                atomicAdd(&hist[(k >> shift) & 255u], MASS ? mass_of(x, m, z) : 1ull);
-            }
-        }
+            const bool in = ok && k >= floor && (k & hi) == prefix;
+            hist_add(hist, in ? (k >> shift) & 255u : 256u,
+                     in ? (MASS ? mass_of(x, m, z) : 1ull) : 0ull, my_stage);
+        });
         __syncthreads();
         if (threadIdx.x == 0) {
             unsigned long long acc = sel_above;
@@ -159,18 +223,19 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS)
         // First index of the maximum (torch.argmax's rule); NaN never wins.
         float best = NEG_INF;
         int idx = 0x7fffffff;
-        for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
-            float v = sample_logit(l, i, p.banned);
-            if (v > best) { best = v; idx = i; }
-        }
+        for_each_logit(l, vocab, [&](int i, float v, bool ok) {
+            v = (i == p.banned || v != v) ? NEG_INF : v;
+            if (ok && v > best) { best = v; idx = i; }
+        });
         idx = block_argmax(best, idx);
         if (threadIdx.x == 0) out[blockIdx.x] = (idx == 0x7fffffff) ? 0 : idx;
         return;
     }
     const float t = p.temperature;
     float mx = NEG_INF;
-    for (int i = threadIdx.x; i < vocab; i += blockDim.x)
-        mx = fmaxf(mx, scaled_logit(l, i, p.banned, t));
+    for_each_logit(l, vocab, [&](int i, float v, bool ok) {
+        if (ok) mx = fmaxf(mx, scaled(v, i, p.banned, t));
+    });
     const float m = block_max(mx);
     if (m == NEG_INF) {
         if (threadIdx.x == 0) out[blockIdx.x] = 0;
@@ -183,16 +248,16 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS)
     }
     if (p.top_p < 1.0f) {
         float zs = 0.0f;
-        for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
-            const float x = scaled_logit(l, i, p.banned, t);
-            if (order_key(x) >= floor) zs += expf(x - m);
-        }
+        for_each_logit(l, vocab, [&](int i, float v, bool ok) {
+            const float x = scaled(v, i, p.banned, t);
+            if (ok && order_key(x) >= floor) zs += expf(x - m);
+        });
         const float z = block_sum(zs);
         unsigned long long ms = 0ull;
-        for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
-            const float x = scaled_logit(l, i, p.banned, t);
-            if (order_key(x) >= floor) ms += mass_of(x, m, z);
-        }
+        for_each_logit(l, vocab, [&](int i, float v, bool ok) {
+            const float x = scaled(v, i, p.banned, t);
+            if (ok && order_key(x) >= floor) ms += mass_of(x, m, z);
+        });
         const unsigned long long total = block_sum_u64(ms);
         unsigned long long target = (unsigned long long)ceil((double)p.top_p * (double)total);
         if (target < 1ull) target = 1ull;
@@ -200,13 +265,13 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS)
     }
     float best = NEG_INF;
     int idx = 0x7fffffff;
-    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
-        const float x = scaled_logit(l, i, p.banned, t);
-        if (order_key(x) >= floor && x != NEG_INF) {
+    for_each_logit(l, vocab, [&](int i, float v, bool ok) {
+        const float x = scaled(v, i, p.banned, t);
+        if (ok && order_key(x) >= floor && x != NEG_INF) {
             const float s = x + gumbel_at(p.key, i);
             if (s > best) { best = s; idx = i; }
         }
-    }
+    });
     idx = block_argmax(best, idx);
     if (threadIdx.x == 0) out[blockIdx.x] = (idx == 0x7fffffff) ? 0 : idx;
 }
