@@ -22,6 +22,7 @@ use super::forward::{enqueue, invariant_splits, splits_for, KvCache, Pass, Scrat
 use super::model_files::ModelFiles;
 use super::residents::Residents;
 use super::shape::ModelShape;
+use super::staging::{RowInput, Staging, StagingTargets};
 use super::step_options::StepOptions;
 use super::transfer::{ContextMode, TransferLane};
 use super::weights::{ModelSource, Weights};
@@ -97,6 +98,8 @@ pub struct CudaBackend {
     // Field order is drop order: graphs and buffers before the streams and context in `gpu`.
     graphs: Vec<(usize, CudaGraph)>,
     dec: Scratch,
+    /// The decode step's page-locked inputs and tokens.
+    dec_staging: Staging,
     pre: Scratch,
     kv: KvCache,
     /// A hybrid shape's recurrent states, one per sequence slot.
@@ -324,6 +327,16 @@ impl CudaBackend {
                 cfg.max_context,
             )?)),
         };
+        let dec_staging = Staging::new(
+            &gpu.ctx,
+            dec.input_layout,
+            StagingTargets {
+                inputs: dec.inputs.ptr,
+                table: dec.table.ptr,
+                table_width,
+                tokens: dec.out_tok.ptr,
+            },
+        )?;
         gpu.sync(Which::Decode)?;
         gpu.sync(Which::Prefill)?;
         let mut b = CudaBackend {
@@ -331,6 +344,7 @@ impl CudaBackend {
             shape,
             graphs: Vec::new(),
             dec,
+            dec_staging,
             pre,
             kv,
             weights,
@@ -716,46 +730,43 @@ impl CudaBackend {
             .map_err(super::device::drv("bind context"))?;
         let graph = self.graph_for(b, launch);
         let n = graph.map(|(bk, _)| bk).unwrap_or(b);
-        let tw = self.table_width;
-        let mut toks = vec![0i32; n];
-        let mut pos = vec![0i32; n];
-        let mut lens = vec![0i32; n];
-        let mut table = vec![0i32; n * tw];
-        let mut samp = vec![SampleRow::GREEDY; n];
-        samp[..b].copy_from_slice(samples);
-        for (i, r) in rows.iter().enumerate() {
-            toks[i] = r.last_token as i32;
-            pos[i] = r.context_len as i32;
-            lens[i] = r.context_len as i32 + 1;
-            let need = (r.context_len as usize + 1).div_ceil(self.kv.page_size);
-            for (d, &p) in table[i * tw..].iter_mut().zip(&r.pages[..need]) {
-                *d = p as i32;
-            }
+        let hybrid = self.states.is_some();
+        let mut inputs = vec![RowInput::PADDING; n];
+        for ((d, r), &sample) in inputs.iter_mut().zip(rows).zip(samples) {
+            *d = RowInput {
+                sample,
+                token: r.last_token as i32,
+                pos: r.context_len as i32,
+                len: r.context_len as i32 + 1,
+                seg_slot: if hybrid { r.slot as i32 } else { -1 },
+            };
         }
+        let ps = self.kv.page_size;
+        let pages: Vec<&[u32]> = rows
+            .iter()
+            .map(|r| &r.pages[..(r.context_len as usize + 1).div_ceil(ps)])
+            .collect();
         let w = Which::Decode;
-        self.gpu.htod(w, self.dec.tokens.ptr, &toks)?;
-        self.gpu.htod(w, self.dec.pos.ptr, &pos)?;
-        self.gpu.htod(w, self.dec.lens.ptr, &lens)?;
-        self.gpu.htod(w, self.dec.table.ptr, &table)?;
-        self.gpu.htod(w, self.dec.samp.ptr, &samp)?;
-        if self.states.is_some() {
-            let mut seg = vec![-1i32; n];
-            for (d, r) in seg.iter_mut().zip(rows) {
-                *d = r.slot as i32;
-            }
-            self.gpu.htod(w, self.dec.seg_slot.ptr, &seg)?;
+        let up = self.dec_staging.upload(&self.gpu, w, &inputs, &pages);
+        if let Err(e) = up {
+            // A copy that was queued may still read the staging buffers.
+            let _ = self.gpu.sync(w);
+            return Err(e);
         }
         if let Some((e0, _)) = &self.step_events {
             e0.record(self.gpu.stream(w))
                 .map_err(super::device::drv("event record"))?;
         }
-        self.run_step(graph, n)?;
+        let run = self.run_step(graph, n);
         if let Some((_, e1)) = &self.step_events {
             e1.record(self.gpu.stream(w))
                 .map_err(super::device::drv("event record"))?;
         }
-        let mut out = vec![0i32; n];
-        self.gpu.dtoh(w, &mut out, self.dec.out_tok.ptr)?;
+        // Waits for the stream whether the step was enqueued or not, so the staging buffers
+        // are free for the next step's copies.
+        let out = self.dec_staging.read_tokens(&self.gpu, w, b);
+        run?;
+        let out = out?;
         let mut logits = Vec::new();
         if want_logits {
             let v = self.shape.vocab;
@@ -763,7 +774,7 @@ impl CudaBackend {
             self.gpu.dtoh(w, &mut all, self.dec.logits.ptr)?;
             logits = all.chunks(v).map(|c| c.to_vec()).collect();
         }
-        Ok((out[..b].iter().map(|&t| t as u32).collect(), logits))
+        Ok((out, logits))
     }
 
     /// The captured graph (bucket, index) that runs `rows` rows, when graphs are asked for.

@@ -215,6 +215,12 @@ pub(crate) struct BalancedGrid {
     pub warps: usize,
 }
 
+/// Part of a device allocation that a `DevBuf` beside it owns.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DevRange {
+    pub ptr: u64,
+}
+
 /// A device allocation addressed by raw pointer.
 pub(crate) struct DevBuf {
     _slice: CudaSlice<u8>,

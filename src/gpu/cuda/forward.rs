@@ -6,8 +6,11 @@
 //! the next RMSNorm: `StepOptions::o_splits`, `down_splits`); everything a GEMM reads is
 //! bf16 (qkv's K-slice parts are summed and rounded by RoPE + KV write: `qkv_splits`).
 
-use super::device::{BalancedGrid, DepKernel, DevBuf, Gpu, Output, Product, Which, A, TC_TILE};
+use super::device::{
+    BalancedGrid, DepKernel, DevBuf, DevRange, Gpu, Output, Product, Which, A, TC_TILE,
+};
 use super::shape::ModelShape;
+use super::staging::InputLayout;
 use super::step_options::StepOptions;
 use super::weights::Weights;
 use crate::gpu::BackendError;
@@ -137,9 +140,13 @@ impl StateCache {
 pub(crate) struct Scratch {
     pub rows: usize,
     part_rows_splits: usize,
-    pub tokens: DevBuf,
-    pub pos: DevBuf,
-    pub lens: DevBuf,
+    /// The per-row inputs, in `input_layout`'s order (one upload: `staging.rs`); `samp`,
+    /// `tokens`, `pos`, `lens` and `seg_slot` lie in it.
+    pub inputs: DevBuf,
+    pub input_layout: InputLayout,
+    pub tokens: DevRange,
+    pub pos: DevRange,
+    pub lens: DevRange,
     pub table: DevBuf,
     x: DevBuf,
     h: DevBuf,
@@ -161,10 +168,10 @@ pub(crate) struct Scratch {
     parts_rows: usize,
     parts_elems: usize,
     /// One `SampleRow` per logit row.
-    pub samp: DevBuf,
+    pub samp: DevRange,
     pub out_tok: DevBuf,
     /// Recurrent layers' segments (`recurrent.cu`): each one's slot, first row and rows.
-    pub seg_slot: DevBuf,
+    pub seg_slot: DevRange,
     pub seg_row0: DevBuf,
     pub seg_rows: DevBuf,
 }
@@ -200,15 +207,27 @@ impl Scratch {
             ),
             _ => (0, 0),
         };
+        let input_layout = InputLayout {
+            rows,
+            logit_rows: logit_rows.max(1),
+        };
+        let inputs = a(input_layout.bytes())?;
+        let at = |offset: usize| DevRange {
+            ptr: inputs.at(offset),
+        };
         Ok(Scratch {
             rows,
             part_rows_splits,
             parts: a((parts_elems * 4).max(4))?,
             parts_rows,
             parts_elems,
-            tokens: a(rows * 4)?,
-            pos: a(rows * 4)?,
-            lens: a(rows * 4)?,
+            tokens: at(input_layout.tokens()),
+            pos: at(input_layout.pos()),
+            lens: at(input_layout.lens()),
+            samp: at(input_layout.samp()),
+            seg_slot: at(input_layout.seg_slot()),
+            inputs,
+            input_layout,
             table: a(rows * table_width * 4)?,
             x: a(rows * s.hidden * 4)?,
             h: a(rows * s.hidden * 2)?,
@@ -223,9 +242,7 @@ impl Scratch {
                 Which::Decode if o.attn_balanced => rows * s.kv_heads * 4,
                 _ => 4,
             })?,
-            samp: a(logit_rows.max(1) * std::mem::size_of::<crate::sampling::SampleRow>())?,
             out_tok: a(logit_rows.max(1) * 4)?,
-            seg_slot: a(rows * 4)?,
             seg_row0: a(rows * 4)?,
             seg_rows: a(rows * 4)?,
         })

@@ -33,6 +33,7 @@ pub mod retained_check;
 pub mod retained_gpu;
 pub mod safetensors;
 pub mod shape;
+mod staging;
 mod step_options;
 pub mod tp;
 pub mod transfer;
