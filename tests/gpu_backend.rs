@@ -557,6 +557,21 @@ fn sampled(temperature: f32, top_p: f32, top_k: u32, seed: u64) -> SamplingParam
     }
 }
 
+/// One row of each sampling mode: greedy (rows 0 and 7, the second as top-k 1), temperature,
+/// top-p, top-k, both, top-p 0.01.
+fn sampling_modes() -> [SamplingParams; 8] {
+    [
+        SamplingParams::GREEDY,
+        sampled(1.0, 1.0, 0, 1),
+        sampled(0.7, 0.9, 0, 2),
+        sampled(1.3, 1.0, 40, 3),
+        sampled(1.0, 0.5, 20, 4),
+        sampled(2.0, 0.95, 0, 5),
+        sampled(1.0, 0.01, 0, 6),
+        sampled(0.5, 1.0, 1, 7),
+    ]
+}
+
 /// The device sampler against `sampling::sample_row` on the same logits (read back from the
 /// device): greedy, temperature, top-k, top-p, a banned token.
 #[test]
@@ -570,16 +585,7 @@ fn device_sampling_draws_what_the_cpu_sampler_draws_on_the_same_logits() {
     for (i, pg) in pages.iter().enumerate() {
         last.push(b.prefill(i as u64, &prompt(20 + i, i), pg).unwrap().0);
     }
-    let params = [
-        SamplingParams::GREEDY,
-        sampled(1.0, 1.0, 0, 1),
-        sampled(0.7, 0.9, 0, 2),
-        sampled(1.3, 1.0, 40, 3),
-        sampled(1.0, 0.5, 20, 4),
-        sampled(2.0, 0.95, 0, 5),
-        sampled(1.0, 0.01, 0, 6),
-        sampled(0.5, 1.0, 1, 7),
-    ];
+    let params = sampling_modes();
     let (mut agree, mut total) = (0, 0);
     for step in 0..6u32 {
         let rows: Vec<StepRow> = (0..8)
@@ -621,16 +627,7 @@ fn the_device_sampler_draws_what_the_cpu_sampler_draws_at_any_vocabulary_size() 
         return;
     }
     let b = tiny(false);
-    let modes = [
-        SamplingParams::GREEDY,
-        sampled(1.0, 1.0, 0, 1),
-        sampled(0.7, 0.9, 0, 2),
-        sampled(1.3, 1.0, 40, 3),
-        sampled(1.0, 0.5, 20, 4),
-        sampled(0.8, 0.95, 50, 5),
-        sampled(1.0, 0.01, 0, 6),
-        sampled(0.5, 1.0, 1, 7),
-    ];
+    let modes = sampling_modes();
     for vocab in [128_256usize, 1027] {
         let (mut agree, mut total) = (0, 0);
         for round in 0..4u64 {
