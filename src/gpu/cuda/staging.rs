@@ -18,8 +18,8 @@ use crate::sampling::SampleRow;
 /// Bytes of one `SampleRow` as the kernel reads it (`struct SampleRow` in sample.cu).
 pub(crate) const SAMPLE_ROW_BYTES: usize = 24;
 
-/// Where a scratch's per-row inputs lie in its one `inputs` allocation, in bytes: each logit
-/// row's sampling, then each row's token, position, length (0: a padding row) and recurrent
+/// Where a scratch's per-row inputs lie in its one `inputs` allocation, in bytes: each of
+/// `logit_rows` (at least 1) rows' sampling, then each row's token, position, length (0: a padding row) and recurrent
 /// segment slot (-1: none), as i32.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct InputLayout {
@@ -32,7 +32,7 @@ impl InputLayout {
         0
     }
     pub fn tokens(&self) -> usize {
-        self.logit_rows.max(1) * SAMPLE_ROW_BYTES
+        self.logit_rows * SAMPLE_ROW_BYTES
     }
     pub fn pos(&self) -> usize {
         self.tokens() + 4 * self.rows
@@ -146,7 +146,7 @@ impl Staging {
                     .alloc_pinned::<i32>((lay.rows * table_width).max(1))
                     .map_err(drv("page-locked page table"))?,
                 out: ctx
-                    .alloc_pinned::<i32>(lay.logit_rows.max(1))
+                    .alloc_pinned::<i32>(lay.logit_rows)
                     .map_err(drv("page-locked tokens"))?,
             })
         }
@@ -188,7 +188,7 @@ impl Staging {
         // page-locked and outlives the copy (the step waits for the stream before returning).
         unsafe { cudarc::driver::result::memcpy_htod_async(dst.inputs, &ib[..], stream) }
             .map_err(drv("input copy"))?;
-        if pages.is_empty() || width == 0 {
+        if width == 0 {
             return Ok(());
         }
         let tb = self

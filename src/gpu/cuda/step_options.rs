@@ -1,11 +1,12 @@
 //! How a forward pass is launched: which attention kernel, programmatic dependent launch,
-//! how finely attention splits a row's context (or deals a pass's tiles out evenly), whether a single-split pass skips the
-//! split merge, up to how many rows the weight products run on the GEMV kernels, whether
-//! qkv, o_proj and down_proj run in K slices summed by the kernel that reads their output,
-//! and whether a row's sums must not depend on its batch (`batch_invariant`). The defaults
-//! are what BENCHMARKS.md §3.5–3.12 measured best on the H200; the environment overrides
-//! each one so that `tools/gpu/run.sh` can time them side by side from one binary, and
-//! `StepOptions::plain` (every option off) is the launch the GPU tests check them against.
+//! how finely attention splits a row's context (or deals a pass's tiles out evenly), whether
+//! a single-split pass skips the split merge, up to how many rows the weight products run on
+//! the GEMV kernels, whether qkv, o_proj and down_proj run in K slices summed by the kernel
+//! that reads their output, and whether a row's sums must not depend on its batch
+//! (`batch_invariant`). The defaults are what BENCHMARKS.md §3.5–3.12 measured best on the
+//! H200; the environment overrides each one so that `tools/gpu/run.sh` can time them side by
+//! side from one binary, and `StepOptions::plain` (every option off) is the launch the GPU
+//! tests check them against.
 
 use super::device::{AttnKernel, TcRing, GEMV_MAX_ROWS};
 use crate::gpu::BackendError;

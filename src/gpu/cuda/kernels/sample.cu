@@ -147,9 +147,14 @@ __device__ __forceinline__ void for_each_logit(const float* __restrict__ l, int 
     }
 }
 
-// A logit as the sampler sees it (NaN and the banned token -inf), over the temperature.
+// Logit v of token i as the sampler sees it: NaN and the banned token are -inf.
+__device__ __forceinline__ float seen(float v, int i, int banned) {
+    return (i == banned || v != v) ? NEG_INF : v;
+}
+
+// The same over the temperature (IEEE division, as on the host).
 __device__ __forceinline__ float scaled(float v, int i, int banned, float t) {
-    return __fdiv_rn((i == banned || v != v) ? NEG_INF : v, t);
+    return __fdiv_rn(seen(v, i, banned), t);
 }
 
 // Adds w into hist[bin] for each lane of the warp with bin < 256 (called by all 32 lanes
@@ -224,7 +229,7 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS)
         float best = NEG_INF;
         int idx = 0x7fffffff;
         for_each_logit(l, vocab, [&](int i, float v, bool ok) {
-            v = (i == p.banned || v != v) ? NEG_INF : v;
+            v = seen(v, i, p.banned);
             if (ok && v > best) { best = v; idx = i; }
         });
         idx = block_argmax(best, idx);
