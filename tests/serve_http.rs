@@ -168,18 +168,22 @@ async fn a_full_queue_answers_429_and_loses_none_of_the_queued_requests() {
         ))
         .await,
     );
+    // The holder streams until the test lets it go, so the slot stays taken however slowly
+    // this test runs; its first token means it holds the only slot.
+    let holder = s
+        .post(
+            "/v1/completions",
+            &json!({"prompt": "a b", "max_tokens": 100000, "ignore_eos": true, "stream": true}),
+        )
+        .await;
+    let mut holder = holder.bytes_stream();
+    assert!(tokio::time::timeout(WAIT, holder.next())
+        .await
+        .unwrap()
+        .is_some());
+    assert_eq!(s.debug().await["worker"]["active"], 1);
+    // Two more fill the queue.
     let body = json!({"prompt": "a b", "max_tokens": 60, "ignore_eos": true});
-    let first = {
-        let s = s.clone();
-        let body = body.clone();
-        tokio::spawn(async move { s.post("/v1/completions", &body).await })
-    };
-    // The first request holds the only slot; two more fill the queue.
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while s.debug().await["worker"]["active"] != 1 {
-        assert!(tokio::time::Instant::now() < deadline);
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
     let queued: Vec<_> = (0..2)
         .map(|_| {
             let s = s.clone();
@@ -187,13 +191,16 @@ async fn a_full_queue_answers_429_and_loses_none_of_the_queued_requests() {
             tokio::spawn(async move { s.post("/v1/completions", &body).await })
         })
         .collect();
+    let deadline = tokio::time::Instant::now() + WAIT;
     while s.debug().await["worker"]["queue"]["len"] != 2 {
         assert!(tokio::time::Instant::now() < deadline);
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     let refused = s.post("/v1/completions", &body).await;
     assert_eq!(refused.status(), 429);
-    for r in std::iter::once(first).chain(queued) {
+    // The holder goes away; both queued requests are then served whole.
+    drop(holder);
+    for r in queued {
         let r = r.await.unwrap();
         assert_eq!(r.status(), 200);
         let v: Value = r.json().await.unwrap();

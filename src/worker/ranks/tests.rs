@@ -28,14 +28,16 @@ fn arrivals(now: f64, ids: std::ops::Range<u64>) -> PassInputs {
     }
 }
 
-/// One follower on a thread of this test, running `body` on its end of the link.
-fn with_follower(body: impl FnOnce(Link) + Send + 'static) -> RankGroup {
+/// One follower on a thread of this test, running `body` on its end of the link. The
+/// leader waits `timeout` for a reply: short where the test wants the timeout, long where
+/// an answer is due (a loaded machine may not run the follower's thread for a while).
+fn with_follower(timeout: Duration, body: impl FnOnce(Link) + Send + 'static) -> RankGroup {
     let (ours, theirs) = Link::channel_pair();
     std::thread::spawn(move || body(theirs));
-    RankGroup::new(vec![ours])
-        .unwrap()
-        .with_timeout(Duration::from_millis(200))
+    RankGroup::new(vec![ours]).unwrap().with_timeout(timeout)
 }
+
+const ANSWER_DUE: Duration = Duration::from_secs(20);
 
 #[tokio::test]
 async fn local_followers_agree_and_count_the_passes_checked() {
@@ -103,7 +105,7 @@ async fn a_follower_that_cannot_read_a_frame_refuses_it_and_the_group_stops() {
 
 #[tokio::test]
 async fn a_follower_that_leaves_is_lost_and_one_that_hangs_times_out() {
-    let mut gone = with_follower(drop);
+    let mut gone = with_follower(ANSWER_DUE, drop);
     // The send fails, or the reply reader finds the link closed: either way rank 1 is lost.
     let sent = gone.broadcast(&PassInputs::default());
     let checked = gone.check(&PassOutput::default()).await;
@@ -115,7 +117,7 @@ async fn a_follower_that_leaves_is_lost_and_one_that_hangs_times_out() {
     );
 
     let (keep, hold) = std::sync::mpsc::channel();
-    let mut hung = with_follower(move |link| {
+    let mut hung = with_follower(Duration::from_millis(200), move |link| {
         let _ = keep.send(link); // holds the link open and never answers
     });
     hung.broadcast(&PassInputs::default()).unwrap();
@@ -136,7 +138,7 @@ async fn a_follower_that_leaves_is_lost_and_one_that_hangs_times_out() {
 
 #[tokio::test]
 async fn a_reply_for_another_pass_is_out_of_step() {
-    let mut g = with_follower(|mut link| {
+    let mut g = with_follower(ANSWER_DUE, |mut link| {
         let mut buf = Vec::new();
         let mut reply = Vec::new();
         while link.rx.recv(&mut buf).is_ok() {
