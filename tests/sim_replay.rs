@@ -136,11 +136,23 @@ fn genslot() -> Command {
     c
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
+/// The address `genslot serve --port 0` logs on its standard output; the rest of the output
+/// is read and dropped, so the server never blocks on a full pipe.
+fn served_address(child: &mut std::process::Child) -> String {
+    use std::io::BufRead;
+    let stdout = child.stdout.take().expect("piped standard output");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if let Some(rest) = line.split("serving on http://").nth(1) {
+                let _ = tx.send(rest.split_whitespace().next().unwrap_or("").to_owned());
+            }
+        }
+    });
+    rx.recv_timeout(WAIT).expect("the server logs its address")
 }
 
 async fn wait_healthy(base: &str) {
@@ -169,15 +181,13 @@ fn wait_exit(child: &mut std::process::Child) -> std::process::ExitStatus {
     panic!("the server did not exit after SIGTERM");
 }
 
-fn write_config(dir: &Path, port: u16) -> std::path::PathBuf {
+fn write_config(dir: &Path) -> std::path::PathBuf {
     let path = dir.join("serve.yaml");
     std::fs::write(
         &path,
-        format!(
-            "max_batch_size: 2\nserver: {{ port: {port}, stat_interval_s: 3600 }}\n\
-             timing: {{ base_ms: 2.0, per_request_ms: 0.05, per_kv_token_ns: 1.0, \
-             transfer_base_ms: 3.0, transfer_per_token_us: 5.0 }}\n"
-        ),
+        "max_batch_size: 2\nserver: { stat_interval_s: 3600 }\n\
+         timing: { base_ms: 2.0, per_request_ms: 0.05, per_kv_token_ns: 1.0, \
+         transfer_base_ms: 3.0, transfer_per_token_us: 5.0 }\n",
     )
     .unwrap();
     path
@@ -186,20 +196,18 @@ fn write_config(dir: &Path, port: u16) -> std::path::PathBuf {
 #[tokio::test]
 async fn serve_with_record_then_sim_replay_end_to_end() {
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let cfg = write_config(dir.path(), port);
+    let cfg = write_config(dir.path());
     let rec = dir.path().join("served.jsonl");
     let mut server = genslot()
-        .arg("serve")
-        .arg("--config")
+        .args(["serve", "--port", "0", "--config"])
         .arg(&cfg)
         .arg("--record")
         .arg(&rec)
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .expect("start genslot serve");
-    let base = format!("http://127.0.0.1:{port}");
+    let base = format!("http://{}", served_address(&mut server));
     wait_healthy(&base).await;
     let answers = send_all(&base).await;
     assert_eq!(answers.len(), REQUESTS.len());
