@@ -51,19 +51,8 @@ async fn forged_after_ten_waiters(policy: &str) -> (Vec<Instant>, Instant, std::
             Instant::now()
         })
     };
-    // The holder streams until the test lets it go, so the slot stays taken however slowly
-    // this test runs; its first token means it holds the only slot.
-    let holder = s
-        .post(
-            "/v1/completions",
-            &json!({"prompt": "a", "max_tokens": 100000, "ignore_eos": true, "stream": true}),
-        )
-        .await;
-    let mut holder = holder.bytes_stream();
-    assert!(tokio::time::timeout(WAIT, holder.next())
-        .await
-        .unwrap()
-        .is_some());
+    // The holder keeps the only slot until the test lets it go.
+    let holder = s.slot_holder().await;
     let waiters: Vec<_> = (0..10)
         .map(|_| post(json!({"prompt": "b", "max_tokens": 2, "ignore_eos": true})))
         .collect();

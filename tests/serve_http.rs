@@ -168,19 +168,8 @@ async fn a_full_queue_answers_429_and_loses_none_of_the_queued_requests() {
         ))
         .await,
     );
-    // The holder streams until the test lets it go, so the slot stays taken however slowly
-    // this test runs; its first token means it holds the only slot.
-    let holder = s
-        .post(
-            "/v1/completions",
-            &json!({"prompt": "a b", "max_tokens": 100000, "ignore_eos": true, "stream": true}),
-        )
-        .await;
-    let mut holder = holder.bytes_stream();
-    assert!(tokio::time::timeout(WAIT, holder.next())
-        .await
-        .unwrap()
-        .is_some());
+    // The holder keeps the only slot until the test lets it go.
+    let holder = s.slot_holder().await;
     assert_eq!(s.debug().await["worker"]["active"], 1);
     // Two more fill the queue.
     let body = json!({"prompt": "a b", "max_tokens": 60, "ignore_eos": true});

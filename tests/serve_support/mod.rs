@@ -80,6 +80,26 @@ impl Server {
             .expect("debug state is JSON")
     }
 
+    /// A streaming request past its first token: it holds a slot until the returned stream
+    /// is dropped, however slowly the test runs (100 000 tokens take minutes).
+    pub async fn slot_holder(
+        &self,
+    ) -> impl futures::Stream<Item = reqwest::Result<impl AsRef<[u8]>>> + Unpin {
+        use futures::StreamExt;
+        let r = self
+            .post(
+                "/v1/completions",
+                &serde_json::json!({"prompt": "a", "max_tokens": 100000, "ignore_eos": true,
+                                    "stream": true}),
+            )
+            .await;
+        assert_eq!(r.status(), 200);
+        let mut body = r.bytes_stream();
+        let first = tokio::time::timeout(WAIT, body.next()).await;
+        assert!(first.is_ok_and(|c| c.is_some()), "the holder's first token");
+        body
+    }
+
     /// `(pool, used)` for every pool in `/debug/actors`.
     pub async fn pools_used(&self) -> Vec<(String, u64)> {
         let d = self.debug().await;
