@@ -14,6 +14,8 @@ use genslot::gpu::cuda::{
 };
 use genslot::gpu::{BackendError, ContextArrival, StepBackend, StepRow};
 use genslot::sampling::{sample_row, SamplingParams};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
 
 const SEED: u32 = 5;
 
@@ -633,14 +635,9 @@ fn the_device_sampler_draws_what_the_cpu_sampler_draws_at_any_vocabulary_size() 
         for round in 0..4u64 {
             // Seeded logits, a few standard deviations wide, with a tie for the maximum in
             // row 0, a NaN in row 2 and a banned token in row 3.
-            let mut z = 0x9E37_79B9_7F4A_7C15u64 ^ (round << 32) ^ vocab as u64;
+            let mut rng = SmallRng::seed_from_u64((round << 32) ^ vocab as u64);
             let mut logits: Vec<f32> = (0..modes.len() * vocab)
-                .map(|_| {
-                    z = z
-                        .wrapping_mul(6_364_136_223_846_793_005)
-                        .wrapping_add(1_442_695_040_888_963_407);
-                    ((z >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 12.0
-                })
+                .map(|_| rng.random_range(-6.0f32..6.0))
                 .collect();
             logits[17] = 50.0;
             logits[vocab - 3] = 50.0;
