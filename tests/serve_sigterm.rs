@@ -3,10 +3,14 @@
 //! inside the window returns every token, one that cannot gets a clear error event, and new
 //! connections are refused during the drain.
 
-use std::io::{BufRead, BufReader, Read, Write};
+mod serve_support;
+
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use serve_support::served_address;
 
 const DRAIN_S: f64 = 1.0;
 
@@ -34,25 +38,7 @@ fn serve(config: &str) -> (Serving, tempfile::TempDir) {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let (tx, log) = std::sync::mpsc::channel();
-    let stdout = child.stdout.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    let addr = loop {
-        let line = log
-            .recv_timeout(Duration::from_secs(20))
-            .expect("the server logs its address");
-        assert!(
-            !line.contains('\u{1b}'),
-            "no colour codes in a redirected log: {line:?}"
-        );
-        if let Some(rest) = line.split("serving on http://").nth(1) {
-            break rest.split_whitespace().next().unwrap().to_owned();
-        }
-    };
+    let (addr, log) = served_address(&mut child);
     (Serving { child, addr, log }, dir)
 }
 
@@ -151,5 +137,11 @@ fn sigterm_drains_and_exits_within_the_window_while_a_client_holds_partial_heade
     assert!(long.contains("data: [DONE]"));
     // The process has exited, so its log ends.
     let logs: Vec<String> = s.log.iter().collect();
+    for line in &logs {
+        assert!(
+            !line.contains('\u{1b}'),
+            "no colour codes in a redirected log: {line:?}"
+        );
+    }
     assert!(logs.iter().any(|l| l.contains("shutting down")), "{logs:?}");
 }

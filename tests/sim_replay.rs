@@ -136,25 +136,6 @@ fn genslot() -> Command {
     c
 }
 
-/// The address `genslot serve --port 0` logs on its standard output; the rest of the output
-/// is read and dropped, so the server never blocks on a full pipe.
-fn served_address(child: &mut std::process::Child) -> String {
-    use std::io::BufRead;
-    let stdout = child.stdout.take().expect("piped standard output");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stdout)
-            .lines()
-            .map_while(Result::ok)
-        {
-            if let Some(rest) = line.split("serving on http://").nth(1) {
-                let _ = tx.send(rest.split_whitespace().next().unwrap_or("").to_owned());
-            }
-        }
-    });
-    rx.recv_timeout(WAIT).expect("the server logs its address")
-}
-
 async fn wait_healthy(base: &str) {
     let client = reqwest::Client::new();
     let t0 = Instant::now();
@@ -207,7 +188,7 @@ async fn serve_with_record_then_sim_replay_end_to_end() {
         .stderr(Stdio::null())
         .spawn()
         .expect("start genslot serve");
-    let base = format!("http://{}", served_address(&mut server));
+    let base = format!("http://{}", served_address(&mut server).0);
     wait_healthy(&base).await;
     let answers = send_all(&base).await;
     assert_eq!(answers.len(), REQUESTS.len());

@@ -121,6 +121,33 @@ impl Server {
     }
 }
 
+/// Reads a `genslot serve --port 0` child's standard output on a thread, so the server never
+/// blocks on a full pipe: the address it logs that it serves on, and every line as it comes
+/// (the channel ends when the process closes its output).
+pub fn served_address(
+    child: &mut std::process::Child,
+) -> (String, std::sync::mpsc::Receiver<String>) {
+    use std::io::BufRead;
+    let stdout = child.stdout.take().expect("piped standard output");
+    let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+    let (log_tx, log_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if let Some(rest) = line.split("serving on http://").nth(1) {
+                let _ = addr_tx.send(rest.split_whitespace().next().unwrap_or("").to_owned());
+            }
+            let _ = log_tx.send(line);
+        }
+    });
+    let addr = addr_rx
+        .recv_timeout(WAIT)
+        .expect("the server logs its address");
+    (addr, log_rx)
+}
+
 /// Log output captured in memory, for tests that read what the server logged.
 #[derive(Clone, Default)]
 pub struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
