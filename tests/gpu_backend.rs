@@ -629,12 +629,26 @@ fn the_device_sampler_draws_what_the_cpu_sampler_draws_at_any_vocabulary_size() 
         return;
     }
     let b = tiny(false);
-    let modes = sampling_modes();
+    // The step's modes, then top-k's paths through the device sampler (sample.cu): k 50 with
+    // 60 logits tied at the k-th (the candidates in shared memory), k 3000 (more than it
+    // keeps there: the whole-row path), k 2048 with top-p (the largest sort), k 50 under a
+    // tie of thousands (more candidates than it keeps: the whole-row path again), k 40 with
+    // the maximum banned.
+    let modes: Vec<SamplingParams> = sampling_modes()
+        .into_iter()
+        .chain([
+            sampled(0.8, 0.95, 50, 8),
+            sampled(1.0, 1.0, 3000, 9),
+            sampled(1.0, 0.9, 2048, 10),
+            sampled(1.0, 0.95, 50, 11),
+            sampled(0.7, 1.0, 40, 12),
+        ])
+        .collect();
     for vocab in [128_256usize, 1027] {
         let (mut agree, mut total) = (0, 0);
         for round in 0..4u64 {
             // Seeded logits, a few standard deviations wide, with a tie for the maximum in
-            // row 0, a NaN in row 2 and a banned token in row 3.
+            // row 0, a NaN in row 2, the ties above, and a banned token in rows 3 and 12.
             let mut rng = SmallRng::seed_from_u64((round << 32) ^ vocab as u64);
             let mut logits: Vec<f32> = (0..modes.len() * vocab)
                 .map(|_| rng.random_range(-6.0f32..6.0))
@@ -642,6 +656,13 @@ fn the_device_sampler_draws_what_the_cpu_sampler_draws_at_any_vocabulary_size() 
             logits[17] = 50.0;
             logits[vocab - 3] = 50.0;
             logits[2 * vocab + 5] = f32::NAN;
+            for j in 0..60 {
+                logits[8 * vocab + 11 + 13 * j] = 30.0;
+            }
+            let tied = 3000.min(vocab - 27);
+            for j in 0..tied {
+                logits[11 * vocab + 27 + j * (vocab - 27) / tied] = 20.0;
+            }
             let samp: Vec<_> = modes
                 .iter()
                 .enumerate()
@@ -653,7 +674,7 @@ fn the_device_sampler_draws_what_the_cpu_sampler_draws_at_any_vocabulary_size() 
                         .filter(|(_, v)| !v.is_nan())
                         .max_by(|a, b| a.1.total_cmp(b.1))
                         .map(|(j, _)| j as u32);
-                    let banned = if i == 3 { top } else { None };
+                    let banned = if i == 3 || i == 12 { top } else { None };
                     p.device_row(p.seed_for(i as u64), 10 + round, banned)
                 })
                 .collect();
@@ -661,8 +682,9 @@ fn the_device_sampler_draws_what_the_cpu_sampler_draws_at_any_vocabulary_size() 
             assert_eq!(toks[0], 17, "greedy takes the first of two equal maxima");
             for (i, s) in samp.iter().enumerate() {
                 let want = sample_row(&logits[i * vocab..(i + 1) * vocab], s);
-                if i == 0 || i == 7 {
-                    assert_eq!(toks[i], want, "vocab {vocab} round {round}: greedy row {i}");
+                // Without top-p no float sum enters the draw: the device must agree exactly.
+                if s.top_p >= 1.0 {
+                    assert_eq!(toks[i], want, "vocab {vocab} round {round}: row {i}, {s:?}");
                 }
                 if s.banned >= 0 {
                     assert_ne!(toks[i] as i32, s.banned, "the banned token was drawn");

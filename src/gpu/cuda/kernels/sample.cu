@@ -3,23 +3,31 @@
 // reference and the tests use; keep the two in step.
 //
 // One block of SAMPLE_THREADS per row. For a sampled row, with x = logit / temperature:
-//   1. top-k: the k-th largest x by radix select (4 passes of 8 bits over the order key);
+//   1. top-k: the k-th largest x by radix select (passes of 8 bits over the order key);
 //   2. top-p: each top-k candidate's probability as an integer mass trunc(p * 2^31), and the
-//      largest x whose candidates at or above it hold at least ceil(top_p * total) of the mass
-//      (radix select again, on mass);
+//      largest x whose candidates at or above it hold at least ceil(top_p * total) of the mass;
 //   3. the Gumbel-max draw among the candidates left: argmax of x_i + g_i, where g_i is a
 //      Gumbel variate from a counter-based hash of (row key, token id). The row key hashes the
 //      request's seed and the token's position (host side), so a request draws the same
 //      numbers whatever batch it runs in and however often it was paused.
-// Every reduction runs in a fixed order (integer atomics for the histograms), so a row's
-// result depends on its logits alone, run to run.
+// Every reduction runs in a fixed order (integer atomics for the histograms, sorted
+// candidates), so a row's result depends on its logits alone, run to run.
 //
 // Each pass over a row (512 KiB of float32 logits at a 128k vocabulary) is one block's
 // stream from memory or L2, so its pace is the loads a thread keeps in flight: a pass reads
 // SAMPLE_UNROLL float4s a thread before it looks at any (`for_each_logit`). Scalar loads one
 // at a time took about 54 us a greedy row (BENCHMARKS.md §3.14).
+//
+// With top-k on (k up to SAMPLE_CANDS) a row makes three passes (`sample_top_k`): two radix
+// passes find the 16-bit key prefix of the k-th largest x, a third gathers every logit at or
+// above that prefix into shared memory (the k largest and the few that share their prefix),
+// and the rest (the exact k-th key, top-p, the draw) runs on those candidates, sorted. Without
+// top-k, top-p takes the whole row in eight passes (the maximum, the sum, the masses, four
+// radix passes, the draw), and temperature alone one (the draw).
 #define SAMPLE_THREADS 1024
 #define SAMPLE_UNROLL 4
+// The most top-k candidates a row keeps in shared memory (a power of two).
+#define SAMPLE_CANDS 2048
 
 // Per-row parameters; the host's `SampleRow` (#[repr(C)], sampling.rs) has this layout.
 struct SampleRow {
@@ -34,6 +42,11 @@ struct SampleRow {
 __device__ __forceinline__ unsigned order_key(float x) {
     unsigned b = __float_as_uint(x);
     return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+// The x whose order key is k (order_key's inverse).
+__device__ __forceinline__ float key_x(unsigned k) {
+    return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
 }
 
 // Gumbel variate of token i: u = (n + 0.5) / 2^23 from 23 hashed bits, g = -ln(-ln u).
@@ -175,24 +188,31 @@ __device__ __forceinline__ void hist_add(unsigned long long* hist, unsigned bin,
     __syncwarp();
 }
 
+// What a radix select found: the key prefix (the bits of its passes), the weight of the
+// candidates above that prefix, and the weight that shares it.
+struct Selected {
+    unsigned prefix;
+    unsigned long long above, at;
+};
+
 // The largest key t such that the candidates (key >= floor) with key >= t weigh at least
 // `target`, where a candidate weighs 1 (MASS false) or its integer mass. Radix select, most
-// significant byte first; hist is 256 shared counters.
+// significant byte first, over the top 8 * passes bits of the key (4: the whole key); hist
+// is 256 shared counters.
 template <bool MASS>
-__device__ unsigned select_key(const float* l, int vocab, int banned, float t, float m, float z,
+__device__ Selected select_key(const float* l, int vocab, int banned, float t, float m, float z,
                                unsigned floor, unsigned long long target,
-                               unsigned long long* hist) {
-    __shared__ unsigned sel_prefix;
-    __shared__ unsigned long long sel_above;
+                               unsigned long long* hist, int passes) {
+    __shared__ Selected sel;
     __shared__ unsigned long long stage[SAMPLE_THREADS];
     unsigned long long* my_stage = stage + (threadIdx.x & ~31);
-    if (threadIdx.x == 0) { sel_prefix = 0u; sel_above = 0ull; }
-    for (int pass = 0; pass < 4; ++pass) {
+    if (threadIdx.x == 0) sel = Selected{0u, 0ull, 0ull};
+    for (int pass = 0; pass < passes; ++pass) {
         const int shift = 24 - 8 * pass;
         const unsigned hi = pass == 0 ? 0u : (0xffffffffu << (32 - 8 * pass));
         for (int d = threadIdx.x; d < 256; d += blockDim.x) hist[d] = 0ull;
         __syncthreads();
-        const unsigned prefix = sel_prefix;
+        const unsigned prefix = sel.prefix;
         for_each_logit(l, vocab, [&](int i, float v, bool ok) {
             const float x = scaled(v, i, banned, t);
             const unsigned k = order_key(x);
@@ -202,11 +222,10 @@ __device__ unsigned select_key(const float* l, int vocab, int banned, float t, f
         });
         __syncthreads();
         if (threadIdx.x == 0) {
-            unsigned long long acc = sel_above;
+            unsigned long long acc = sel.above;
             for (int d = 255; d >= 0; --d) {
                 if (acc + hist[d] >= target || d == 0) {
-                    sel_prefix = prefix | ((unsigned)d << shift);
-                    sel_above = acc;
+                    sel = Selected{prefix | ((unsigned)d << shift), acc, hist[d]};
                     break;
                 }
                 acc += hist[d];
@@ -214,7 +233,123 @@ __device__ unsigned select_key(const float* l, int vocab, int banned, float t, f
         }
         __syncthreads();
     }
-    return sel_prefix;
+    return sel;
+}
+
+// Bitonic sort of the n candidates (key, id) in shared memory, largest key first, then
+// smaller id; the slots from n to the next power of two are filled with keys below any x's.
+__device__ void sort_candidates(unsigned* key, int* id, int n) {
+    int size = 1;
+    while (size < n) size <<= 1;
+    for (int j = n + (int)threadIdx.x; j < size; j += blockDim.x) {
+        key[j] = 0u;
+        id[j] = 0x7fffffff;
+    }
+    __syncthreads();
+    for (int span = 2; span <= size; span <<= 1) {
+        for (int stride = span >> 1; stride > 0; stride >>= 1) {
+            for (int t = threadIdx.x; t < size / 2; t += blockDim.x) {
+                const int lo = 2 * t - (t & (stride - 1)), hi = lo + stride;
+                const unsigned ka = key[lo], kb = key[hi];
+                const int ia = id[lo], ib = id[hi];
+                const bool b_first = kb > ka || (kb == ka && ib < ia);
+                // Pairs go in order in every other span and reversed in the rest, so that
+                // the next span's merge takes a bitonic sequence; the last span is one.
+                if (b_first == ((lo & span) == 0)) {
+                    key[lo] = kb; key[hi] = ka;
+                    id[lo] = ib; id[hi] = ia;
+                }
+            }
+            __syncthreads();
+        }
+    }
+}
+
+// The top-k row in three passes over its logits (see the top of this file). False, with
+// nothing written, when more than SAMPLE_CANDS logits share the k-th one's 16-bit prefix or
+// lie above it: the caller then takes the whole-row path.
+__device__ bool sample_top_k(const float* l, int vocab, const SampleRow& p,
+                             unsigned long long* hist, int* out) {
+    __shared__ unsigned ckey[SAMPLE_CANDS];
+    __shared__ int cid[SAMPLE_CANDS];
+    __shared__ int count;
+    __shared__ unsigned top_p_floor;
+    const float t = p.temperature;
+    const Selected s = select_key<false>(l, vocab, p.banned, t, 0.0f, 1.0f, 0u,
+                                         (unsigned long long)p.top_k, hist, 2);
+    if (s.above + s.at > SAMPLE_CANDS) return false;
+    const int n = (int)(s.above + s.at);
+    if (threadIdx.x == 0) count = 0;
+    __syncthreads();
+    for_each_logit(l, vocab, [&](int i, float v, bool ok) {
+        const unsigned k = order_key(scaled(v, i, p.banned, t));
+        if (ok && k >= s.prefix) {
+            const int at = atomicAdd(&count, 1);
+            ckey[at] = k;
+            cid[at] = i;
+        }
+    });
+    __syncthreads();
+    sort_candidates(ckey, cid, n);
+    // The row's maximum is the first candidate; an all -inf row draws token 0.
+    const float m = key_x(ckey[0]);
+    if (m == NEG_INF) {
+        if (threadIdx.x == 0) out[blockIdx.x] = 0;
+        return true;
+    }
+    unsigned floor = ckey[p.top_k - 1];
+    if (p.top_p < 1.0f) {
+        // The kept candidates are the first ones (key >= floor).
+        float zs = 0.0f;
+        for (int j = threadIdx.x; j < n; j += blockDim.x) {
+            if (ckey[j] >= floor) zs += expf(key_x(ckey[j]) - m);
+        }
+        const float z = block_sum(zs);
+        unsigned long long ms = 0ull;
+        for (int j = threadIdx.x; j < n; j += blockDim.x) {
+            if (ckey[j] >= floor) ms += mass_of(key_x(ckey[j]), m, z);
+        }
+        const unsigned long long total = block_sum_u64(ms);
+        unsigned long long target = (unsigned long long)ceil((double)p.top_p * (double)total);
+        if (target < 1ull) target = 1ull;
+        // The first candidate at which the running mass reaches the target, by one warp in
+        // chunks of 32.
+        if (threadIdx.x < 32) {
+            const int lane = threadIdx.x;
+            unsigned long long carry = 0ull;
+            unsigned found = floor;
+            for (int base = 0; base < n; base += 32) {
+                const int j = base + lane;
+                const unsigned k = j < n ? ckey[j] : 0u;
+                unsigned long long run = k >= floor && j < n ? mass_of(key_x(k), m, z) : 0ull;
+                for (int o = 1; o < 32; o <<= 1) {
+                    const unsigned long long u = __shfl_up_sync(0xffffffffu, run, o);
+                    if (lane >= o) run += u;
+                }
+                const unsigned hit = __ballot_sync(0xffffffffu, carry + run >= target);
+                if (hit != 0u) {
+                    found = __shfl_sync(0xffffffffu, k, __ffs(hit) - 1);
+                    break;
+                }
+                carry += __shfl_sync(0xffffffffu, run, 31);
+            }
+            if (lane == 0) top_p_floor = found;
+        }
+        __syncthreads();
+        floor = top_p_floor;
+    }
+    float best = NEG_INF;
+    int idx = 0x7fffffff;
+    for (int j = threadIdx.x; j < n; j += blockDim.x) {
+        const float x = key_x(ckey[j]);
+        if (ckey[j] >= floor && x != NEG_INF) {
+            const float g = x + gumbel_at(p.key, cid[j]);
+            if (g > best || (g == best && cid[j] < idx)) { best = g; idx = cid[j]; }
+        }
+    }
+    idx = block_argmax(best, idx);
+    if (threadIdx.x == 0) out[blockIdx.x] = (idx == 0x7fffffff) ? 0 : idx;
+    return true;
 }
 
 extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS)
@@ -237,37 +372,42 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS)
         return;
     }
     const float t = p.temperature;
-    float mx = NEG_INF;
-    for_each_logit(l, vocab, [&](int i, float v, bool ok) {
-        if (ok) mx = fmaxf(mx, scaled(v, i, p.banned, t));
-    });
-    const float m = block_max(mx);
-    if (m == NEG_INF) {
-        if (threadIdx.x == 0) out[blockIdx.x] = 0;
-        return;
-    }
+    const bool top_k = p.top_k > 0 && p.top_k < vocab;
+    if (top_k && p.top_k <= SAMPLE_CANDS && sample_top_k(l, vocab, p, hist, out)) return;
     unsigned floor = 0u;
-    if (p.top_k > 0 && p.top_k < vocab) {
-        floor = select_key<false>(l, vocab, p.banned, t, m, 1.0f, 0u,
-                                  (unsigned long long)p.top_k, hist);
-    }
-    if (p.top_p < 1.0f) {
-        float zs = 0.0f;
+    if (top_k || p.top_p < 1.0f) {
+        float mx = NEG_INF;
         for_each_logit(l, vocab, [&](int i, float v, bool ok) {
-            const float x = scaled(v, i, p.banned, t);
-            if (ok && order_key(x) >= floor) zs += expf(x - m);
+            if (ok) mx = fmaxf(mx, scaled(v, i, p.banned, t));
         });
-        const float z = block_sum(zs);
-        unsigned long long ms = 0ull;
-        for_each_logit(l, vocab, [&](int i, float v, bool ok) {
-            const float x = scaled(v, i, p.banned, t);
-            if (ok && order_key(x) >= floor) ms += mass_of(x, m, z);
-        });
-        const unsigned long long total = block_sum_u64(ms);
-        unsigned long long target = (unsigned long long)ceil((double)p.top_p * (double)total);
-        if (target < 1ull) target = 1ull;
-        floor = select_key<true>(l, vocab, p.banned, t, m, z, floor, target, hist);
+        const float m = block_max(mx);
+        if (m == NEG_INF) {
+            if (threadIdx.x == 0) out[blockIdx.x] = 0;
+            return;
+        }
+        if (top_k) {
+            floor = select_key<false>(l, vocab, p.banned, t, m, 1.0f, 0u,
+                                      (unsigned long long)p.top_k, hist, 4).prefix;
+        }
+        if (p.top_p < 1.0f) {
+            float zs = 0.0f;
+            for_each_logit(l, vocab, [&](int i, float v, bool ok) {
+                const float x = scaled(v, i, p.banned, t);
+                if (ok && order_key(x) >= floor) zs += expf(x - m);
+            });
+            const float z = block_sum(zs);
+            unsigned long long ms = 0ull;
+            for_each_logit(l, vocab, [&](int i, float v, bool ok) {
+                const float x = scaled(v, i, p.banned, t);
+                if (ok && order_key(x) >= floor) ms += mass_of(x, m, z);
+            });
+            const unsigned long long total = block_sum_u64(ms);
+            unsigned long long target = (unsigned long long)ceil((double)p.top_p * (double)total);
+            if (target < 1ull) target = 1ull;
+            floor = select_key<true>(l, vocab, p.banned, t, m, z, floor, target, hist, 4).prefix;
+        }
     }
+    // Temperature alone draws over the whole row (an all -inf row finds nothing: token 0).
     float best = NEG_INF;
     int idx = 0x7fffffff;
     for_each_logit(l, vocab, [&](int i, float v, bool ok) {
