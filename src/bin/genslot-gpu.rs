@@ -20,6 +20,7 @@ use genslot::gpu::cuda::{
     LibraryProbe, ModelShape, ModelSource, StepOptions,
 };
 use genslot::gpu::StepRow;
+use genslot::sampling::SampleRow;
 use genslot::server::tokenize::{ChatTurn, Tokenizer};
 use genslot::text::ModelText;
 
@@ -150,6 +151,10 @@ enum Cmd {
         /// `ncu --profile-from-start off` (tools/gpu/ncu_summary.py sums it per kernel).
         #[arg(long)]
         profile: bool,
+        /// The sampling of the sampled steps (`sampled_ms`): TEMPERATURE,TOP_P,TOP_K, with
+        /// top-p 1 and top-k 0 for off (temperature alone: `1,1,0`).
+        #[arg(long, default_value = "0.8,0.95,50", value_parser = parse_sampling)]
+        sampling: SampleRow,
     },
     /// Each weight product at 1 to 4 rows on cuBLAS and on the GEMV kernels: outputs
     /// compared, times side by side.
@@ -161,6 +166,40 @@ enum Cmd {
         #[arg(long)]
         json: Option<PathBuf>,
     },
+}
+
+/// `--sampling TEMPERATURE,TOP_P,TOP_K` as the request's sampling parameters would give it:
+/// a positive temperature (a greedy step is what the bench times beside it), top-p in (0, 1],
+/// top-k 0 (off) or more.
+fn parse_sampling(s: &str) -> Result<SampleRow, String> {
+    let parts: Vec<&str> = s.split(',').map(str::trim).collect();
+    let [t, p, k] = parts[..] else {
+        return Err(format!("{s:?}: expected TEMPERATURE,TOP_P,TOP_K"));
+    };
+    let num = |v: &str, what: &str| {
+        v.parse::<f32>()
+            .map_err(|_| format!("{what} {v:?} is not a number"))
+    };
+    let temperature = num(t, "temperature")?;
+    let top_p = num(p, "top-p")?;
+    let top_k: i32 = k
+        .parse()
+        .map_err(|_| format!("top-k {k:?} is not a whole number"))?;
+    if !(temperature > 0.0 && temperature.is_finite()) {
+        return Err(format!("temperature {temperature} must be above 0"));
+    }
+    if !(top_p > 0.0 && top_p <= 1.0) {
+        return Err(format!("top-p {top_p} must be in (0, 1]"));
+    }
+    if top_k < 0 {
+        return Err(format!("top-k {top_k} must be 0 (off) or more"));
+    }
+    Ok(SampleRow {
+        temperature,
+        top_p,
+        top_k,
+        ..bench::SAMPLED
+    })
 }
 
 fn main() -> Result<()> {
@@ -327,6 +366,7 @@ fn main() -> Result<()> {
             kv_fraction,
             tokens_per_block,
             profile,
+            sampling,
         } => {
             let mut cfg = CudaConfig::new(ModelSource::Seeded { shape, seed: 1 });
             cfg.tokens_per_block = tokens_per_block;
@@ -340,6 +380,7 @@ fn main() -> Result<()> {
                 contexts,
                 iters,
                 profile,
+                sampling,
                 ..Default::default()
             };
             let rep = bench::run(&mut b, &opts)?;
@@ -602,4 +643,26 @@ fn cpu_check(
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bench_sampling_reads_three_values_and_refuses_what_a_request_could_not_ask() {
+        let s = parse_sampling("0.7, 1, 0").unwrap();
+        assert_eq!((s.temperature, s.top_p, s.top_k), (0.7, 1.0, 0));
+        assert_eq!(
+            genslot::gpu::cuda::bench::describe_sampling(&s),
+            "temperature 0.7, top-p off, top-k off"
+        );
+        let d = parse_sampling("0.8,0.95,50").unwrap();
+        assert_eq!(d, bench::SAMPLED);
+        for bad in [
+            "1,1", "0,1,0", "1,0,0", "1,1.5,0", "1,1,-1", "1,x,0", "1,1,2.5",
+        ] {
+            assert!(parse_sampling(bad).is_err(), "{bad}");
+        }
+    }
 }

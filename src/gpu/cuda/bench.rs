@@ -29,6 +29,8 @@ pub struct BenchOptions {
     /// After timing each point, one more eager step between cuProfilerStart and
     /// cuProfilerStop: `ncu --profile-from-start off` then sees exactly one step per point.
     pub profile: bool,
+    /// The sampling of `sampled_ms` (its `key` is each row's own).
+    pub sampling: SampleRow,
 }
 
 impl Default for BenchOptions {
@@ -41,6 +43,7 @@ impl Default for BenchOptions {
             copy_bytes: 4 << 30,
             paused: (64, 4096, 48),
             profile: false,
+            sampling: SAMPLED,
         }
     }
 }
@@ -60,8 +63,9 @@ pub struct StepRowResult {
     pub eager_device_ms: f64,
     /// eager_ms over the wall time of the graph steps it alternated with.
     pub eager_over_graph: f64,
-    /// Wall time of a graph step whose every row is sampled ([`SAMPLED`]: temperature,
-    /// top-k and top-p), timed in turn with greedy graph steps.
+    /// Wall time of a graph step whose every row is sampled (`BenchOptions::sampling`, by
+    /// default [`SAMPLED`]: temperature, top-k and top-p), timed in turn with greedy graph
+    /// steps.
     pub sampled_ms: f64,
     /// sampled_ms over the wall time of the greedy steps it alternated with.
     pub sampled_over_greedy: f64,
@@ -105,6 +109,8 @@ pub struct BenchReport {
     pub shape: String,
     /// `StepOptions::describe` of the backend.
     pub launch: String,
+    /// The sampling of `sampled_ms`, in words.
+    pub sampling: String,
     pub weight_bytes: usize,
     pub kv_pages: usize,
     pub tokens_per_block: usize,
@@ -233,7 +239,7 @@ impl<'a> Run<'a> {
     }
 }
 
-/// The sampling of `sampled_ms`: a chat request's usual settings, a seed a row.
+/// The default sampling of `sampled_ms`: a chat request's usual settings, a seed a row.
 pub const SAMPLED: SampleRow = SampleRow {
     temperature: 0.8,
     top_p: 0.95,
@@ -241,6 +247,22 @@ pub const SAMPLED: SampleRow = SampleRow {
     banned: -1,
     key: 0,
 };
+
+/// `sampling` in the words of the bench's report.
+pub fn describe_sampling(sampling: &SampleRow) -> String {
+    let top_k = match sampling.top_k {
+        k if k <= 0 => "off".to_string(),
+        k => k.to_string(),
+    };
+    let top_p = match sampling.top_p {
+        p if p >= 1.0 => "off".to_string(),
+        p => p.to_string(),
+    };
+    format!(
+        "temperature {}, top-p {top_p}, top-k {top_k}",
+        sampling.temperature
+    )
+}
 
 /// Median wall and device milliseconds of each of `runs`, their steps taken in turn: on a
 /// card at its power cap the clock drifts over a second of steps, and timed one after the
@@ -384,7 +406,7 @@ pub fn run(b: &mut CudaBackend, o: &BenchOptions) -> Result<BenchReport, Backend
                 .iter()
                 .map(|r| SampleRow {
                     key: row_key(r.id, u64::from(r.context_len)),
-                    ..SAMPLED
+                    ..o.sampling
                 })
                 .collect();
             let sampled = time_alternating(
@@ -450,6 +472,7 @@ pub fn run(b: &mut CudaBackend, o: &BenchOptions) -> Result<BenchReport, Backend
         device: b.device_name().to_string(),
         shape: s.name.clone(),
         launch: b.step_options().describe(),
+        sampling: describe_sampling(&o.sampling),
         weight_bytes: b.weight_bytes(),
         kv_pages: b.kv_pages(),
         tokens_per_block: b.capacity_page_size(),
@@ -488,6 +511,7 @@ pub fn table(r: &BenchReport) -> String {
             .collect();
         s += &format!("read in scattered chunks, GB/s: {}\n", chunks.join(", "));
     }
+    s += &format!("sampled steps: {}\n", r.sampling);
     s += "batch  context   graph_ms  device_ms   eager_ms  eager/graph  sampled_ms  \
           sampled/greedy  roofline_ms  x_roofline  aliased\n";
     for x in &r.steps {
