@@ -18,12 +18,13 @@
 // SAMPLE_UNROLL float4s a thread before it looks at any (`for_each_logit`). Scalar loads one
 // at a time took about 54 us a greedy row (BENCHMARKS.md §3.14).
 //
-// With top-k on (k up to SAMPLE_CANDS) a row makes three passes (`sample_top_k`): two radix
-// passes find the 16-bit key prefix of the k-th largest x, a third gathers every logit at or
-// above that prefix into shared memory (the k largest and the few that share their prefix),
-// and the rest (the exact k-th key, top-p, the draw) runs on those candidates, sorted. Without
-// top-k, top-p takes the whole row in eight passes (the maximum, the sum, the masses, four
-// radix passes, the draw), and temperature alone one (the draw).
+// With top-k on (k up to SAMPLE_CANDS) a row makes three passes: two radix passes find the
+// 16-bit key prefix of the k-th largest x, a third gathers every logit at or above that prefix
+// into shared memory (the k largest and the few that share their prefix), and the rest (the
+// exact k-th key, top-p, the draw) runs on those candidates, sorted (`sample_top_k`). When
+// more than SAMPLE_CANDS share or pass that prefix, the whole-row path continues the select.
+// Without top-k, top-p takes the whole row in eight passes (the maximum, the sum, the masses,
+// four radix passes, the draw), and temperature alone one (the draw).
 #define SAMPLE_THREADS 1024
 #define SAMPLE_UNROLL 4
 // The most top-k candidates a row keeps in shared memory (a power of two).
@@ -197,17 +198,18 @@ struct Selected {
 
 // The largest key t such that the candidates (key >= floor) with key >= t weigh at least
 // `target`, where a candidate weighs 1 (MASS false) or its integer mass. Radix select, most
-// significant byte first, over the top 8 * passes bits of the key (4: the whole key); hist
-// is 256 shared counters.
+// significant byte first: passes `from` to `to` - 1 of the four over the key's bytes,
+// continuing from what passes 0 to `from` - 1 found (`start`; nothing for `from` 0). hist is
+// 256 shared counters.
 template <bool MASS>
 __device__ Selected select_key(const float* l, int vocab, int banned, float t, float m, float z,
                                unsigned floor, unsigned long long target,
-                               unsigned long long* hist, int passes) {
+                               unsigned long long* hist, Selected start, int from, int to) {
     __shared__ Selected sel;
     __shared__ unsigned long long stage[SAMPLE_THREADS];
     unsigned long long* my_stage = stage + (threadIdx.x & ~31);
-    if (threadIdx.x == 0) sel = Selected{0u, 0ull, 0ull};
-    for (int pass = 0; pass < passes; ++pass) {
+    if (threadIdx.x == 0) sel = from == 0 ? Selected{0u, 0ull, 0ull} : start;
+    for (int pass = from; pass < to; ++pass) {
         const int shift = 24 - 8 * pass;
         const unsigned hi = pass == 0 ? 0u : (0xffffffffu << (32 - 8 * pass));
         for (int d = threadIdx.x; d < 256; d += blockDim.x) hist[d] = 0ull;
@@ -217,8 +219,12 @@ __device__ Selected select_key(const float* l, int vocab, int banned, float t, f
             const float x = scaled(v, i, banned, t);
             const unsigned k = order_key(x);
             const bool in = ok && k >= floor && (k & hi) == prefix;
-            hist_add(hist, in ? (k >> shift) & 255u : 256u,
-                     in ? (MASS ? mass_of(x, m, z) : 1ull) : 0ull, my_stage);
+            // Past the first pass few logits share the prefix: a warp with none skips the
+            // histogram (the vote is the warp's, as hist_add's match is).
+            if (__any_sync(0xffffffffu, in)) {
+                hist_add(hist, in ? (k >> shift) & 255u : 256u,
+                         in ? (MASS ? mass_of(x, m, z) : 1ull) : 0ull, my_stage);
+            }
         });
         __syncthreads();
         if (threadIdx.x == 0) {
@@ -265,19 +271,16 @@ __device__ void sort_candidates(unsigned* key, int* id, int n) {
     }
 }
 
-// The top-k row in three passes over its logits (see the top of this file). False, with
-// nothing written, when more than SAMPLE_CANDS logits share the k-th one's 16-bit prefix or
-// lie above it: the caller then takes the whole-row path.
-__device__ bool sample_top_k(const float* l, int vocab, const SampleRow& p,
-                             unsigned long long* hist, int* out) {
+// The top-k row from its candidates: the n = s.above + s.at (at most SAMPLE_CANDS) logits at
+// or above the 16-bit key prefix s that two radix passes found for the k-th largest (see the
+// top of this file).
+__device__ void sample_top_k(const float* l, int vocab, const SampleRow& p, const Selected& s,
+                             int* out) {
     __shared__ unsigned ckey[SAMPLE_CANDS];
     __shared__ int cid[SAMPLE_CANDS];
     __shared__ int count;
     __shared__ unsigned top_p_floor;
     const float t = p.temperature;
-    const Selected s = select_key<false>(l, vocab, p.banned, t, 0.0f, 1.0f, 0u,
-                                         (unsigned long long)p.top_k, hist, 2);
-    if (s.above + s.at > SAMPLE_CANDS) return false;
     const int n = (int)(s.above + s.at);
     if (threadIdx.x == 0) count = 0;
     __syncthreads();
@@ -295,7 +298,7 @@ __device__ bool sample_top_k(const float* l, int vocab, const SampleRow& p,
     const float m = key_x(ckey[0]);
     if (m == NEG_INF) {
         if (threadIdx.x == 0) out[blockIdx.x] = 0;
-        return true;
+        return;
     }
     unsigned floor = ckey[p.top_k - 1];
     if (p.top_p < 1.0f) {
@@ -349,7 +352,6 @@ __device__ bool sample_top_k(const float* l, int vocab, const SampleRow& p,
     }
     idx = block_argmax(best, idx);
     if (threadIdx.x == 0) out[blockIdx.x] = (idx == 0x7fffffff) ? 0 : idx;
-    return true;
 }
 
 extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS)
@@ -373,7 +375,19 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS)
     }
     const float t = p.temperature;
     const bool top_k = p.top_k > 0 && p.top_k < vocab;
-    if (top_k && p.top_k <= SAMPLE_CANDS && sample_top_k(l, vocab, p, hist, out)) return;
+    // Top-k's first two radix passes; their candidates go to shared memory when they fit, or
+    // the whole-row path below continues the same select.
+    Selected k16{0u, 0ull, 0ull};
+    int k_passes = 0;
+    if (top_k && p.top_k <= SAMPLE_CANDS) {
+        k16 = select_key<false>(l, vocab, p.banned, t, 0.0f, 1.0f, 0u,
+                                (unsigned long long)p.top_k, hist, k16, 0, 2);
+        k_passes = 2;
+        if (k16.above + k16.at <= SAMPLE_CANDS) {
+            sample_top_k(l, vocab, p, k16, out);
+            return;
+        }
+    }
     unsigned floor = 0u;
     if (top_k || p.top_p < 1.0f) {
         float mx = NEG_INF;
@@ -387,7 +401,8 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS)
         }
         if (top_k) {
             floor = select_key<false>(l, vocab, p.banned, t, m, 1.0f, 0u,
-                                      (unsigned long long)p.top_k, hist, 4).prefix;
+                                      (unsigned long long)p.top_k, hist, k16, k_passes, 4)
+                        .prefix;
         }
         if (p.top_p < 1.0f) {
             float zs = 0.0f;
@@ -404,7 +419,9 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS)
             const unsigned long long total = block_sum_u64(ms);
             unsigned long long target = (unsigned long long)ceil((double)p.top_p * (double)total);
             if (target < 1ull) target = 1ull;
-            floor = select_key<true>(l, vocab, p.banned, t, m, z, floor, target, hist, 4).prefix;
+            const Selected none{0u, 0ull, 0ull};
+            floor = select_key<true>(l, vocab, p.banned, t, m, z, floor, target, hist, none, 0, 4)
+                        .prefix;
         }
     }
     // Temperature alone draws over the whole row (an all -inf row finds nothing: token 0).
