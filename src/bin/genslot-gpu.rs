@@ -654,7 +654,7 @@ mod tests {
         let s = parse_sampling("0.7, 1, 0").unwrap();
         assert_eq!((s.temperature, s.top_p, s.top_k), (0.7, 1.0, 0));
         assert_eq!(
-            genslot::gpu::cuda::bench::describe_sampling(&s),
+            bench::describe_sampling(&s),
             "temperature 0.7, top-p off, top-k off"
         );
         let d = parse_sampling("0.8,0.95,50").unwrap();
