@@ -16,8 +16,8 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 use genslot::gpu::cuda::model_files::{write_hf_checkpoint_with, ModelFiles};
 use genslot::gpu::cuda::{
-    all_attn_shapes, bench, gemv_bench, kernel_source, parity, CudaBackend, CudaConfig, Launch,
-    LibraryProbe, ModelShape, ModelSource, StepOptions,
+    all_attn_shapes, bench, gemv_bench, kernel_source, parity, sampler_bench, CudaBackend,
+    CudaConfig, Launch, LibraryProbe, ModelShape, ModelSource, StepOptions,
 };
 use genslot::gpu::StepRow;
 use genslot::sampling::SampleRow;
@@ -163,6 +163,21 @@ enum Cmd {
         shape: String,
         #[arg(long, default_value_t = 200)]
         iters: usize,
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// The device sampler alone on seeded Gaussian logits: each mode at each spread (the
+    /// logits' standard deviation, which sets how many tokens top-p keeps) and row count,
+    /// every token checked against the host sampler.
+    Sampler {
+        #[arg(long, default_value = "llama-8b")]
+        shape: String,
+        #[arg(long, default_value_t = 200)]
+        iters: usize,
+        #[arg(long, value_delimiter = ',', default_value = "1,3,4,6")]
+        spreads: Vec<f32>,
+        #[arg(long, value_delimiter = ',', default_value = "1,64,128")]
+        batches: Vec<usize>,
         #[arg(long)]
         json: Option<PathBuf>,
     },
@@ -423,6 +438,46 @@ fn main() -> Result<()> {
                     r.rows,
                     r.max_rel_err
                 );
+            }
+        }
+        Cmd::Sampler {
+            shape,
+            iters,
+            spreads,
+            batches,
+            json,
+        } => {
+            let s = ModelShape::named(&shape)?;
+            if let Some(bad) = spreads.iter().find(|v| !(v.is_finite() && **v > 0.0)) {
+                bail!("spread {bad} must be a positive number");
+            }
+            if batches.contains(&0) {
+                bail!("batch sizes must be at least 1");
+            }
+            let rep = sampler_bench::run(
+                &s,
+                StepOptions::from_env()?,
+                &spreads,
+                &batches,
+                iters.max(1),
+            )?;
+            println!("{} · vocab {} · {}", rep.device, rep.vocab, rep.launch);
+            for n in &rep.nucleus {
+                println!(
+                    "spread {}: top-p 0.95 at temperature 0.8 keeps {} tokens (median row), {} at most",
+                    n.spread, n.median, n.max
+                );
+            }
+            println!("spread  mode                    rows        µs   host's token");
+            for p in &rep.points {
+                println!(
+                    "{:>6}  {:<22} {:>5} {:>9.1}   {}/{}",
+                    p.spread, p.mode, p.rows, p.us, p.agree, p.rows
+                );
+            }
+            if let Some(p) = json {
+                std::fs::write(&p, serde_json::to_string_pretty(&rep)?)
+                    .with_context(|| format!("writing {}", p.display()))?;
             }
         }
     }

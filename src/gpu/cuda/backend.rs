@@ -966,19 +966,8 @@ impl CudaBackend {
         let out = self.gpu.alloc(rows * 4, w)?;
         self.gpu.htod(w, lg.ptr, logits)?;
         self.gpu.htod(w, sp.ptr, samples)?;
-        self.gpu.launch_dep(
-            w,
-            &self.gpu.k.sample,
-            (rows as u32, 1, 1),
-            super::device::SAMPLE_THREADS,
-            0,
-            &[
-                A::P(lg.ptr),
-                A::I(vocab as i32),
-                A::P(sp.ptr),
-                A::P(out.ptr),
-            ],
-        )?;
+        self.gpu
+            .sample_rows(w, lg.ptr, vocab, sp.ptr, out.ptr, rows)?;
         let mut toks = vec![0i32; rows];
         self.gpu.dtoh(w, &mut toks, out.ptr)?;
         Ok(toks.into_iter().map(|t| t as u32).collect())

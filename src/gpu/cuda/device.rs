@@ -754,6 +754,27 @@ impl Gpu {
         )
     }
 
+    /// The sampler (sample.cu) over `rows` rows of `vocab` float32 logits at `logits`, each
+    /// drawn by its `SampleRow` at `params`, tokens (i32) to `out`.
+    pub fn sample_rows(
+        &self,
+        w: Which,
+        logits: u64,
+        vocab: usize,
+        params: u64,
+        out: u64,
+        rows: usize,
+    ) -> Result<(), BackendError> {
+        self.launch_dep(
+            w,
+            &self.k.sample,
+            (rows as u32, 1, 1),
+            SAMPLE_THREADS,
+            0,
+            &[A::P(logits), A::I(vocab as i32), A::P(params), A::P(out)],
+        )
+    }
+
     /// A weight product: on the pinned cuBLASLt algorithms when the launch is
     /// batch-invariant (decode), on the GEMV kernels when it has few enough rows, else cuBLAS.
     pub fn gemm(&self, w: Which, p: &Product) -> Result<(), BackendError> {

@@ -552,18 +552,13 @@ pub(crate) fn enqueue(
             output: Output::F32,
         };
         gpu.gemm(w, &lm_head)?;
-        gpu.launch_dep(
+        gpu.sample_rows(
             w,
-            &k.sample,
-            (p.logits_rows as u32, 1, 1),
-            super::device::SAMPLE_THREADS,
-            0,
-            &[
-                A::P(sc.logits.ptr),
-                A::I(s.vocab as i32),
-                A::P(sc.samp.ptr),
-                A::P(sc.out_tok.ptr),
-            ],
+            sc.logits.ptr,
+            s.vocab,
+            sc.samp.ptr,
+            sc.out_tok.ptr,
+            p.logits_rows,
         )?;
     }
     Ok(())

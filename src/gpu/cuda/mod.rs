@@ -32,6 +32,7 @@ pub mod residents;
 pub mod retained_check;
 pub mod retained_gpu;
 pub mod safetensors;
+pub mod sampler_bench;
 pub mod shape;
 mod staging;
 mod step_options;
