@@ -633,7 +633,10 @@ fn the_device_sampler_draws_what_the_cpu_sampler_draws_at_any_vocabulary_size() 
     // 60 logits tied at the k-th (the candidates in shared memory), k 3000 (more than it
     // keeps there: the whole-row path), k 2048 with top-p (the largest sort), k 50 under a
     // tie of thousands (more candidates than it keeps: the whole-row path again), k 40 with
-    // the maximum banned.
+    // the maximum banned. Then top-p alone: on logits four times as wide, whose nucleus is a
+    // few tokens (its candidates in shared memory), the same with the maximum banned, with the
+    // target reached inside 60 tied logits, and on the plain logits (at vocabulary 128256 a
+    // nucleus of tens of thousands: the whole-row path; at 1027 nearly the whole row, gathered).
     let modes: Vec<SamplingParams> = sampling_modes()
         .into_iter()
         .chain([
@@ -642,13 +645,18 @@ fn the_device_sampler_draws_what_the_cpu_sampler_draws_at_any_vocabulary_size() 
             sampled(1.0, 0.9, 2048, 10),
             sampled(1.0, 0.95, 50, 11),
             sampled(0.7, 1.0, 40, 12),
+            sampled(0.8, 0.95, 0, 13),
+            sampled(0.7, 0.95, 0, 14),
+            sampled(1.0, 0.9, 0, 15),
+            sampled(1.0, 0.95, 0, 16),
         ])
         .collect();
     for vocab in [128_256usize, 1027] {
         let (mut agree, mut total) = (0, 0);
         for round in 0..4u64 {
             // Seeded logits, a few standard deviations wide, with a tie for the maximum in
-            // row 0, a NaN in row 2, the ties above, and a banned token in rows 3 and 12.
+            // row 0, a NaN in row 2, the ties above, rows 13 and 14 four times as wide, and a
+            // banned token in rows 3, 12 and 14.
             let mut rng = SmallRng::seed_from_u64((round << 32) ^ vocab as u64);
             let mut logits: Vec<f32> = (0..modes.len() * vocab)
                 .map(|_| rng.random_range(-6.0f32..6.0))
@@ -656,8 +664,13 @@ fn the_device_sampler_draws_what_the_cpu_sampler_draws_at_any_vocabulary_size() 
             logits[17] = 50.0;
             logits[vocab - 3] = 50.0;
             logits[2 * vocab + 5] = f32::NAN;
-            for j in 0..60 {
-                logits[8 * vocab + 11 + 13 * j] = 30.0;
+            for v in &mut logits[13 * vocab..15 * vocab] {
+                *v *= 4.0;
+            }
+            for row in [8, 15] {
+                for j in 0..60 {
+                    logits[row * vocab + 11 + 13 * j] = 30.0;
+                }
             }
             let tied = 3000.min(vocab - 27);
             for j in 0..tied {
@@ -674,7 +687,7 @@ fn the_device_sampler_draws_what_the_cpu_sampler_draws_at_any_vocabulary_size() 
                         .filter(|(_, v)| !v.is_nan())
                         .max_by(|a, b| a.1.total_cmp(b.1))
                         .map(|(j, _)| j as u32);
-                    let banned = if i == 3 || i == 12 { top } else { None };
+                    let banned = if [3, 12, 14].contains(&i) { top } else { None };
                     p.device_row(p.seed_for(i as u64), 10 + round, banned)
                 })
                 .collect();

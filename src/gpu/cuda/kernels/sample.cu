@@ -23,8 +23,11 @@
 // into shared memory (the k largest and the few that share their prefix), and the rest (the
 // exact k-th key, top-p, the draw) runs on those candidates, sorted (`sample_top_k`). When
 // more than SAMPLE_CANDS share or pass that prefix, the whole-row path continues the select.
-// Without top-k, top-p takes the whole row in eight passes (the maximum, the sum, the masses,
-// four radix passes, the draw), and temperature alone one (the draw).
+// Top-p without top-k makes four passes (`sample_top_p`): the maximum and the sum together,
+// two radix passes over the masses that also count the logits (the first one's bins give the
+// total mass, so the target), and the gather of the logits at or above the 16-bit prefix where
+// the mass reaches the target, when they fit; a flat row, whose nucleus does not, continues
+// the select over the whole row (seven passes in all). Temperature alone makes one (the draw).
 #define SAMPLE_THREADS 1024
 #define SAMPLE_UNROLL 4
 // The most top-k candidates a row keeps in shared memory (a power of two).
@@ -189,56 +192,105 @@ __device__ __forceinline__ void hist_add(unsigned long long* hist, unsigned bin,
     __syncwarp();
 }
 
+// How a radix select weighs a logit: 1 (COUNT), its integer mass (MASS), or both at once
+// (BOTH: count << MASS_BITS | mass; a row's masses sum to about 2^31, so they never carry into
+// the count).
+#define W_COUNT 0
+#define W_MASS 1
+#define W_BOTH 2
+#define MASS_BITS 40
+
+__device__ __forceinline__ unsigned long long mass_part(unsigned long long w) {
+    return w & ((1ull << MASS_BITS) - 1ull);
+}
+
+// What a select compares with its target: the mass of a BOTH weight, else the weight.
+template <int W>
+__device__ __forceinline__ unsigned long long weighed(unsigned long long w) {
+    return W == W_BOTH ? mass_part(w) : w;
+}
+
 // What a radix select found: the key prefix (the bits of its passes), the weight of the
-// candidates above that prefix, and the weight that shares it.
+// logits above that prefix, and the weight that shares it.
 struct Selected {
-    unsigned prefix;
-    unsigned long long above, at;
+    unsigned prefix = 0u;
+    unsigned long long above = 0ull, at = 0ull;
 };
 
-// The largest key t such that the candidates (key >= floor) with key >= t weigh at least
-// `target`, where a candidate weighs 1 (MASS false) or its integer mass. Radix select, most
-// significant byte first: passes `from` to `to` - 1 of the four over the key's bytes,
-// continuing from what passes 0 to `from` - 1 found (`start`; nothing for `from` 0). hist is
-// 256 shared counters.
-template <bool MASS>
-__device__ Selected select_key(const float* l, int vocab, int banned, float t, float m, float z,
-                               unsigned floor, unsigned long long target,
-                               unsigned long long* hist, Selected start, int from, int to) {
-    __shared__ Selected sel;
-    __shared__ unsigned long long stage[SAMPLE_THREADS];
-    unsigned long long* my_stage = stage + (threadIdx.x & ~31);
-    if (threadIdx.x == 0) sel = from == 0 ? Selected{0u, 0ull, 0ull} : start;
-    for (int pass = from; pass < to; ++pass) {
-        const int shift = 24 - 8 * pass;
-        const unsigned hi = pass == 0 ? 0u : (0xffffffffu << (32 - 8 * pass));
-        for (int d = threadIdx.x; d < 256; d += blockDim.x) hist[d] = 0ull;
-        __syncthreads();
-        const unsigned prefix = sel.prefix;
-        for_each_logit(l, vocab, [&](int i, float v, bool ok) {
-            const float x = scaled(v, i, banned, t);
-            const unsigned k = order_key(x);
-            const bool in = ok && k >= floor && (k & hi) == prefix;
-            // Past the first pass few logits share the prefix: a warp with none skips the
-            // histogram (the vote is the warp's, as hist_add's match is).
-            if (__any_sync(0xffffffffu, in)) {
-                hist_add(hist, in ? (k >> shift) & 255u : 256u,
-                         in ? (MASS ? mass_of(x, m, z) : 1ull) : 0ull, my_stage);
+// ceil(top_p * total), at least 1: the mass top-p keeps of `total`.
+__device__ __forceinline__ unsigned long long top_p_target(float top_p, unsigned long long total) {
+    const unsigned long long t = (unsigned long long)ceil((double)top_p * (double)total);
+    return t < 1ull ? 1ull : t;
+}
+
+// A radix pass's shared memory: its 256 bins, and a slot a thread for hist_add.
+struct Radix {
+    unsigned long long hist[256];
+    unsigned long long stage[SAMPLE_THREADS];
+};
+
+// One radix pass (pass 0 to 3, most significant byte first): r.hist[d] = the weight of the
+// row's logits with key >= floor, whose key shares the passes before this one's bits with
+// `prefix` and has d in this pass's byte.
+template <int W>
+__device__ void radix_hist(const float* l, int vocab, int banned, float t, float m, float z,
+                           unsigned floor, int pass, unsigned prefix, Radix& r) {
+    unsigned long long* hist = r.hist;
+    unsigned long long* my_stage = r.stage + (threadIdx.x & ~31);
+    const int shift = 24 - 8 * pass;
+    const unsigned hi = pass == 0 ? 0u : (0xffffffffu << (32 - 8 * pass));
+    for (int d = threadIdx.x; d < 256; d += blockDim.x) hist[d] = 0ull;
+    __syncthreads();
+    for_each_logit(l, vocab, [&](int i, float v, bool ok) {
+        const float x = scaled(v, i, banned, t);
+        const unsigned k = order_key(x);
+        const bool in = ok && k >= floor && (k & hi) == prefix;
+        // Past the first pass few logits share the prefix: a warp with none skips the
+        // histogram (the vote is the warp's, as hist_add's match is).
+        if (__any_sync(0xffffffffu, in)) {
+            unsigned long long w = 0ull;
+            if (in) {
+                const unsigned long long mass = W == W_COUNT ? 0ull : mass_of(x, m, z);
+                w = W == W_COUNT ? 1ull : W == W_MASS ? mass : (1ull << MASS_BITS) | mass;
             }
-        });
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            unsigned long long acc = sel.above;
-            for (int d = 255; d >= 0; --d) {
-                if (acc + hist[d] >= target || d == 0) {
-                    sel = Selected{prefix | ((unsigned)d << shift), acc, hist[d]};
-                    break;
-                }
-                acc += hist[d];
-            }
+            hist_add(hist, in ? (k >> shift) & 255u : 256u, w, my_stage);
         }
-        __syncthreads();
+    });
+    __syncthreads();
+}
+
+// Thread 0, after a pass: the largest bin d at which sel.above plus the bins from d up reach
+// `target` (bin 0 if none does), appended to the prefix.
+template <int W>
+__device__ void pick_bin(const unsigned long long* hist, Selected& sel, int pass,
+                         unsigned long long target) {
+    const int shift = 24 - 8 * pass;
+    unsigned long long acc = sel.above;
+    for (int d = 255; d >= 0; --d) {
+        if (weighed<W>(acc + hist[d]) >= target || d == 0) {
+            sel = Selected{sel.prefix | ((unsigned)d << shift), acc, hist[d]};
+            return;
+        }
+        acc += hist[d];
     }
+}
+
+// The largest key t such that the logits (key >= floor) with key >= t weigh at least
+// `target` (weighed<W>): radix select over the key's bytes, passes `from` to `to` - 1,
+// continuing from what the passes before `from` found (`start`; Selected{} for from 0).
+template <int W>
+__device__ Selected select_key(const float* l, int vocab, int banned, float t, float m, float z,
+                               unsigned floor, unsigned long long target, Radix& r,
+                               Selected start, int from, int to) {
+    __shared__ Selected sel;
+    __syncthreads();  // every thread has read the last select's result
+    if (threadIdx.x == 0) sel = start;
+    for (int pass = from; pass < to; ++pass) {
+        __syncthreads();
+        radix_hist<W>(l, vocab, banned, t, m, z, floor, pass, sel.prefix, r);
+        if (threadIdx.x == 0) pick_bin<W>(r.hist, sel, pass, target);
+    }
+    __syncthreads();
     return sel;
 }
 
@@ -271,93 +323,180 @@ __device__ void sort_candidates(unsigned* key, int* id, int n) {
     }
 }
 
-// The top-k row from its candidates: the n = s.above + s.at (at most SAMPLE_CANDS) logits at
-// or above the 16-bit key prefix s that two radix passes found for the k-th largest (see the
-// top of this file).
-__device__ void sample_top_k(const float* l, int vocab, const SampleRow& p, const Selected& s,
-                             int* out) {
-    __shared__ unsigned ckey[SAMPLE_CANDS];
-    __shared__ int cid[SAMPLE_CANDS];
-    __shared__ int count;
-    __shared__ unsigned top_p_floor;
-    const float t = p.temperature;
-    const int n = (int)(s.above + s.at);
-    if (threadIdx.x == 0) count = 0;
+// The candidates of a row in shared memory: its logits whose key is at least `prefix` (n of
+// them, at most SAMPLE_CANDS), gathered in one pass and sorted (sort_candidates).
+struct Candidates {
+    unsigned key[SAMPLE_CANDS];
+    int id[SAMPLE_CANDS];
+    int count;
+};
+
+__device__ void gather_candidates(const float* l, int vocab, const SampleRow& p, unsigned prefix,
+                                  int n, Candidates& c) {
+    if (threadIdx.x == 0) c.count = 0;
     __syncthreads();
     for_each_logit(l, vocab, [&](int i, float v, bool ok) {
-        const unsigned k = order_key(scaled(v, i, p.banned, t));
-        if (ok && k >= s.prefix) {
-            const int at = atomicAdd(&count, 1);
-            ckey[at] = k;
-            cid[at] = i;
+        const unsigned k = order_key(scaled(v, i, p.banned, p.temperature));
+        if (ok && k >= prefix) {
+            const int at = atomicAdd(&c.count, 1);
+            c.key[at] = k;
+            c.id[at] = i;
         }
     });
     __syncthreads();
-    sort_candidates(ckey, cid, n);
-    // The row's maximum is the first candidate; an all -inf row draws token 0.
-    const float m = key_x(ckey[0]);
-    if (m == NEG_INF) {
-        if (threadIdx.x == 0) out[blockIdx.x] = 0;
-        return;
-    }
-    unsigned floor = ckey[p.top_k - 1];
-    if (p.top_p < 1.0f) {
-        // The kept candidates are the first ones (key >= floor).
-        float zs = 0.0f;
-        for (int j = threadIdx.x; j < n; j += blockDim.x) {
-            if (ckey[j] >= floor) zs += expf(key_x(ckey[j]) - m);
-        }
-        const float z = block_sum(zs);
-        unsigned long long ms = 0ull;
-        for (int j = threadIdx.x; j < n; j += blockDim.x) {
-            if (ckey[j] >= floor) ms += mass_of(key_x(ckey[j]), m, z);
-        }
-        const unsigned long long total = block_sum_u64(ms);
-        unsigned long long target = (unsigned long long)ceil((double)p.top_p * (double)total);
-        if (target < 1ull) target = 1ull;
-        // The first candidate at which the running mass reaches the target, by one warp in
-        // chunks of 32.
-        if (threadIdx.x < 32) {
-            const int lane = threadIdx.x;
-            unsigned long long carry = 0ull;
-            unsigned found = floor;
-            for (int base = 0; base < n; base += 32) {
-                const int j = base + lane;
-                const unsigned k = j < n ? ckey[j] : 0u;
-                unsigned long long run = k >= floor && j < n ? mass_of(key_x(k), m, z) : 0ull;
-                for (int o = 1; o < 32; o <<= 1) {
-                    const unsigned long long u = __shfl_up_sync(0xffffffffu, run, o);
-                    if (lane >= o) run += u;
-                }
-                const unsigned hit = __ballot_sync(0xffffffffu, carry + run >= target);
-                if (hit != 0u) {
-                    found = __shfl_sync(0xffffffffu, k, __ffs(hit) - 1);
-                    break;
-                }
-                carry += __shfl_sync(0xffffffffu, run, 31);
+    sort_candidates(c.key, c.id, n);
+}
+
+// Top-p on sorted candidates: the first candidate's key (of those with key >= floor) at which
+// their running mass reaches `target`, found by one warp in chunks of 32; floor if none does.
+// Every thread gets it.
+__device__ unsigned nucleus_floor(const Candidates& c, int n, unsigned floor, float m, float z,
+                                  unsigned long long target) {
+    __shared__ unsigned found_key;
+    if (threadIdx.x < 32) {
+        const int lane = threadIdx.x;
+        unsigned long long carry = 0ull;
+        unsigned found = floor;
+        for (int base = 0; base < n; base += 32) {
+            const int j = base + lane;
+            const unsigned k = j < n ? c.key[j] : 0u;
+            unsigned long long run = k >= floor && j < n ? mass_of(key_x(k), m, z) : 0ull;
+            for (int o = 1; o < 32; o <<= 1) {
+                const unsigned long long u = __shfl_up_sync(0xffffffffu, run, o);
+                if (lane >= o) run += u;
             }
-            if (lane == 0) top_p_floor = found;
+            const unsigned hit = __ballot_sync(0xffffffffu, carry + run >= target);
+            if (hit != 0u) {
+                found = __shfl_sync(0xffffffffu, k, __ffs(hit) - 1);
+                break;
+            }
+            carry += __shfl_sync(0xffffffffu, run, 31);
         }
-        __syncthreads();
-        floor = top_p_floor;
+        if (lane == 0) found_key = found;
     }
+    __syncthreads();
+    return found_key;
+}
+
+// The Gumbel-max draw among the first n sorted candidates with key >= floor.
+__device__ void draw_candidates(const Candidates& c, int n, unsigned floor, u64 key, int* out) {
     float best = NEG_INF;
     int idx = 0x7fffffff;
     for (int j = threadIdx.x; j < n; j += blockDim.x) {
-        const float x = key_x(ckey[j]);
-        if (ckey[j] >= floor && x != NEG_INF) {
-            const float g = x + gumbel_at(p.key, cid[j]);
-            if (g > best || (g == best && cid[j] < idx)) { best = g; idx = cid[j]; }
+        const float x = key_x(c.key[j]);
+        if (c.key[j] >= floor && x != NEG_INF) {
+            const float g = x + gumbel_at(key, c.id[j]);
+            if (g > best || (g == best && c.id[j] < idx)) { best = g; idx = c.id[j]; }
         }
     }
     idx = block_argmax(best, idx);
     if (threadIdx.x == 0) out[blockIdx.x] = (idx == 0x7fffffff) ? 0 : idx;
 }
 
+// The Gumbel-max draw over the whole row, among the logits with key >= floor (an all -inf
+// row finds nothing: token 0).
+__device__ void draw_row(const float* l, int vocab, const SampleRow& p, unsigned floor, int* out) {
+    float best = NEG_INF;
+    int idx = 0x7fffffff;
+    for_each_logit(l, vocab, [&](int i, float v, bool ok) {
+        const float x = scaled(v, i, p.banned, p.temperature);
+        if (ok && order_key(x) >= floor && x != NEG_INF) {
+            const float s = x + gumbel_at(p.key, i);
+            if (s > best) { best = s; idx = i; }
+        }
+    });
+    idx = block_argmax(best, idx);
+    if (threadIdx.x == 0) out[blockIdx.x] = (idx == 0x7fffffff) ? 0 : idx;
+}
+
+// The top-k row from its candidates: the n = s.above + s.at (at most SAMPLE_CANDS) logits at
+// or above the 16-bit key prefix s that two radix passes found for the k-th largest (see the
+// top of this file). Top-p then runs over the k kept, as on the host.
+__device__ void sample_top_k(const float* l, int vocab, const SampleRow& p, const Selected& s,
+                             Candidates& c, int* out) {
+    const int n = (int)(s.above + s.at);
+    gather_candidates(l, vocab, p, s.prefix, n, c);
+    // The row's maximum is the first candidate; an all -inf row draws token 0.
+    const float m = key_x(c.key[0]);
+    if (m == NEG_INF) {
+        if (threadIdx.x == 0) out[blockIdx.x] = 0;
+        return;
+    }
+    unsigned floor = c.key[p.top_k - 1];
+    if (p.top_p < 1.0f) {
+        // The kept candidates are the first ones (key >= floor).
+        float zs = 0.0f;
+        for (int j = threadIdx.x; j < n; j += blockDim.x) {
+            if (c.key[j] >= floor) zs += expf(key_x(c.key[j]) - m);
+        }
+        const float z = block_sum(zs);
+        unsigned long long ms = 0ull;
+        for (int j = threadIdx.x; j < n; j += blockDim.x) {
+            if (c.key[j] >= floor) ms += mass_of(key_x(c.key[j]), m, z);
+        }
+        const unsigned long long target = top_p_target(p.top_p, block_sum_u64(ms));
+        floor = nucleus_floor(c, n, floor, m, z, target);
+    }
+    draw_candidates(c, n, floor, p.key, out);
+}
+
+// Top-p without top-k (see the top of this file): the maximum and the sum of exp(x - max) in
+// one pass, then two radix passes over the masses, counting the logits as well, find the
+// 16-bit key prefix where the running mass reaches the target; when at most SAMPLE_CANDS
+// logits are at or above it, they are gathered and the rest runs on them, else the select
+// goes on over the whole row.
+__device__ void sample_top_p(const float* l, int vocab, const SampleRow& p, Radix& r,
+                             Candidates& c, int* out) {
+    __shared__ Selected first;
+    __shared__ unsigned long long target;
+    const float t = p.temperature;
+    // Online: a thread's sum is rescaled whenever its maximum grows.
+    float mt = NEG_INF, zt = 0.0f;
+    for_each_logit(l, vocab, [&](int i, float v, bool ok) {
+        const float x = scaled(v, i, p.banned, t);
+        if (ok && x != NEG_INF) {
+            if (x > mt) {
+                zt = zt * expf(mt - x) + 1.0f;
+                mt = x;
+            } else {
+                zt += expf(x - mt);
+            }
+        }
+    });
+    const float m = block_max(mt);
+    if (m == NEG_INF) {
+        if (threadIdx.x == 0) out[blockIdx.x] = 0;
+        return;
+    }
+    const float z = block_sum(mt == NEG_INF ? 0.0f : zt * expf(mt - m));
+    // The first pass sees every logit, so its bins sum to the row's total mass.
+    radix_hist<W_BOTH>(l, vocab, p.banned, t, m, z, 0u, 0, 0u, r);
+    if (threadIdx.x == 0) {
+        unsigned long long total = 0ull;
+        for (int d = 0; d < 256; ++d) total += mass_part(r.hist[d]);
+        target = top_p_target(p.top_p, total);
+        first = Selected{};
+        pick_bin<W_BOTH>(r.hist, first, 0, target);
+    }
+    __syncthreads();
+    const Selected s =
+        select_key<W_BOTH>(l, vocab, p.banned, t, m, z, 0u, target, r, first, 1, 2);
+    const unsigned long long n = (s.above + s.at) >> MASS_BITS;
+    if (n <= SAMPLE_CANDS) {
+        gather_candidates(l, vocab, p, s.prefix, (int)n, c);
+        draw_candidates(c, (int)n, nucleus_floor(c, (int)n, 0u, m, z, target), p.key, out);
+        return;
+    }
+    const unsigned floor =
+        select_key<W_BOTH>(l, vocab, p.banned, t, m, z, 0u, target, r, s, 2, 4).prefix;
+    draw_row(l, vocab, p, floor, out);
+}
+
 extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS)
     sample_rows(const float* logits, int vocab, const SampleRow* rows, int* out) {
     PDL_BEGIN();
-    __shared__ unsigned long long hist[256];
+    __shared__ Radix radix;
+    __shared__ Candidates cands;
     const float* l = logits + (u64)blockIdx.x * vocab;
     const SampleRow p = rows[blockIdx.x];
     const bool greedy = !(p.temperature > 0.0f) || p.top_k == 1;
@@ -375,36 +514,38 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS)
     }
     const float t = p.temperature;
     const bool top_k = p.top_k > 0 && p.top_k < vocab;
+    if (!top_k && p.top_p < 1.0f) {
+        sample_top_p(l, vocab, p, radix, cands, out);
+        return;
+    }
     // Top-k's first two radix passes; their candidates go to shared memory when they fit, or
     // the whole-row path below continues the same select.
-    Selected k16{0u, 0ull, 0ull};
+    Selected k16{};
     int k_passes = 0;
     if (top_k && p.top_k <= SAMPLE_CANDS) {
-        k16 = select_key<false>(l, vocab, p.banned, t, 0.0f, 1.0f, 0u,
-                                (unsigned long long)p.top_k, hist, k16, 0, 2);
+        k16 = select_key<W_COUNT>(l, vocab, p.banned, t, 0.0f, 1.0f, 0u,
+                                  (unsigned long long)p.top_k, radix, k16, 0, 2);
         k_passes = 2;
         if (k16.above + k16.at <= SAMPLE_CANDS) {
-            sample_top_k(l, vocab, p, k16, out);
+            sample_top_k(l, vocab, p, k16, cands, out);
             return;
         }
     }
     unsigned floor = 0u;
-    if (top_k || p.top_p < 1.0f) {
-        float mx = NEG_INF;
-        for_each_logit(l, vocab, [&](int i, float v, bool ok) {
-            if (ok) mx = fmaxf(mx, scaled(v, i, p.banned, t));
-        });
-        const float m = block_max(mx);
-        if (m == NEG_INF) {
-            if (threadIdx.x == 0) out[blockIdx.x] = 0;
-            return;
-        }
-        if (top_k) {
-            floor = select_key<false>(l, vocab, p.banned, t, m, 1.0f, 0u,
-                                      (unsigned long long)p.top_k, hist, k16, k_passes, 4)
-                        .prefix;
-        }
+    if (top_k) {
+        floor = select_key<W_COUNT>(l, vocab, p.banned, t, 0.0f, 1.0f, 0u,
+                                    (unsigned long long)p.top_k, radix, k16, k_passes, 4)
+                    .prefix;
         if (p.top_p < 1.0f) {
+            float mx = NEG_INF;
+            for_each_logit(l, vocab, [&](int i, float v, bool ok) {
+                if (ok) mx = fmaxf(mx, scaled(v, i, p.banned, t));
+            });
+            const float m = block_max(mx);
+            if (m == NEG_INF) {
+                if (threadIdx.x == 0) out[blockIdx.x] = 0;
+                return;
+            }
             float zs = 0.0f;
             for_each_logit(l, vocab, [&](int i, float v, bool ok) {
                 const float x = scaled(v, i, p.banned, t);
@@ -416,24 +557,12 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS)
                 const float x = scaled(v, i, p.banned, t);
                 if (ok && order_key(x) >= floor) ms += mass_of(x, m, z);
             });
-            const unsigned long long total = block_sum_u64(ms);
-            unsigned long long target = (unsigned long long)ceil((double)p.top_p * (double)total);
-            if (target < 1ull) target = 1ull;
-            const Selected none{0u, 0ull, 0ull};
-            floor = select_key<true>(l, vocab, p.banned, t, m, z, floor, target, hist, none, 0, 4)
+            const unsigned long long target = top_p_target(p.top_p, block_sum_u64(ms));
+            floor = select_key<W_MASS>(l, vocab, p.banned, t, m, z, floor, target, radix,
+                                       Selected{}, 0, 4)
                         .prefix;
         }
     }
-    // Temperature alone draws over the whole row (an all -inf row finds nothing: token 0).
-    float best = NEG_INF;
-    int idx = 0x7fffffff;
-    for_each_logit(l, vocab, [&](int i, float v, bool ok) {
-        const float x = scaled(v, i, p.banned, t);
-        if (ok && order_key(x) >= floor && x != NEG_INF) {
-            const float s = x + gumbel_at(p.key, i);
-            if (s > best) { best = s; idx = i; }
-        }
-    });
-    idx = block_argmax(best, idx);
-    if (threadIdx.x == 0) out[blockIdx.x] = (idx == 0x7fffffff) ? 0 : idx;
+    // Temperature alone draws over the whole row.
+    draw_row(l, vocab, p, floor, out);
 }
