@@ -174,6 +174,24 @@ __device__ __forceinline__ float scaled(float v, int i, int banned, float t) {
     return __fdiv_rn(seen(v, i, banned), t);
 }
 
+// Adds w into hist[bin] for each lane of the warp with bin < 256 (called by all 32 lanes
+// together). The lanes that share a bin add through one atomic, their lowest lane's: logits
+// crowd a few values of the key's top byte, and same-address atomics of a warp serialize.
+// stage is this warp's 32 slots of shared memory.
+__device__ __forceinline__ void hist_add(unsigned long long* hist, unsigned bin,
+                                         unsigned long long w, unsigned long long* stage) {
+    const int lane = threadIdx.x & 31;
+    const unsigned peers = __match_any_sync(0xffffffffu, bin);
+    stage[lane] = w;
+    __syncwarp();
+    if (bin < 256u && lane == __ffs(peers) - 1) {
+        unsigned long long sum = 0ull;
+        for (unsigned m = peers; m != 0u; m &= m - 1u) sum += stage[__ffs(m) - 1];
+        atomicAdd(&hist[bin], sum);
+    }
+    __syncwarp();
+}
+
 // How a radix select weighs a logit: 1 (COUNT), its integer mass (MASS), or both at once
 // (BOTH: count << MASS_BITS | mass; a row's masses sum to about 2^31, so they never carry into
 // the count).
@@ -192,33 +210,6 @@ __device__ __forceinline__ unsigned long long weighed(unsigned long long w) {
     return W == W_BOTH ? mass_part(w) : w;
 }
 
-// Adds each lane's weight into hist[bin], for the lanes of the warp with bin < 256 (called by
-// all 32 lanes together): 1 a lane (COUNT), its mass (MASS, below 2^31), or both (BOTH). One
-// round a distinct bin: the lanes that share it are counted from a ballot and their masses
-// summed by two warp reductions of 16-bit halves (sums of 32 stay below 2^21), and one lane
-// adds the result. Logits crowd a few values of a pass's byte, so a warp takes a few rounds,
-// and a warp with no lane in a bin (past the first pass, most) none.
-template <int W>
-__device__ __forceinline__ void hist_add(unsigned long long* hist, unsigned bin, unsigned mass) {
-    const int lane = threadIdx.x & 31;
-    unsigned todo = __ballot_sync(0xffffffffu, bin < 256u);
-    while (todo != 0u) {
-        const int leader = __ffs(todo) - 1;
-        const unsigned b = __shfl_sync(0xffffffffu, bin, leader);
-        const bool mine = bin == b;
-        const unsigned peers = __ballot_sync(0xffffffffu, mine);
-        unsigned long long w = (unsigned long long)__popc(peers);
-        if (W != W_COUNT) {
-            const unsigned lo = __reduce_add_sync(0xffffffffu, mine ? (mass & 0xffffu) : 0u);
-            const unsigned hi = __reduce_add_sync(0xffffffffu, mine ? (mass >> 16) : 0u);
-            const unsigned long long sum = ((unsigned long long)hi << 16) + lo;
-            w = W == W_MASS ? sum : (w << MASS_BITS) | sum;
-        }
-        if (lane == leader) atomicAdd(&hist[b], w);
-        todo &= ~peers;
-    }
-}
-
 // What a radix select found: the key prefix (the bits of its passes), the weight of the
 // logits above that prefix, and the weight that shares it.
 struct Selected {
@@ -232,13 +223,20 @@ __device__ __forceinline__ unsigned long long top_p_target(float top_p, unsigned
     return t < 1ull ? 1ull : t;
 }
 
-// One radix pass (pass 0 to 3, most significant byte first): hist[d] = the weight of the
+// A radix pass's shared memory: its 256 bins, and a slot a thread for hist_add.
+struct Radix {
+    unsigned long long hist[256];
+    unsigned long long stage[SAMPLE_THREADS];
+};
+
+// One radix pass (pass 0 to 3, most significant byte first): r.hist[d] = the weight of the
 // row's logits with key >= floor, whose key shares the passes before this one's bits with
-// `prefix` and has d in this pass's byte. hist is 256 shared counters.
+// `prefix` and has d in this pass's byte.
 template <int W>
 __device__ void radix_hist(const float* l, int vocab, int banned, float t, float m, float z,
-                           unsigned floor, int pass, unsigned prefix,
-                           unsigned long long* hist) {
+                           unsigned floor, int pass, unsigned prefix, Radix& r) {
+    unsigned long long* hist = r.hist;
+    unsigned long long* my_stage = r.stage + (threadIdx.x & ~31);
     const int shift = 24 - 8 * pass;
     const unsigned hi = pass == 0 ? 0u : (0xffffffffu << (32 - 8 * pass));
     for (int d = threadIdx.x; d < 256; d += blockDim.x) hist[d] = 0ull;
@@ -247,8 +245,16 @@ __device__ void radix_hist(const float* l, int vocab, int banned, float t, float
         const float x = scaled(v, i, banned, t);
         const unsigned k = order_key(x);
         const bool in = ok && k >= floor && (k & hi) == prefix;
-        const unsigned mass = W != W_COUNT && in ? (unsigned)mass_of(x, m, z) : 0u;
-        hist_add<W>(hist, in ? (k >> shift) & 255u : 256u, mass);
+        // Past the first pass few logits share the prefix: a warp with none skips the
+        // histogram (the vote is the warp's, as hist_add's match is).
+        if (__any_sync(0xffffffffu, in)) {
+            unsigned long long w = 0ull;
+            if (in) {
+                const unsigned long long mass = W == W_COUNT ? 0ull : mass_of(x, m, z);
+                w = W == W_COUNT ? 1ull : W == W_MASS ? mass : (1ull << MASS_BITS) | mass;
+            }
+            hist_add(hist, in ? (k >> shift) & 255u : 256u, w, my_stage);
+        }
     });
     __syncthreads();
 }
@@ -274,15 +280,15 @@ __device__ void pick_bin(const unsigned long long* hist, Selected& sel, int pass
 // continuing from what the passes before `from` found (`start`; Selected{} for from 0).
 template <int W>
 __device__ Selected select_key(const float* l, int vocab, int banned, float t, float m, float z,
-                               unsigned floor, unsigned long long target,
-                               unsigned long long* hist, Selected start, int from, int to) {
+                               unsigned floor, unsigned long long target, Radix& r,
+                               Selected start, int from, int to) {
     __shared__ Selected sel;
     __syncthreads();  // every thread has read the last select's result
     if (threadIdx.x == 0) sel = start;
     for (int pass = from; pass < to; ++pass) {
         __syncthreads();
-        radix_hist<W>(l, vocab, banned, t, m, z, floor, pass, sel.prefix, hist);
-        if (threadIdx.x == 0) pick_bin<W>(hist, sel, pass, target);
+        radix_hist<W>(l, vocab, banned, t, m, z, floor, pass, sel.prefix, r);
+        if (threadIdx.x == 0) pick_bin<W>(r.hist, sel, pass, target);
     }
     __syncthreads();
     return sel;
@@ -439,8 +445,8 @@ __device__ void sample_top_k(const float* l, int vocab, const SampleRow& p, cons
 // 16-bit key prefix where the running mass reaches the target; when at most SAMPLE_CANDS
 // logits are at or above it, they are gathered and the rest runs on them, else the select
 // goes on over the whole row.
-__device__ void sample_top_p(const float* l, int vocab, const SampleRow& p,
-                             unsigned long long* hist, Candidates& c, int* out) {
+__device__ void sample_top_p(const float* l, int vocab, const SampleRow& p, Radix& r,
+                             Candidates& c, int* out) {
     __shared__ Selected first;
     __shared__ unsigned long long target;
     const float t = p.temperature;
@@ -464,17 +470,17 @@ __device__ void sample_top_p(const float* l, int vocab, const SampleRow& p,
     }
     const float z = block_sum(mt == NEG_INF ? 0.0f : zt * expf(mt - m));
     // The first pass sees every logit, so its bins sum to the row's total mass.
-    radix_hist<W_BOTH>(l, vocab, p.banned, t, m, z, 0u, 0, 0u, hist);
+    radix_hist<W_BOTH>(l, vocab, p.banned, t, m, z, 0u, 0, 0u, r);
     if (threadIdx.x == 0) {
         unsigned long long total = 0ull;
-        for (int d = 0; d < 256; ++d) total += mass_part(hist[d]);
+        for (int d = 0; d < 256; ++d) total += mass_part(r.hist[d]);
         target = top_p_target(p.top_p, total);
         first = Selected{};
-        pick_bin<W_BOTH>(hist, first, 0, target);
+        pick_bin<W_BOTH>(r.hist, first, 0, target);
     }
     __syncthreads();
     const Selected s =
-        select_key<W_BOTH>(l, vocab, p.banned, t, m, z, 0u, target, hist, first, 1, 2);
+        select_key<W_BOTH>(l, vocab, p.banned, t, m, z, 0u, target, r, first, 1, 2);
     const unsigned long long n = (s.above + s.at) >> MASS_BITS;
     if (n <= SAMPLE_CANDS) {
         gather_candidates(l, vocab, p, s.prefix, (int)n, c);
@@ -482,14 +488,14 @@ __device__ void sample_top_p(const float* l, int vocab, const SampleRow& p,
         return;
     }
     const unsigned floor =
-        select_key<W_BOTH>(l, vocab, p.banned, t, m, z, 0u, target, hist, s, 2, 4).prefix;
+        select_key<W_BOTH>(l, vocab, p.banned, t, m, z, 0u, target, r, s, 2, 4).prefix;
     draw_row(l, vocab, p, floor, out);
 }
 
 extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS)
     sample_rows(const float* logits, int vocab, const SampleRow* rows, int* out) {
     PDL_BEGIN();
-    __shared__ unsigned long long hist[256];
+    __shared__ Radix radix;
     __shared__ Candidates cands;
     const float* l = logits + (u64)blockIdx.x * vocab;
     const SampleRow p = rows[blockIdx.x];
@@ -509,7 +515,7 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS)
     const float t = p.temperature;
     const bool top_k = p.top_k > 0 && p.top_k < vocab;
     if (!top_k && p.top_p < 1.0f) {
-        sample_top_p(l, vocab, p, hist, cands, out);
+        sample_top_p(l, vocab, p, radix, cands, out);
         return;
     }
     // Top-k's first two radix passes; their candidates go to shared memory when they fit, or
@@ -518,7 +524,7 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS)
     int k_passes = 0;
     if (top_k && p.top_k <= SAMPLE_CANDS) {
         k16 = select_key<W_COUNT>(l, vocab, p.banned, t, 0.0f, 1.0f, 0u,
-                                  (unsigned long long)p.top_k, hist, k16, 0, 2);
+                                  (unsigned long long)p.top_k, radix, k16, 0, 2);
         k_passes = 2;
         if (k16.above + k16.at <= SAMPLE_CANDS) {
             sample_top_k(l, vocab, p, k16, cands, out);
@@ -528,7 +534,7 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS)
     unsigned floor = 0u;
     if (top_k) {
         floor = select_key<W_COUNT>(l, vocab, p.banned, t, 0.0f, 1.0f, 0u,
-                                    (unsigned long long)p.top_k, hist, k16, k_passes, 4)
+                                    (unsigned long long)p.top_k, radix, k16, k_passes, 4)
                     .prefix;
         if (p.top_p < 1.0f) {
             float mx = NEG_INF;
@@ -552,7 +558,7 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS)
                 if (ok && order_key(x) >= floor) ms += mass_of(x, m, z);
             });
             const unsigned long long target = top_p_target(p.top_p, block_sum_u64(ms));
-            floor = select_key<W_MASS>(l, vocab, p.banned, t, m, z, floor, target, hist,
+            floor = select_key<W_MASS>(l, vocab, p.banned, t, m, z, floor, target, radix,
                                        Selected{}, 0, 4)
                         .prefix;
         }
