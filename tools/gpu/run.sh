@@ -5,7 +5,7 @@
 # puts in .gpu/ (binaries built on the CPU machine) and, for the SmolLM2 stages, the GGUF that
 # tools/gpu/stage_model.sh assembled (GGUF, default .gpu-model/ beside .gpu/; its stages
 # skip with a message without it). STAGES picks a subset of
-#   "probe kernels tests tiny smollm2 parity serve-smollm2 gemv bench serve retained ncu".
+#   "probe kernels tests tiny smollm2 parity serve-smollm2 gemv bench sampler serve retained ncu".
 # GENSLOT_ATTN_KERNEL=simt|tc picks the attention kernel (default tc); BENCH_KERNELS lists the
 # kernels the bench stage times one after the other, and BENCH_VARIANTS the launch options
 # (src/gpu/cuda/step_options.rs) it times for each: words of comma-joined VAR=VALUE settings,
@@ -21,7 +21,7 @@ ROOT=$(cd "$G/.." && pwd)
 OUT=${OUT:-/tmp/gpu-out}
 W=$(mktemp -d /tmp/genslot-run.XXXX)
 mkdir -p "$OUT"
-STAGES=${STAGES:-"probe kernels tests tiny smollm2 parity serve-smollm2 bench serve retained"}
+STAGES=${STAGES:-"probe kernels tests tiny smollm2 parity serve-smollm2 bench sampler serve retained"}
 GGUF=${GGUF:-$ROOT/.gpu-model/SmolLM2-135M-Instruct.Q4_1.gguf}
 status=0
 fail() { echo "FAILED: $1" | tee -a "$W/summary.txt"; status=1; }
@@ -157,6 +157,13 @@ if has gemv; then
     GENSLOT_PDL=$pdl "$G/genslot-gpu" gemv --shape llama-8b --json "$W/gemv-llama-8b-pdl$pdl.json" \
       2>&1 | tee -a "$W/summary.txt" || fail "gemv PDL $pdl"
   done
+fi
+if has sampler; then
+  # The device sampler alone, each mode on logits of several spreads (nucleus sizes from a
+  # flat row to a few tokens), every token checked against the host sampler.
+  stage "sampler"
+  "$G/genslot-gpu" sampler --shape llama-8b --json "$W/sampler-llama-8b.json" 2>&1 \
+    | tee -a "$W/summary.txt" || fail "sampler"
 fi
 if has bench; then
   for kern in ${BENCH_KERNELS:-tc}; do

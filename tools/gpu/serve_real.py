@@ -13,8 +13,10 @@ machine runs it against config/cuda-smollm2.yaml from tools/gpu/run.sh).
    and reported. Lanes, not one burst: in a burst every later head of the queue waits longer
    than the X the earlier ones formed, so it is late by more than W and `tpot_budget` never
    sees a head at risk (SPEC §4.3); closed-loop lanes keep the waits around X.
-3. Seeded sampled requests (temperature 1, top_p 0.9, top_k 50): the same seeds sent twice,
-   each time among concurrent others, give the same text; other seeds give other text.
+3. Seeded sampled requests, with top_k (temperature 1, top_p 0.9, top_k 50) and without it
+   (temperature 0.8, top_p 0.95, as OpenAI clients send: the device sampler's top-p path):
+   the same seeds sent twice, each time among concurrent others, give the same text; other
+   seeds give other text.
 
 usage: serve_real.py URL [OUT.json]
 """
@@ -127,22 +129,24 @@ if same_answer != n:
 
 # 3. Seeded sampling, reproducible under different concurrent company.
 seeds = [101, 202, 303, 404]
-sampled = dict(temperature=1.0, top_p=0.9, top_k=50)
 q = "<|im_start|>user\nTell me a story about a fox.<|im_end|>\n<|im_start|>assistant\n"
-first = concurrent([lambda s=s: complete(q, False, seed=s, **sampled) for s in seeds])
-# The same seeds again, now beside six greedy requests: other batches, other pauses.
-second = concurrent([lambda s=s: complete(q, False, seed=s, **sampled) for s in seeds]
-                    + [lambda p=p: complete(p, temperature=0) for p in prompts[:6]])[:len(seeds)]
-repro = sum(a == b for a, b in zip(first, second))
-distinct = len({t for t, _ in first})
-print(f"seeded sampling: {repro}/{len(seeds)} reproduced; {distinct} distinct texts for "
-      f"{len(seeds)} seeds")
-report["seeded"] = {"reproduced": repro, "seeds": len(seeds), "distinct": distinct,
-                    "texts": [t for t, _ in first]}
-if repro != len(seeds):
-    failures.append("a seeded request drew other tokens the second time")
-if distinct < 2:
-    failures.append("different seeds gave the same text: are sampling parameters ignored?")
+for key, sampled in [("seeded", dict(temperature=1.0, top_p=0.9, top_k=50)),
+                     ("seeded_top_p", dict(temperature=0.8, top_p=0.95))]:
+    first = concurrent([lambda s=s: complete(q, False, seed=s, **sampled) for s in seeds])
+    # The same seeds again, now beside six greedy requests: other batches, other pauses.
+    second = concurrent([lambda s=s: complete(q, False, seed=s, **sampled) for s in seeds]
+                        + [lambda p=p: complete(p, temperature=0) for p in prompts[:6]])[:len(seeds)]
+    repro = sum(a == b for a, b in zip(first, second))
+    distinct = len({t for t, _ in first})
+    print(f"seeded sampling {sampled}: {repro}/{len(seeds)} reproduced; {distinct} distinct "
+          f"texts for {len(seeds)} seeds")
+    report[key] = {"sampling": sampled, "reproduced": repro, "seeds": len(seeds),
+                   "distinct": distinct, "texts": [t for t, _ in first]}
+    if repro != len(seeds):
+        failures.append(f"a seeded request ({sampled}) drew other tokens the second time")
+    if distinct < 2:
+        failures.append(f"different seeds ({sampled}) gave the same text: are sampling "
+                        "parameters ignored?")
 
 report["failures"] = failures
 if OUT:
