@@ -1,9 +1,9 @@
 //! `genslot-gpu sampler`: the device sampler (sample.cu) alone, on seeded Gaussian logits of a
 //! chosen spread, at each sampling mode and row count. A decode step's sampler sees the
-//! lm_head's logits; the bench's random weights give nearly flat ones, where top-p keeps most
-//! of the vocabulary, while a trained model's keep a few to a few hundred tokens. The spread
-//! (standard deviation of the logits before the temperature) sets that, and the report gives
-//! the nucleus it made. Each launch is timed back to back on the same logits (the first pass
+//! lm_head's logits, and how many tokens top-p keeps decides which path a row takes: the
+//! bench's random weights are one case, a trained model's usually far fewer tokens. The
+//! spread (standard deviation of the logits before the temperature) sets it, and the report
+//! gives the nucleus it made. Each launch is timed back to back on the same logits (the first pass
 //! of a launch finds the rows in L2 where they fit, as the lm_head leaves them in a step),
 //! and every row's token is checked against `sampling::sample_row`.
 
