@@ -97,6 +97,12 @@ pub fn run(
                 })
                 .collect();
             gpu.htod(w, params_d.ptr, &params)?;
+            // The host's draw of each row, once: every batch size launches the first rows.
+            let want: Vec<u32> = logits
+                .chunks(vocab)
+                .zip(&params)
+                .map(|(row, p)| sample_row(row, p))
+                .collect();
             for &rows in batches {
                 let launch =
                     || gpu.sample_rows(w, logits_d.ptr, vocab, params_d.ptr, out_d.ptr, rows);
@@ -112,8 +118,8 @@ pub fn run(
                 gpu.dtoh(w, &mut toks, out_d.ptr)?;
                 let agree = toks
                     .iter()
-                    .zip(logits.chunks(vocab).zip(&params))
-                    .filter(|(&t, (row, p))| t as i64 == i64::from(sample_row(row, p)))
+                    .zip(&want)
+                    .filter(|(&t, &h)| t as i64 == i64::from(h))
                     .count();
                 // Without top-p no float sum enters a draw: the device must agree exactly.
                 if top_p >= 1.0 && agree != rows {
