@@ -371,6 +371,62 @@ fn every_step_option_computes_the_tokens_the_plain_launch_computes() {
 }
 
 #[test]
+fn rows_sent_longest_first_get_back_their_own_tokens_and_logits() {
+    if !gpu() {
+        return;
+    }
+    // Four requests in ascending order of context, so the default launch sends them to the
+    // GPU reversed; a token or a row of logits handed to the wrong request would show here.
+    let run = |longest_first: bool| {
+        let mut b = tiny_with(true, |c| {
+            c.step = Some(StepOptions {
+                longest_first,
+                ..StepOptions::default()
+            })
+        });
+        let lens = [9usize, 40, 77, 130];
+        let mut state: Vec<(Vec<u32>, usize, u32)> = Vec::new();
+        let mut next_page = 0u32;
+        for (i, &n) in lens.iter().enumerate() {
+            // 10 pages of 16 tokens: room for 130 + 4 tokens.
+            let pages: Vec<u32> = (next_page..next_page + 10).collect();
+            next_page += 10;
+            let (t, _) = b.prefill(i as u64, &prompt(n, 20 + i), &pages).unwrap();
+            state.push((pages, n, t));
+        }
+        let mut tokens = vec![Vec::new(); lens.len()];
+        let mut logits = Vec::new();
+        for _ in 0..4 {
+            let rows: Vec<StepRow> = (state.iter().enumerate())
+                .map(|(i, (pages, ctx, last))| row(i as u64, *ctx, *last, pages))
+                .collect();
+            let (toks, lg) = b.decode(&rows, Launch::Graph, true).unwrap();
+            for (i, t) in toks.into_iter().enumerate() {
+                tokens[i].push(t);
+                state[i].1 += 1;
+                state[i].2 = t;
+            }
+            logits.push(lg);
+        }
+        (tokens, logits)
+    };
+    let (sent_longest_first, in_order) = (run(true), run(false));
+    assert_eq!(sent_longest_first.0, in_order.0, "tokens per request");
+    for (step, (a, b)) in sent_longest_first.1.iter().zip(&in_order.1).enumerate() {
+        for (r, (x, y)) in a.iter().zip(b).enumerate() {
+            let err = rel_errors(x, y).0;
+            assert!(
+                err < 1e-3,
+                "step {step} row {r}: logits differ by {err:.2e}"
+            );
+        }
+    }
+    // The rows do differ, so a swap could not pass unseen.
+    let first = &in_order.1[0];
+    assert!(rel_errors(&first[0], &first[3]).0 > 1e-2);
+}
+
+#[test]
 fn the_balanced_attention_computes_what_the_split_grid_computes() {
     if !gpu() {
         return;

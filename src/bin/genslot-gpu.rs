@@ -155,6 +155,10 @@ enum Cmd {
         /// top-p 1 and top-k 0 for off (temperature alone: `1,1,0`).
         #[arg(long, default_value = "0.8,0.95,50", value_parser = parse_sampling)]
         sampling: SampleRow,
+        /// Spread each step's rows over context × [1 − F, 1 + F] (0 to 1) in a shuffled
+        /// order, the same KV bytes as F = 0: a batch that mixes short and long requests.
+        #[arg(long, default_value_t = 0.0, value_parser = parse_spread)]
+        context_spread: f64,
     },
     /// Each weight product at 1 to 4 rows on cuBLAS and on the GEMV kernels: outputs
     /// compared, times side by side.
@@ -186,6 +190,13 @@ enum Cmd {
 /// `--sampling TEMPERATURE,TOP_P,TOP_K` as the request's sampling parameters would give it:
 /// a positive temperature (a greedy step is what the bench times beside it), top-p in (0, 1],
 /// top-k 0 (off) or more.
+fn parse_spread(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(f) if (0.0..=1.0).contains(&f) => Ok(f),
+        _ => Err(format!("{s}: expected a number from 0 to 1")),
+    }
+}
+
 fn parse_sampling(s: &str) -> Result<SampleRow, String> {
     let parts: Vec<&str> = s.split(',').map(str::trim).collect();
     let [t, p, k] = parts[..] else {
@@ -382,11 +393,13 @@ fn main() -> Result<()> {
             tokens_per_block,
             profile,
             sampling,
+            context_spread,
         } => {
             let mut cfg = CudaConfig::new(ModelSource::Seeded { shape, seed: 1 });
             cfg.tokens_per_block = tokens_per_block;
             cfg.max_batch_size = batches.iter().copied().max().unwrap_or(1).max(112);
-            cfg.max_context = contexts.iter().copied().max().unwrap_or(4096) + 64;
+            let longest = contexts.iter().copied().max().unwrap_or(4096) as f64;
+            cfg.max_context = (longest * (1.0 + context_spread)).ceil() as usize + 64;
             cfg.kv_memory_fraction = kv_fraction;
             let mut b = CudaBackend::new(cfg)?;
             b.fill_kv_random(7)?;
@@ -396,6 +409,7 @@ fn main() -> Result<()> {
                 iters,
                 profile,
                 sampling,
+                context_spread,
                 ..Default::default()
             };
             let rep = bench::run(&mut b, &opts)?;

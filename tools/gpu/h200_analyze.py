@@ -6,7 +6,8 @@ summarises every served run over its measured window from its recording (`genslo
 preemption configs), runs the closed-loop simulator on the same load, and prints the tables
 for docs/results.md and BENCHMARKS.md as markdown (and `--json`).
 
-    python3 tools/gpu/h200_analyze.py RESULTS_DIR [--grid GRID.json] [--genslot BIN]
+    python3 tools/gpu/h200_analyze.py RESULTS_DIR [--grid GRID.json] [--probe PROBE.jsonl]
+        [--genslot BIN]
 
 RESULTS_DIR holds grid-llama-8b.json, probe.jsonl and run-REP-ARM.tar.gz files (any subset).
 """
@@ -100,6 +101,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("results", type=Path)
     ap.add_argument("--grid", type=Path, help="step grid (default RESULTS/grid-llama-8b.json)")
+    ap.add_argument("--probe", type=Path, help="transfer probe (default RESULTS/probe.jsonl)")
     ap.add_argument("--genslot", type=Path, default=ROOT / "target/release/genslot")
     ap.add_argument("--trace", type=Path, default=TRACE)
     ap.add_argument("--seeds", type=int, default=16, help="closed-loop simulator seeds")
@@ -108,7 +110,8 @@ def main():
     work = a.results / "analysis"
     work.mkdir(parents=True, exist_ok=True)
     grid = a.grid or a.results / "grid-llama-8b.json"
-    cfg, fit_text, fit = fitted_config(a.genslot, grid, a.results / "probe.jsonl", work)
+    probe = a.probe or a.results / "probe.jsonl"
+    cfg, fit_text, fit = fitted_config(a.genslot, grid, probe, work)
     print("## Step-time fit\n\n```\n" + fit_text.strip() + "\n```\n")
 
     runs = [served_run(a.genslot, t, cfg, work) for t in sorted(a.results.glob("run-*.tar.gz"))]

@@ -21,6 +21,7 @@ use super::draft::{self, DraftConfig};
 use super::forward::{enqueue, invariant_splits, splits_for, KvCache, Pass, Scratch, StateCache};
 use super::model_files::ModelFiles;
 use super::residents::Residents;
+use super::row_order;
 use super::shape::ModelShape;
 use super::staging::{RowInput, Staging, StagingTargets};
 use super::step_options::StepOptions;
@@ -694,8 +695,36 @@ impl CudaBackend {
         self.decode_sampled(rows, &greedy, launch, want_logits)
     }
 
-    /// [`decode`](Self::decode) with row i's token drawn by `samples[i]`.
+    /// [`decode`](Self::decode) with row i's token drawn by `samples[i]`. The rows go to
+    /// the GPU longest context first (`StepOptions::longest_first`, `row_order.rs`); tokens
+    /// and logits come back in the order of `rows`.
     pub fn decode_sampled(
+        &mut self,
+        rows: &[StepRow],
+        samples: &[SampleRow],
+        launch: Launch,
+        want_logits: bool,
+    ) -> Result<(Vec<u32>, Vec<Vec<f32>>), BackendError> {
+        if self.gpu.k.opts.longest_first && samples.len() == rows.len() {
+            let lens: Vec<u32> = rows.iter().map(|r| r.context_len).collect();
+            if let Some(order) = row_order::longest_first(&lens) {
+                let (sent, sent_samples) = (
+                    row_order::permuted(rows, &order),
+                    row_order::permuted(samples, &order),
+                );
+                let (tokens, logits) =
+                    self.decode_in_order(&sent, &sent_samples, launch, want_logits)?;
+                return Ok((
+                    row_order::restored(tokens, &order),
+                    row_order::restored(logits, &order),
+                ));
+            }
+        }
+        self.decode_in_order(rows, samples, launch, want_logits)
+    }
+
+    /// [`decode_sampled`](Self::decode_sampled) with the rows in the order given.
+    fn decode_in_order(
         &mut self,
         rows: &[StepRow],
         samples: &[SampleRow],

@@ -31,6 +31,10 @@ pub struct BenchOptions {
     pub profile: bool,
     /// The sampling of `sampled_ms` (its `key` is each row's own).
     pub sampling: SampleRow,
+    /// 0: every row of a step at the point's context. F > 0: the rows' contexts spread
+    /// evenly over context × [1 − F, 1 + F] in a shuffled order (`spread_contexts`), the same
+    /// KV bytes a step, as a served batch mixes short and long requests.
+    pub context_spread: f64,
 }
 
 impl Default for BenchOptions {
@@ -44,6 +48,7 @@ impl Default for BenchOptions {
             paused: (64, 4096, 48),
             profile: false,
             sampling: SAMPLED,
+            context_spread: 0.0,
         }
     }
 }
@@ -51,6 +56,7 @@ impl Default for BenchOptions {
 #[derive(Debug, Clone, Serialize)]
 pub struct StepRowResult {
     pub batch: usize,
+    /// The rows' mean context (each row's with `BenchOptions::context_spread`).
     pub context: usize,
     /// Wall time of a step through `decode` (input copies, graph replay, token read-back).
     pub graph_ms: f64,
@@ -120,6 +126,8 @@ pub struct BenchReport {
     pub read_bandwidth_gbs: f64,
     /// (chunk bytes, GB/s) of the same read in scattered chunks, as paged attention reads.
     pub read_chunks_gbs: Vec<(usize, f64)>,
+    /// `BenchOptions::context_spread` of `steps`.
+    pub context_spread: f64,
     pub steps: Vec<StepRowResult>,
     pub pause: PauseResult,
     /// At the first context; batch 1 is the reference.
@@ -193,23 +201,58 @@ fn timed(
 /// requests (so active requests' pages interleave with the others'), wrapping around the
 /// cache when it is too small.
 fn rows_for(b: &CudaBackend, active: &[usize], owners: usize, ctx: usize) -> (Vec<StepRow>, bool) {
+    rows_at(b, active, owners, &vec![ctx; active.len()])
+}
+
+/// [`rows_for`] with row k of `active` at context `ctxs[k]`.
+fn rows_at(
+    b: &CudaBackend,
+    active: &[usize],
+    owners: usize,
+    ctxs: &[usize],
+) -> (Vec<StepRow>, bool) {
     let p = b.capacity_page_size();
-    let per = (ctx + 1).div_ceil(p);
     let total = b.kv_pages();
-    let aliased = per * owners > total;
+    let longest = ctxs.iter().copied().max().unwrap_or(0);
+    let aliased = (longest + 1).div_ceil(p) * owners > total;
     let rows = active
         .iter()
-        .map(|&i| StepRow {
+        .zip(ctxs)
+        .map(|(&i, &ctx)| StepRow {
             id: i as u64,
             slot: i as u32,
             context_len: ctx as u32,
             last_token: (i * 7919 % 1000) as u32,
-            pages: (0..per)
+            pages: (0..(ctx + 1).div_ceil(p))
                 .map(|j| ((j * owners + i) % total) as u32)
                 .collect(),
         })
         .collect();
     (rows, aliased)
+}
+
+/// `n` contexts spread evenly over `ctx` × [1 − spread, 1 + spread] (each the midpoint of
+/// one of n equal parts, so their mean is `ctx` to rounding), dealt out in a fixed shuffled
+/// order: a served batch's rows come in no order of length. `spread` 0 gives `ctx` n times.
+pub fn spread_contexts(ctx: usize, n: usize, spread: f64) -> Vec<usize> {
+    let spread = spread.clamp(0.0, 1.0);
+    let mut v: Vec<usize> = (0..n)
+        .map(|k| {
+            let f = (k as f64 + 0.5) / n as f64;
+            (ctx as f64 * (1.0 + spread * (2.0 * f - 1.0)))
+                .round()
+                .max(1.0) as usize
+        })
+        .collect();
+    // Fisher-Yates with a fixed linear congruential sequence: the same order every run.
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    for i in (1..n).rev() {
+        x = x
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        v.swap(i, ((x >> 33) % (i as u64 + 1)) as usize);
+    }
+    v
 }
 
 /// What one timed step runs: its rows, how it is launched, and each row's sampling.
@@ -388,7 +431,8 @@ pub fn run(b: &mut CudaBackend, o: &BenchOptions) -> Result<BenchReport, Backend
     for &ctx in &o.contexts {
         for &batch in &o.batches {
             let ids: Vec<usize> = (0..batch).collect();
-            let (rows, aliased) = rows_for(b, &ids, batch, ctx);
+            let ctxs = spread_contexts(ctx, batch, o.context_spread);
+            let (rows, aliased) = rows_at(b, &ids, batch, &ctxs);
             // Graph steps back to back, as a worker runs them: the step time.
             let graph = time_alternating(b, &[Run::greedy(&rows, Launch::Graph)], o)?.remove(0);
             // Eager against graph launches, step by step in turn (an eager step draws more
@@ -427,7 +471,7 @@ pub fn run(b: &mut CudaBackend, o: &BenchOptions) -> Result<BenchReport, Backend
             // A hybrid's recurrent layers read and write each row's state once.
             let bytes = weights_read
                 + (batch * s.hidden * 2) as u64
-                + batch as u64 * (ctx as u64 + 1) * s.kv_bytes_per_token()
+                + ctxs.iter().map(|&c| c as u64 + 1).sum::<u64>() * s.kv_bytes_per_token()
                 + 2 * batch as u64 * s.recurrent_state_bytes();
             let roofline_ms = bytes as f64 / (bw * 1e9) * 1e3;
             steps.push(StepRowResult {
@@ -479,6 +523,7 @@ pub fn run(b: &mut CudaBackend, o: &BenchOptions) -> Result<BenchReport, Backend
         copy_bandwidth_gbs: bw,
         read_bandwidth_gbs: read_bw,
         read_chunks_gbs: read_chunks,
+        context_spread: o.context_spread,
         steps,
         pause: PauseResult {
             batch: pb,
@@ -512,6 +557,13 @@ pub fn table(r: &BenchReport) -> String {
         s += &format!("read in scattered chunks, GB/s: {}\n", chunks.join(", "));
     }
     s += &format!("sampled steps: {}\n", r.sampling);
+    if r.context_spread > 0.0 {
+        s += &format!(
+            "contexts: each step's rows spread over context x [{:.2}, {:.2}], shuffled\n",
+            1.0 - r.context_spread,
+            1.0 + r.context_spread
+        );
+    }
     s += "batch  context   graph_ms  device_ms   eager_ms  eager/graph  sampled_ms  \
           sampled/greedy  roofline_ms  x_roofline  aliased\n";
     for x in &r.steps {
@@ -551,4 +603,30 @@ pub fn table(r: &BenchReport) -> String {
         );
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::spread_contexts;
+
+    #[test]
+    fn spread_contexts_keep_the_mean_and_span_the_asked_range_in_no_order_of_length() {
+        assert_eq!(spread_contexts(4096, 5, 0.0), vec![4096; 5]);
+        let v = spread_contexts(4096, 128, 0.9);
+        assert_eq!(v.len(), 128);
+        let mean = v.iter().sum::<usize>() as f64 / 128.0;
+        assert!((mean - 4096.0).abs() < 1.0, "mean {mean}");
+        let (lo, hi) = (*v.iter().min().unwrap(), *v.iter().max().unwrap());
+        assert!(
+            (410..=440).contains(&lo) && (7750..=7790).contains(&hi),
+            "{lo}..{hi}"
+        );
+        assert!(!v.windows(2).all(|w| w[0] >= w[1]), "already longest first");
+        assert!(!v.windows(2).all(|w| w[0] <= w[1]), "sorted by length");
+        assert_eq!(
+            v,
+            spread_contexts(4096, 128, 0.9),
+            "the same order every run"
+        );
+    }
 }

@@ -31,6 +31,7 @@ mod probe;
 pub mod residents;
 pub mod retained_check;
 pub mod retained_gpu;
+pub mod row_order;
 pub mod safetensors;
 pub mod sampler_bench;
 pub mod shape;

@@ -65,6 +65,11 @@ pub struct StepOptions {
     /// (`rope_kv_write` in layers.cu). A recurrent layer's qkv keeps the plain product. In 2
     /// or 4 slices the step was 0.5-1.8 % slower (BENCHMARKS.md §3.12).
     pub qkv_splits: usize,
+    /// `GENSLOT_LONGEST_FIRST=0|1`: a decode step's rows go to the GPU longest context first
+    /// (`row_order.rs`), so the attention blocks of the longest rows start first instead of
+    /// trailing the kernel; the step's tokens come back in the batch's order. Rows are
+    /// independent, so the order changes no row's numbers.
+    pub longest_first: bool,
 }
 
 impl Default for StepOptions {
@@ -89,6 +94,7 @@ impl Default for StepOptions {
             down_splits: 4,
             o_splits: 0,
             qkv_splits: 0,
+            longest_first: true,
         }
     }
 }
@@ -116,6 +122,7 @@ impl StepOptions {
             down_splits: 0,
             o_splits: 0,
             qkv_splits: 0,
+            longest_first: false,
         }
     }
 
@@ -235,6 +242,7 @@ impl StepOptions {
             down_splits,
             o_splits,
             qkv_splits,
+            longest_first: flag("GENSLOT_LONGEST_FIRST", d.longest_first)?,
         })
     }
 
@@ -278,10 +286,11 @@ impl StepOptions {
         .collect();
         format!(
             "attention {attn}{ring}, {splits}{balanced}, direct single split {}, early KV {}, PDL {}, \
-             GEMV {gemv}{slices}",
+             GEMV {gemv}{slices}, longest rows first {}",
             on(self.direct_single_split),
             on(self.early_kv && self.attn == AttnKernel::TensorCore),
-            on(self.pdl)
+            on(self.pdl),
+            on(self.longest_first)
         )
     }
 }
@@ -324,6 +333,7 @@ mod tests {
             ("GENSLOT_O_SPLITS", "2"),
             ("GENSLOT_QKV_SPLITS", "8"),
             ("GENSLOT_ATTN_BALANCED", "1"),
+            ("GENSLOT_LONGEST_FIRST", "0"),
         ]))
         .unwrap();
         assert_eq!(
@@ -344,12 +354,14 @@ mod tests {
                 down_splits: 4,
                 o_splits: 2,
                 qkv_splits: 8,
+                longest_first: false,
             }
         );
         assert_eq!(
             o.describe(),
             "attention simt, 2 blocks/SM, direct single split on, early KV off, PDL on, GEMV up \
-             to 4 rows, qkv in 8 K slices, o_proj in 2 K slices, down_proj in 4 K slices"
+             to 4 rows, qkv in 8 K slices, o_proj in 2 K slices, down_proj in 4 K slices, longest rows \
+             first off"
         );
         // The ring shapes (and is named for) the tensor-core kernel only.
         let tc = StepOptions {
@@ -362,7 +374,7 @@ mod tests {
         assert_eq!(
             StepOptions::default().describe(),
             "attention tc, 2 blocks/SM, direct single split on, early KV on, PDL on, GEMV for 1 \
-             row, down_proj in 4 K slices"
+             row, down_proj in 4 K slices, longest rows first on"
         );
         // Early copies are the tensor-core kernel's: the SIMT kernel is never said to make them.
         let simt = StepOptions {
