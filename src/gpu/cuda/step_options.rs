@@ -68,7 +68,8 @@ pub struct StepOptions {
     /// `GENSLOT_LONGEST_FIRST=0|1`: a decode step's rows go to the GPU longest context first
     /// (`row_order.rs`), so the attention blocks of the longest rows start first instead of
     /// trailing the kernel; the step's tokens come back in the batch's order. Rows are
-    /// independent, so the order changes no row's numbers.
+    /// independent, so the order changes no row's numbers. A drafter's verify passes keep
+    /// the batch's order.
     pub longest_first: bool,
 }
 
