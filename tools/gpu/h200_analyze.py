@@ -85,7 +85,36 @@ def served_run(genslot, tarball, cfg, work):
         total = metric(end, name + "_sum") - metric(warm, name + "_sum")
         counts[key] = 1e3 * total / n if n > 0 else None
     return {"run": run, "served": rep["served"], "counters": counts,
-            "replay": {a["name"]: a for a in rep["arms"]}, "name": d.name}
+            "replay": {a["name"]: a for a in rep["arms"]}, "name": d.name,
+            "batch": served_batch(d / "served.jsonl", w, m)}
+
+
+def served_batch(recording, warmup_s, measure_s, every_s=0.25):
+    """The decode batch of a run without pauses, rebuilt from its recording every `every_s`
+    over the measured window (from the first arrival): the requests between their first
+    token and their finish, each at its prompt plus the share of its output produced by
+    then. Returns per-sample lists of (rows, summed context, context CV, longest / mean)."""
+    reqs = []
+    for line in recording.read_text().splitlines():
+        r = json.loads(line)
+        if r.get("first_token_s") is not None and r.get("finish_s") is not None:
+            reqs.append(r)
+    if not reqs:
+        return []
+    t0 = min(r["arrival_s"] for r in reqs)
+    out = []
+    t = t0 + warmup_s
+    while t < t0 + warmup_s + measure_s:
+        ctx = []
+        for r in reqs:
+            f, e = r["first_token_s"], r["finish_s"]
+            if f <= t < e:
+                ctx.append(r["context_tokens"] + (t - f) / (e - f) * r["output_tokens"])
+        if ctx:
+            mean = sum(ctx) / len(ctx)
+            out.append((len(ctx), sum(ctx), statistics.pstdev(ctx) / mean, max(ctx) / mean))
+        t += every_s
+    return out
 
 
 def spread(v):
@@ -138,6 +167,26 @@ def main():
             c = r["counters"]
             gap = f"{c['gap_ms']:.3f}" if c.get("gap_ms") is not None else "-"
             print(f"| {r['name']} | {r['served']['mean_tpot_ms']:.2f} | {c['step_ms']:.3f} | {gap} |")
+        # Control runs only: a paused request sits between its first token and its finish
+        # without being in the batch, which the rebuilt batch cannot tell.
+        plain = [r for r in timed if r["run"]["arm"] == "control" and r["batch"]]
+        if plain:
+            st = fit["step"]
+            print("\nThe control runs' decode batch, rebuilt from the recording every 0.25 s of the "
+                  "measured window, and the step the fit gives it (mean over the samples).\n")
+            print("| run | rows | tokens a row | context CV | longest / mean | fitted step ms | "
+                  "measured step ms |")
+            print("|---|---|---|---|---|---|---|")
+            for r in plain:
+                b = r["batch"]
+                rows = statistics.fmean(x[0] for x in b)
+                per_row = statistics.fmean(x[1] for x in b) / rows
+                fitted = statistics.fmean(st["base_ms"] + x[0] * st["per_request_ms"]
+                                          + x[1] * st["per_kv_token_ns"] * 1e-6 for x in b)
+                print(f"| {r['name']} | {rows:.1f} | {per_row:.0f} | "
+                      f"{statistics.fmean(x[2] for x in b):.2f} | "
+                      f"{statistics.fmean(x[3] for x in b):.2f} | {fitted:.2f} | "
+                      f"{r['counters']['step_ms']:.2f} |")
 
     by = {(r["run"]["repeat"], r["run"]["arm"]): r for r in runs}
     pairs = [(by[(k, "control")], by[(k, "tpot")])
