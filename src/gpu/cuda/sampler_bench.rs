@@ -19,13 +19,18 @@ use super::step_options::StepOptions;
 use crate::gpu::BackendError;
 use crate::sampling::{row_key, sample_row, SampleRow};
 
+/// The temperature of the sampled modes and the top-p of those that cut a nucleus (also the
+/// nucleus `SpreadNucleus` reports).
+const TEMPERATURE: f32 = 0.8;
+const TOP_P: f32 = 0.95;
+
 /// The modes timed: (name, temperature, top-p, top-k).
 pub const MODES: [(&str, f32, f32, i32); 5] = [
     ("greedy", 0.0, 1.0, 0),
-    ("temperature 0.8", 0.8, 1.0, 0),
-    ("top-p 0.95", 0.8, 0.95, 0),
-    ("top-k 50", 0.8, 1.0, 50),
-    ("top-k 50 + top-p 0.95", 0.8, 0.95, 50),
+    ("temperature 0.8", TEMPERATURE, 1.0, 0),
+    ("top-p 0.95", TEMPERATURE, TOP_P, 0),
+    ("top-k 50", TEMPERATURE, 1.0, 50),
+    ("top-k 50 + top-p 0.95", TEMPERATURE, TOP_P, 50),
 ];
 
 #[derive(Debug, Clone, Serialize)]
@@ -78,7 +83,7 @@ pub fn run(
         gpu.htod(w, logits_d.ptr, &logits)?;
         let mut kept: Vec<usize> = logits
             .chunks(vocab)
-            .map(|row| nucleus_size(row, 0.8, 0.95))
+            .map(|row| nucleus_size(row, TEMPERATURE, f64::from(TOP_P)))
             .collect();
         kept.sort_unstable();
         nucleus.push(SpreadNucleus {
