@@ -187,9 +187,7 @@ enum Cmd {
     },
 }
 
-/// `--sampling TEMPERATURE,TOP_P,TOP_K` as the request's sampling parameters would give it:
-/// a positive temperature (a greedy step is what the bench times beside it), top-p in (0, 1],
-/// top-k 0 (off) or more.
+/// `--context-spread F`: a share of the context from 0 to 1.
 fn parse_spread(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(f) if (0.0..=1.0).contains(&f) => Ok(f),
@@ -197,6 +195,9 @@ fn parse_spread(s: &str) -> Result<f64, String> {
     }
 }
 
+/// `--sampling TEMPERATURE,TOP_P,TOP_K` as the request's sampling parameters would give it:
+/// a positive temperature (a greedy step is what the bench times beside it), top-p in (0, 1],
+/// top-k 0 (off) or more.
 fn parse_sampling(s: &str) -> Result<SampleRow, String> {
     let parts: Vec<&str> = s.split(',').map(str::trim).collect();
     let [t, p, k] = parts[..] else {

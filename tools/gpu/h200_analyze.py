@@ -85,8 +85,7 @@ def served_run(genslot, tarball, cfg, work):
         total = metric(end, name + "_sum") - metric(warm, name + "_sum")
         counts[key] = 1e3 * total / n if n > 0 else None
     return {"run": run, "served": rep["served"], "counters": counts,
-            "replay": {a["name"]: a for a in rep["arms"]}, "name": d.name,
-            "batch": served_batch(d / "served.jsonl", w, m)}
+            "replay": {a["name"]: a for a in rep["arms"]}, "name": d.name}
 
 
 def served_batch(recording, warmup_s, measure_s, every_s=0.25):
@@ -169,7 +168,10 @@ def main():
             print(f"| {r['name']} | {r['served']['mean_tpot_ms']:.2f} | {c['step_ms']:.3f} | {gap} |")
         # Control runs only: a paused request sits between its first token and its finish
         # without being in the batch, which the rebuilt batch cannot tell.
-        plain = [r for r in timed if r["run"]["arm"] == "control" and r["batch"]]
+        batches = {r["name"]: served_batch(work / r["name"] / "served.jsonl",
+                                           r["run"]["warmup_s"], r["run"]["measure_s"])
+                   for r in timed if r["run"]["arm"] == "control"}
+        plain = [r for r in timed if batches.get(r["name"])]
         if plain:
             st = fit["step"]
             print("\nThe control runs' decode batch, rebuilt from the recording every 0.25 s of the "
@@ -178,7 +180,7 @@ def main():
                   "measured step ms |")
             print("|---|---|---|---|---|---|---|")
             for r in plain:
-                b = r["batch"]
+                b = batches[r["name"]]
                 rows = statistics.fmean(x[0] for x in b)
                 per_row = statistics.fmean(x[1] for x in b) / rows
                 fitted = statistics.fmean(st["base_ms"] + x[0] * st["per_request_ms"]
