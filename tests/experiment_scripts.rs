@@ -66,32 +66,48 @@ fn the_arm_configs_are_valid_and_differ_only_in_preemption() {
     assert_eq!(strip(&control), strip(&tpot));
 }
 
+/// The configs' `timing:` is the fit of the served experiment's own step grid and transfer
+/// probe (the `h200-llama-8b` preset's), not a plant fitted to other steps.
 #[test]
-fn the_configs_timing_is_the_fit_of_the_measured_h200_steps() {
+fn the_configs_timing_is_the_fit_of_the_experiments_grid_and_probe() {
     let dir = tempfile::tempdir().unwrap();
     let timing = dir.path().join("timing.yaml");
     ok(&genslot()
-        .args(["fit-step", "docs/h200/bench-llama-8b.json", "--timing"])
+        .args(["fit-step", "docs/h200/experiment-2/grid-llama-8b.json"])
+        .args([
+            "--transfer-record",
+            "docs/h200/experiment-2/probe.jsonl",
+            "--timing",
+        ])
         .arg(&timing)
         .output()
         .unwrap());
     let fitted = std::fs::read_to_string(&timing).unwrap();
-    let config = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tools/gpu/h200-llama-8b-control.yaml"
-    ))
-    .expect("the control config");
-    for key in ["base_ms", "per_request_ms", "per_kv_token_ns"] {
-        let value = |text: &str| -> f64 {
-            text.lines()
-                .find_map(|l| l.trim().strip_prefix(&format!("{key}: ")))
-                .and_then(|v| v.trim().parse().ok())
-                .unwrap_or(f64::NAN)
-        };
-        let (f, c) = (value(&fitted), value(&config));
-        assert!(
-            (f - c).abs() <= 1e-3 * f.abs(),
-            "{key}: fit {f}, config {c}"
-        );
+    for file in ["h200-llama-8b-control.yaml", "h200-llama-8b-tpot.yaml"] {
+        let config = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tools/gpu")
+                .join(file),
+        )
+        .expect("the arm's config");
+        for key in [
+            "base_ms",
+            "per_request_ms",
+            "per_kv_token_ns",
+            "transfer_base_ms",
+            "transfer_per_token_us",
+        ] {
+            let value = |text: &str| -> f64 {
+                text.lines()
+                    .find_map(|l| l.trim().strip_prefix(&format!("{key}: ")))
+                    .and_then(|v| v.trim().parse().ok())
+                    .unwrap_or(f64::NAN)
+            };
+            let (f, c) = (value(&fitted), value(&config));
+            assert!(
+                (f - c).abs() <= 1e-3 * f.abs(),
+                "{file} {key}: fit {f}, config {c}"
+            );
+        }
     }
 }
