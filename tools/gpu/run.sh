@@ -175,6 +175,10 @@ if has bench; then
         *) IFS=, read -ra settings <<< "$v" ;;
       esac
       tag=$(echo "$v" | tr -c 'A-Za-z0-9\n' '-' | sed 's/GENSLOT-//g')
+      # A variant listed again (rounds in turn: "default plain default plain") keeps its own
+      # files: the second is TAG-2, the third TAG-3.
+      base=$tag n=1
+      while [ -e "$W/bench-llama-8b-$kern-$tag.json" ]; do n=$((n + 1)); tag=$base-$n; done
       stage "bench ($kern attention, $v)"
       # Clocks, power and the driver's clock-limit reasons while it runs (every 200 ms).
       smi_start "$W/smi-llama-8b-$kern-$tag.csv"
