@@ -71,6 +71,10 @@ def served_run(genslot, tarball, cfg, work):
     rep = json.loads(out.read_text())
     warm = (d / "metrics-warm.txt").read_text() if (d / "metrics-warm.txt").exists() else ""
     end = (d / "metrics-end.txt").read_text() if (d / "metrics-end.txt").exists() else ""
+    # The counters at the end of the measured window (h200_experiment.sh since 2026-12-04);
+    # metrics-end.txt comes after the grace, when the batch drains and steps are shorter.
+    window = d / "metrics-window.txt"
+    window_end = window.read_text() if window.exists() else ""
     counts = {
         "pauses": metric(end, "genslot_pauses_total") - metric(warm, "genslot_pauses_total"),
         "resumes": metric(end, "genslot_resumes_total", 'forced="false"')
@@ -78,11 +82,15 @@ def served_run(genslot, tarball, cfg, work):
         "forced": metric(end, "genslot_resumes_total", 'forced="true"')
         - metric(warm, "genslot_resumes_total", 'forced="true"'),
     }
-    # The measured window's mean step (as the backend timed it) and mean gap between steps
-    # (the executor's share of the inter-token interval); absent from older recordings.
+    # The mean step (as the backend timed it) and mean gap between steps (the executor's
+    # share of the inter-token interval) from the end of the warm-up to the end of the
+    # measured window, or, in recordings without that snapshot, to the end of the grace
+    # (`step_span` says which); absent from older recordings.
+    counts["step_span"] = "window" if window_end else "window + grace"
+    upto = window_end or end
     for key, name in (("step_ms", "genslot_step_seconds"), ("gap_ms", "genslot_step_gap_seconds")):
-        n = metric(end, name + "_count") - metric(warm, name + "_count")
-        total = metric(end, name + "_sum") - metric(warm, name + "_sum")
+        n = metric(upto, name + "_count") - metric(warm, name + "_count")
+        total = metric(upto, name + "_sum") - metric(warm, name + "_sum")
         counts[key] = 1e3 * total / n if n > 0 else None
     return {"run": run, "served": rep["served"], "counters": counts,
             "replay": {a["name"]: a for a in rep["arms"]}, "name": d.name}
@@ -114,6 +122,29 @@ def served_batch(recording, warmup_s, measure_s, every_s=0.25):
             out.append((len(ctx), sum(ctx), statistics.pstdev(ctx) / mean, max(ctx) / mean))
         t += every_s
     return out
+
+
+def token_interval(recording, warmup_s, measure_s):
+    """The mean interval between a request's tokens over the measured window (from the first
+    arrival), from the recording alone: the time the requests spent between their first
+    token and their finish inside the window over the tokens they produced there (each at
+    its own mean rate). In a run without pauses every such request gets one token a step, so
+    this is the window's step plus gap, however the step counters were windowed."""
+    reqs = [json.loads(line) for line in recording.read_text().splitlines()]
+    reqs = [r for r in reqs if r.get("first_token_s") is not None
+            and r.get("finish_s") is not None and r.get("output_tokens", 0) > 1]
+    if not reqs:
+        return None
+    t0 = min(r["arrival_s"] for r in reqs)
+    lo_w, hi_w = t0 + warmup_s, t0 + warmup_s + measure_s
+    alive = tokens = 0.0
+    for r in reqs:
+        f, e = r["first_token_s"], r["finish_s"]
+        lo, hi = max(lo_w, f), min(hi_w, e)
+        if hi > lo:
+            alive += hi - lo
+            tokens += (hi - lo) * (r["output_tokens"] - 1) / (e - f)
+    return 1e3 * alive / tokens if tokens > 0 else None
 
 
 def spread(v):
@@ -175,20 +206,30 @@ def main():
         if plain:
             st = fit["step"]
             print("\nThe control runs' decode batch, rebuilt from the recording every 0.25 s of the "
-                  "measured window, and the step the fit gives it (mean over the samples).\n")
+                  "measured window, and the step the fit gives it (mean over the samples); "
+                  "the window's interval between a request's tokens from the recording "
+                  "(`token_interval`), less the mean gap, against it; and the step counters' "
+                  "mean over the span they cover.\n")
             print("| run | rows | tokens a row | context CV | longest / mean | fitted step ms | "
-                  "measured step ms |")
-            print("|---|---|---|---|---|---|---|")
+                  "token interval − gap ms | fit error | counters' step ms (span) |")
+            print("|---|---|---|---|---|---|---|---|---|")
             for r in plain:
                 b = batches[r["name"]]
                 rows = statistics.fmean(x[0] for x in b)
                 per_row = statistics.fmean(x[1] for x in b) / rows
                 fitted = statistics.fmean(st["base_ms"] + x[0] * st["per_request_ms"]
                                           + x[1] * st["per_kv_token_ns"] * 1e-6 for x in b)
+                c = r["counters"]
+                ti = token_interval(work / r["name"] / "served.jsonl",
+                                    r["run"]["warmup_s"], r["run"]["measure_s"])
+                step = ti - (c.get("gap_ms") or 0.0) if ti is not None else None
+                r["window_step_ms"], r["fitted_step_ms"] = step, fitted
+                err = f"{100 * (fitted / step - 1):+.1f}%" if step else "-"
                 print(f"| {r['name']} | {rows:.1f} | {per_row:.0f} | "
                       f"{statistics.fmean(x[2] for x in b):.2f} | "
                       f"{statistics.fmean(x[3] for x in b):.2f} | {fitted:.2f} | "
-                      f"{r['counters']['step_ms']:.2f} |")
+                      f"{f'{step:.2f}' if step is not None else '-'} | {err} | "
+                      f"{c['step_ms']:.2f} ({c['step_span']}) |")
 
     by = {(r["run"]["repeat"], r["run"]["arm"]): r for r in runs}
     pairs = [(by[(k, "control")], by[(k, "tpot")])

@@ -118,13 +118,17 @@ EOF
   # The counters at the end of the warm-up, so resumes and forced resumes can be windowed.
   ( sleep "$WARMUP_S"; curl -s "http://127.0.0.1:$PORT/metrics" > "$w/metrics-warm.txt" ) &
   local snap=$!
+  # And at the end of the measured window: after it the grace drains the batch, and the
+  # step counters' mean over the grace too would run short (h200_analyze.py uses this one).
+  ( sleep "$((WARMUP_S + MEASURE_S))"; curl -s "http://127.0.0.1:$PORT/metrics" > "$w/metrics-window.txt" ) &
+  local snap_window=$!
   "$G/loadgen" run --url "http://127.0.0.1:$PORT" --weka "$G/weka.jsonl.gz" \
     --concurrency "$CONCURRENCY" --context-scale "$CONTEXT_SCALE" --max-context "$MAX_CONTEXT" \
     --token-ids --seed "$seed" --duration "$((WARMUP_S + MEASURE_S))s" --grace "${GRACE_S}s" \
     --no-progress --json "$w/loadgen.json" --records "$w/loadgen-records.jsonl" \
     > "$w/loadgen.txt" 2>&1
   local lg=$?
-  wait "$snap" 2>/dev/null
+  wait "$snap" "$snap_window" 2>/dev/null
   curl -s "http://127.0.0.1:$PORT/metrics" > "$w/metrics-end.txt"
   curl -s "http://127.0.0.1:$PORT/debug/actors" > "$w/debug-end.json"
   stop_server
