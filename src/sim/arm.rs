@@ -1,10 +1,12 @@
 //! Arms of a simulation: `control`, `tpot_budget=0.10`, `target_output_tps=auto`,
 //! `max_batch_size=144`, and combinations joined by `+`
-//! (e.g. `tpot_budget=0.10+order=edf`, `tpot_budget=0.10+victim=newest_resident`).
+//! (e.g. `tpot_budget=0.10+order=edf`, `tpot_budget=0.10+victim=newest_resident`,
+//! `tpot_budget=0.10+g0=0.25`: where the window gain g starts).
 
 use serde::Serialize;
 
 use crate::policy::names;
+use crate::policy::preemption::controller::{G_MAX, G_MIN};
 use crate::policy::preemption::victim::VictimKey;
 use crate::policy::AdmissionPolicy;
 
@@ -25,10 +27,12 @@ pub struct ArmSpec {
     pub max_active: Option<u32>,
     pub order: Option<AdmissionPolicy>,
     pub victim: Option<VictimKey>,
+    /// Where `tpot_budget`'s window gain g starts (default 1).
+    pub g0: Option<f64>,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq)]
-#[error("bad arm `{arm}`: {why} (examples: control, tpot_budget=0.10, target_output_tps=auto, max_batch_size=144, tpot_budget=0.1+order=edf, tpot_budget=0.1+victim=newest_resident)")]
+#[error("bad arm `{arm}`: {why} (examples: control, tpot_budget=0.10, target_output_tps=auto, max_batch_size=144, tpot_budget=0.1+order=edf, tpot_budget=0.1+victim=newest_resident, tpot_budget=0.1+g0=0.25)")]
 pub struct ArmError {
     pub arm: String,
     pub why: String,
@@ -52,6 +56,7 @@ impl ArmSpec {
             max_active: None,
             order: None,
             victim: None,
+            g0: None,
         }
     }
 
@@ -112,8 +117,20 @@ impl ArmSpec {
                 "max_num_active_requests" => arm.max_active = Some(int(v)?.max(1)),
                 "order" => arm.order = Some(rule::<AdmissionPolicy>("order", v).map_err(err)?),
                 "victim" => arm.victim = Some(rule::<VictimKey>("victim", v).map_err(err)?),
+                "g0" => {
+                    let g = num(v)?;
+                    if !(G_MIN..=G_MAX).contains(&g) {
+                        return Err(err(format!("g0 must be in [{G_MIN}, {G_MAX}]")));
+                    }
+                    arm.g0 = Some(g);
+                }
                 _ => return Err(err(format!("unknown key `{k}`"))),
             }
+        }
+        if arm.g0.is_some() && !matches!(arm.mode, ModeSpec::TpotBudget(_)) {
+            return Err(err(
+                "g0 is tpot_budget's window gain: it needs tpot_budget=".into(),
+            ));
         }
         Ok(arm)
     }
@@ -196,5 +213,23 @@ mod tests {
         for victim in names::all::<VictimKey>() {
             assert!(e.why.contains(&names::name(&victim)), "{}", e.why);
         }
+    }
+
+    #[test]
+    fn g0_moves_where_the_window_gain_starts_within_its_clamps_and_only_with_tpot_budget() {
+        let arm = ArmSpec::parse("tpot_budget=0.1+g0=0.25").unwrap();
+        assert_eq!(arm.g0, Some(0.25));
+        assert!(!arm.is_control());
+        assert_eq!(ArmSpec::parse("tpot_budget=0.1").unwrap().g0, None);
+        for bad in [
+            "tpot_budget=0.1+g0=0.2",
+            "tpot_budget=0.1+g0=2.5",
+            "tpot_budget=0.1+g0=x",
+        ] {
+            assert!(ArmSpec::parse(bad).is_err(), "{bad}");
+        }
+        let e = ArmSpec::parse("target_output_tps=auto+g0=0.5").unwrap_err();
+        assert!(e.why.contains("needs tpot_budget"), "{}", e.why);
+        assert!(ArmSpec::parse("g0=0.5").is_err());
     }
 }

@@ -72,7 +72,8 @@ pub struct SimArgs {
     pub warmup: Option<f64>,
     /// Comma-separated arms: control, tpot_budget=B, target_output_tps=T|auto,
     /// max_batch_size=N, combined with `+` (order=NAME, victim=NAME: a pop order or victim
-    /// rule by its name; an unknown name is refused with the valid ones listed).
+    /// rule by its name; an unknown name is refused with the valid ones listed; g0=G: where
+    /// tpot_budget's window gain starts).
     #[arg(
         long,
         default_value = "control,tpot_budget=0.10,target_output_tps=auto"

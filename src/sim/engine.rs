@@ -200,6 +200,9 @@ fn params_with(
     if let Some(v) = arm.spec.victim {
         p.victim_key = v;
     }
+    if let Some(g0) = arm.spec.g0 {
+        p.g0 = g0;
+    }
     if large_pages {
         let max_req =
             pages::max_request_tokens(&spec.workload, spec.plant.output_scale, p.tokens_per_step);

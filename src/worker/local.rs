@@ -25,6 +25,7 @@ impl LocalPorts {
         let cap = params.residents_capacity();
         let mut preempt_params = PreemptParams::new(params.mode, params.max_active);
         preempt_params.victim_key = params.victim_key;
+        preempt_params.g0 = params.g0;
         Self {
             queue: AdmissionQueue::new(params.admission),
             preempt: GenPreemption::new(preempt_params),

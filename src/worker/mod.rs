@@ -48,6 +48,8 @@ pub struct WorkerParams {
     pub admission: AdmissionParams,
     pub mode: Mode,
     pub victim_key: VictimKey,
+    /// Where `tpot_budget`'s window gain g starts (the simulator's `g0=` ablation).
+    pub g0: f64,
     pub headroom: u32,
     pub kv: KvConfig,
     /// Recurrent-state bytes per request, for hybrid models.
@@ -68,6 +70,7 @@ impl WorkerParams {
             admission: AdmissionParams::default(),
             mode,
             victim_key: VictimKey::default(),
+            g0: crate::policy::preemption::controller::G_START,
             headroom,
             kv: KvConfig {
                 tokens_per_block: tpb,

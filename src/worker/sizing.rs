@@ -94,6 +94,7 @@ pub fn resolve(cfg: &Config) -> Result<(WorkerParams, SetupDecision), SetupError
         },
         mode: decision.mode,
         victim_key: Default::default(),
+        g0: crate::policy::preemption::controller::G_START,
         headroom,
         kv: kv_config(cfg, rows, headroom),
         recurrent_state_bytes: cfg

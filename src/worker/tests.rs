@@ -577,3 +577,11 @@ fn a_row_whose_growth_finds_no_page_waits_out_of_the_batch_without_its_first_tok
     assert!((first.ttft - 0.2).abs() < 1e-12, "{first:?}");
     assert_eq!(out.batch[0].context_len, 32);
 }
+
+#[test]
+fn the_worker_starts_tpot_budgets_window_gain_where_its_params_say() {
+    let mut p = params(8, Mode::TpotBudget(0.1), false);
+    assert_eq!(LocalPorts::new(&p).preempt.g(), Some(1.0));
+    p.g0 = 0.5;
+    assert_eq!(LocalPorts::new(&p).preempt.g(), Some(0.5));
+}

@@ -6,6 +6,8 @@
 //! τ = 3000 completions is the time constant.
 
 pub const G_MIN: f64 = 0.25;
+/// Where g starts (SPEC §4.3 leaves it open; the simulator's `g0=` arm moves it).
+pub const G_START: f64 = 1.0;
 pub const G_MAX: f64 = 2.0;
 pub const TIME_CONSTANT: f64 = 3000.0;
 pub const SETPOINT_FRACTION: f64 = 0.8;

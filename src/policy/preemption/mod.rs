@@ -84,7 +84,7 @@ impl PreemptParams {
             mode,
             max_active,
             victim_key: VictimKey::default(),
-            g0: 1.0,
+            g0: controller::G_START,
         }
     }
 }
