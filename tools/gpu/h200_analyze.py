@@ -96,19 +96,23 @@ def served_run(genslot, tarball, cfg, work):
             "replay": {a["name"]: a for a in rep["arms"]}, "name": d.name}
 
 
-def served_batch(recording, warmup_s, measure_s, every_s=0.25):
-    """The decode batch of a run without pauses, rebuilt from its recording every `every_s`
-    over the measured window (from the first arrival): the requests between their first
-    token and their finish, each at its prompt plus the share of its output produced by
-    then. Returns per-sample lists of (rows, summed context, context CV, longest / mean)."""
-    reqs = []
-    for line in recording.read_text().splitlines():
-        r = json.loads(line)
-        if r.get("first_token_s") is not None and r.get("finish_s") is not None:
-            reqs.append(r)
+def recorded(recording):
+    """A recording's requests that have a first token and a finish, and its first arrival of
+    any request (the origin of the measured window)."""
+    reqs = [json.loads(line) for line in recording.read_text().splitlines() if line.strip()]
+    t0 = min((r["arrival_s"] for r in reqs), default=None)
+    return [r for r in reqs if r.get("first_token_s") is not None
+            and r.get("finish_s") is not None], t0
+
+
+def served_batch(reqs, t0, warmup_s, measure_s, every_s=0.25):
+    """The decode batch of a run without pauses, rebuilt from its recorded requests
+    (`recorded`) every `every_s` over the measured window (from the first arrival `t0`): the
+    requests between their first token and their finish, each at its prompt plus the share
+    of its output produced by then. Returns per-sample lists of (rows, summed context,
+    context CV, longest / mean)."""
     if not reqs:
         return []
-    t0 = min(r["arrival_s"] for r in reqs)
     out = []
     t = t0 + warmup_s
     while t < t0 + warmup_s + measure_s:
@@ -124,24 +128,18 @@ def served_batch(recording, warmup_s, measure_s, every_s=0.25):
     return out
 
 
-def token_interval(recording, warmup_s, measure_s):
+def token_interval(reqs, t0, warmup_s, measure_s):
     """The mean interval between a request's tokens over the measured window (from the first
-    arrival), from the recording alone: the time the requests spent between their first
-    token and their finish inside the window over the tokens they produced there (each at
-    its own mean rate). In a run without pauses every such request gets one token a step, so
-    this is the window's step plus gap, however the step counters were windowed."""
-    reqs = [json.loads(line) for line in recording.read_text().splitlines()]
-    reqs = [r for r in reqs if r.get("first_token_s") is not None
-            and r.get("finish_s") is not None and r.get("output_tokens", 0) > 1]
-    if not reqs:
-        return None
-    t0 = min(r["arrival_s"] for r in reqs)
+    arrival `t0`), from the recorded requests alone (`recorded`): the time they spent between
+    their first token and their finish inside the window over the tokens they produced there
+    (each at its own mean rate). In a run without pauses every such request gets one token a
+    step, so this is the window's step plus gap, however the step counters were windowed."""
     lo_w, hi_w = t0 + warmup_s, t0 + warmup_s + measure_s
     alive = tokens = 0.0
     for r in reqs:
         f, e = r["first_token_s"], r["finish_s"]
         lo, hi = max(lo_w, f), min(hi_w, e)
-        if hi > lo:
+        if hi > lo and r["output_tokens"] > 1:
             alive += hi - lo
             tokens += (hi - lo) * (r["output_tokens"] - 1) / (e - f)
     return 1e3 * alive / tokens if tokens > 0 else None
@@ -199,9 +197,10 @@ def main():
             print(f"| {r['name']} | {r['served']['mean_tpot_ms']:.2f} | {c['step_ms']:.3f} | {gap} |")
         # Control runs only: a paused request sits between its first token and its finish
         # without being in the batch, which the rebuilt batch cannot tell.
-        batches = {r["name"]: served_batch(work / r["name"] / "served.jsonl",
-                                           r["run"]["warmup_s"], r["run"]["measure_s"])
-                   for r in timed if r["run"]["arm"] == "control"}
+        controls = [r for r in timed if r["run"]["arm"] == "control"]
+        recordings = {r["name"]: recorded(work / r["name"] / "served.jsonl") for r in controls}
+        batches = {r["name"]: served_batch(*recordings[r["name"]], r["run"]["warmup_s"],
+                                           r["run"]["measure_s"]) for r in controls}
         plain = [r for r in timed if batches.get(r["name"])]
         if plain:
             st = fit["step"]
@@ -220,7 +219,7 @@ def main():
                 fitted = statistics.fmean(st["base_ms"] + x[0] * st["per_request_ms"]
                                           + x[1] * st["per_kv_token_ns"] * 1e-6 for x in b)
                 c = r["counters"]
-                ti = token_interval(work / r["name"] / "served.jsonl",
+                ti = token_interval(*recordings[r["name"]],
                                     r["run"]["warmup_s"], r["run"]["measure_s"])
                 step = ti - (c.get("gap_ms") or 0.0) if ti is not None else None
                 r["window_step_ms"], r["fitted_step_ms"] = step, fitted
