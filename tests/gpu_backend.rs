@@ -12,7 +12,6 @@ use genslot::gpu::cuda::{
     all_attn_shapes, ContextMode, CudaBackend, CudaConfig, Launch, LibraryProbe, ModelShape,
     ModelSource, StepOptions, TcRing,
 };
-use genslot::gpu::cuda::{gemv_bench, wg_gemm};
 use genslot::gpu::{BackendError, ContextArrival, StepBackend, StepRow};
 use genslot::sampling::{sample_row, SamplingParams};
 use rand::rngs::SmallRng;
@@ -337,20 +336,6 @@ fn every_step_option_computes_the_tokens_the_plain_launch_computes() {
             o_splits: 2,
             ..d
         },
-        // Decode passes of 2 and 3 rows on the wgmma kernels (the one-row passes on the GEMV
-        // with the defaults, on them too with the plain launch), the prefill on cuBLAS; with
-        // PDL their weights are copied while the kernel before them runs.
-        StepOptions { wg_rows: 128, ..d },
-        StepOptions {
-            wg_rows: 128,
-            ..StepOptions::default()
-        },
-        StepOptions {
-            wg_rows: 128,
-            wg_deep: true,
-            pdl: true,
-            ..d
-        },
         // Another tensor-core attention block (two warps of four stages). Its warps take
         // other tokens, so P is rounded to bf16 against other running maxima: the logits
         // move by more than the options above move them, the tokens must not.
@@ -543,32 +528,6 @@ fn the_balanced_attention_computes_what_the_split_grid_computes() {
 }
 
 #[test]
-fn the_wgmma_products_equal_cublas_at_every_row_count_and_output_mode() {
-    if !gpu() {
-        return;
-    }
-    // tiny's products have 2 to 8 tiles of 128 outputs and 4 to 8 k tiles: every tile's sum
-    // is cut over several blocks, whose last adds the others' partials. llama-1b's are the
-    // shapes of a served model, its lm_head 1002 tiles. Each is checked before and after
-    // its timed launches (the tiles' counters must be back at zero), bf16, f32 and added
-    // outputs, at one and two warpgroups, with the ring of four stages and of six.
-    for (shape, deep) in [("tiny", false), ("tiny", true), ("llama-1b", false)] {
-        let s = ModelShape::named(shape).unwrap();
-        let opts = StepOptions {
-            wg_deep: deep,
-            ..StepOptions::default()
-        };
-        let rep = gemv_bench::run(&s, opts, &[5, 63, 64, 65, 100, 128], 3).unwrap();
-        assert_eq!(rep.rows.len(), 5 * 6);
-        for r in &rep.rows {
-            let what = format!("{shape} {} at {} rows (deep {deep})", r.product, r.rows);
-            assert_eq!(r.path, "wgmma", "{what}");
-            assert!(r.max_rel_err < 1e-2, "{what}: {:.2e}", r.max_rel_err);
-        }
-    }
-}
-
-#[test]
 fn kernels_compile_with_nvrtc_for_sm_90_for_every_head_dim_and_group() {
     if !LibraryProbe::run().nvrtc {
         eprintln!("skipping: no CUDA (libnvrtc)");
@@ -590,32 +549,6 @@ fn kernels_compile_with_nvrtc_for_sm_90_for_every_head_dim_and_group() {
             "{name} missing from the PTX"
         );
     }
-}
-
-#[test]
-fn the_wgmma_kernels_compile_with_nvrtc_for_sm_90a() {
-    if !LibraryProbe::run().nvrtc {
-        eprintln!("skipping: no CUDA (libnvrtc)");
-        return;
-    }
-    let opts = cudarc::nvrtc::CompileOptions {
-        arch: Some("sm_90a"),
-        options: vec!["--std=c++17".into()],
-        ..Default::default()
-    };
-    let ptx = cudarc::nvrtc::compile_ptx_with_opts(wg_gemm::source(), opts)
-        .unwrap_or_else(|e| panic!("NVRTC: {e:?}"));
-    let text = ptx.to_src();
-    for name in wg_gemm::kernel_names() {
-        assert!(
-            text.contains(&format!(".entry {name}(")),
-            "{name} missing from the PTX"
-        );
-    }
-    assert!(
-        text.contains("wgmma.mma_async"),
-        "the products are on wgmma"
-    );
 }
 
 /// A seeded checkpoint of `tiny`'s size with `heads` over `kv_heads` of width `hd`.

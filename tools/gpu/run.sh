@@ -5,7 +5,7 @@
 # puts in .gpu/ (binaries built on the CPU machine) and, for the SmolLM2 stages, the GGUF that
 # tools/gpu/stage_model.sh assembled (GGUF, default .gpu-model/ beside .gpu/; its stages
 # skip with a message without it). STAGES picks a subset of
-#   "probe kernels tests tiny smollm2 parity serve-smollm2 gemv wg bench sampler serve retained ncu".
+#   "probe kernels tests tiny smollm2 parity serve-smollm2 gemv bench sampler serve retained ncu".
 # TEST_FILTER names the tests to run (the test binaries' filter; default all).
 # GENSLOT_ATTN_KERNEL=simt|tc picks the attention kernel (default tc); BENCH_KERNELS lists the
 # kernels the bench stage times one after the other, and BENCH_VARIANTS the launch options
@@ -157,16 +157,6 @@ if has gemv; then
     stage "gemv (PDL $pdl)"
     GENSLOT_PDL=$pdl "$G/genslot-gpu" gemv --shape llama-8b --json "$W/gemv-llama-8b-pdl$pdl.json" \
       2>&1 | tee -a "$W/summary.txt" || fail "gemv PDL $pdl"
-  done
-fi
-if has wg; then
-  # Each llama-8b weight product at decode batches of 2 to 128 rows on cuBLAS and on the
-  # wgmma kernels (gemm_wg.cu), the ring of four stages and of six: outputs compared before
-  # and after the timed launches (the command fails past 1e-2), times side by side.
-  for deep in 0 1; do
-    stage "wgmma products (deep $deep)"
-    GENSLOT_WG_DEEP=$deep "$G/genslot-gpu" gemv --shape llama-8b --rows "${WG_ROWS_LIST:-2,8,16,32,64,96,128}" \
-      --json "$W/wg-llama-8b-deep$deep.json" 2>&1 | tee -a "$W/summary.txt" || fail "wgmma products deep $deep"
   done
 fi
 if has sampler; then

@@ -15,7 +15,6 @@ use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
 
 use super::pinned_gemm::PinnedGemms;
 use super::step_options::StepOptions;
-use super::wg_gemm::WgGemm;
 use crate::gpu::BackendError;
 
 const COMMON: &str = include_str!("kernels/common.cuh");
@@ -438,8 +437,6 @@ pub(crate) struct Gpu {
     pub blas_prefill: CudaBlas,
     /// The decode stream's products in batch-invariant mode (`StepOptions::batch_invariant`).
     pinned: Option<PinnedGemms>,
-    /// The decode stream's products on the wgmma kernels (`StepOptions::wg_rows`).
-    wg: Option<WgGemm>,
     _workspaces: Vec<DevBuf>,
     pub sm_count: u32,
     pub name: String,
@@ -619,7 +616,6 @@ impl Gpu {
             blas_decode,
             blas_prefill,
             pinned: None,
-            wg: None,
             _workspaces: Vec::new(),
             sm_count,
             name,
@@ -644,12 +640,6 @@ impl Gpu {
             let ws = gpu.alloc(BLAS_WORKSPACE, Which::Decode)?;
             gpu.pinned = Some(PinnedGemms::new(ws.ptr, ws.bytes)?);
             gpu._workspaces.push(ws);
-        }
-        if gpu.k.opts.wg_rows > 0 {
-            let wg = WgGemm::new(&gpu.ctx, gpu.sm_count, gpu.k.opts.wg_deep, |bytes| {
-                gpu.alloc(bytes, Which::Decode)
-            })?;
-            gpu.wg = Some(wg);
         }
         Ok(gpu)
     }
@@ -785,23 +775,8 @@ impl Gpu {
         )
     }
 
-    /// Whether `gemm` runs `p` on the wgmma kernels (decode products of more rows than the
-    /// GEMV takes and at most `StepOptions::wg_rows`).
-    pub fn takes_wg(&self, w: Which, p: &Product) -> bool {
-        let o = &self.k.opts;
-        match (&self.wg, w) {
-            (Some(wg), Which::Decode) => {
-                self.pinned.is_none()
-                    && gemv_mode(o.gemv_rows, p).is_none()
-                    && wg.takes(p, o.wg_rows)
-            }
-            _ => false,
-        }
-    }
-
     /// A weight product: on the pinned cuBLASLt algorithms when the launch is
-    /// batch-invariant (decode), on the GEMV kernels when it has few enough rows, on the
-    /// wgmma kernels up to `StepOptions::wg_rows` rows (decode), else cuBLAS.
+    /// batch-invariant (decode), on the GEMV kernels when it has few enough rows, else cuBLAS.
     pub fn gemm(&self, w: Which, p: &Product) -> Result<(), BackendError> {
         if let (Some(pinned), Which::Decode) = (&self.pinned, w) {
             return pinned.gemm(self.stream(w).cu_stream() as _, p);
@@ -822,9 +797,6 @@ impl Gpu {
                     A::I(mode),
                 ],
             );
-        }
-        if let (true, Some(wg)) = (self.takes_wg(w, p), &self.wg) {
-            return wg.launch(self.stream(w), p, self.k.opts.pdl);
         }
         self.gemm_cublas(w, p)
     }

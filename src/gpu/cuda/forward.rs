@@ -665,11 +665,7 @@ fn product(
     p: &Product,
     n: usize,
 ) -> Result<usize, BackendError> {
-    // The wgmma kernels write the product whole and fill the chip themselves.
-    let n = match gpu.takes_wg(w, p) {
-        true => 0,
-        false => k_slices(&gpu.k.opts, n, p, sc.parts_rows, sc.parts_elems),
-    };
+    let n = k_slices(&gpu.k.opts, n, p, sc.parts_rows, sc.parts_elems);
     if n == 0 {
         gpu.gemm(w, p)?;
         return Ok(0);

@@ -1,8 +1,7 @@
-//! `genslot-gpu gemv`: each weight product of a shape at the asked row counts, once through
-//! cuBLAS and once through our kernels (the GEMV kernels of gemv.cu up to `GEMV_MAX_ROWS`
-//! rows, the wgmma kernels of gemm_wg.cu above): the two outputs compared, before and after
-//! the timed launches, and each timed back to back over copies of the weight that together
-//! overflow the L2 cache, so every launch streams its weight from HBM as a decode step does.
+//! `genslot-gpu gemv`: each weight product of a shape at 1 to `GEMV_MAX_ROWS` rows, once
+//! through cuBLAS and once through the GEMV kernels (gemv.cu): the two outputs compared, and
+//! each timed back to back over copies of the weight that together overflow the L2 cache, so
+//! every launch streams its weight from HBM as a decode step does.
 
 use std::time::Instant;
 
@@ -13,7 +12,6 @@ use super::init::bf16_bits_to_f32;
 use super::parity::rel_errors;
 use super::shape::ModelShape;
 use super::step_options::StepOptions;
-use super::wg_gemm;
 use crate::gpu::BackendError;
 
 /// Bytes of weight copies each product cycles through: several times the H200's 50 MB L2.
@@ -26,15 +24,13 @@ pub struct GemvRow {
     pub out: usize,
     pub inp: usize,
     pub rows: usize,
-    /// `gemv` or `wgmma`: which of our kernels ran.
-    pub path: &'static str,
     pub cublas_us: f64,
-    pub ours_us: f64,
+    pub gemv_us: f64,
     /// Weight bytes over each one's time.
     pub cublas_gbs: f64,
-    pub ours_gbs: f64,
-    /// Largest |ours - cublas| over the largest |cublas|, the worse of the checks before and
-    /// after the timed launches; NaN when ours wrote a non-finite value.
+    pub gemv_gbs: f64,
+    /// Largest |gemv - cublas| over the largest |cublas|; NaN when the GEMV wrote a
+    /// non-finite value.
     pub max_rel_err: f64,
 }
 
@@ -58,25 +54,10 @@ fn products(s: &ModelShape) -> Vec<(&'static str, usize, usize, Output)> {
     ]
 }
 
-/// Runs every product of `s` at every row count of `rows` (1 to `wg_gemm::MAX_ROWS`);
-/// `iters` timed launches each.
-pub fn run(
-    s: &ModelShape,
-    opts: StepOptions,
-    rows: &[usize],
-    iters: usize,
-) -> Result<GemvReport, BackendError> {
-    let max_rows = rows.iter().copied().max().unwrap_or(1);
-    if rows.contains(&0) || max_rows > wg_gemm::MAX_ROWS {
-        return Err(BackendError::Failed(format!(
-            "row counts {rows:?}: each must be 1 to {}",
-            wg_gemm::MAX_ROWS
-        )));
-    }
+/// Runs every product of `s` at every row count; `iters` timed launches each.
+pub fn run(s: &ModelShape, opts: StepOptions, iters: usize) -> Result<GemvReport, BackendError> {
     let opts = StepOptions {
         gemv_rows: GEMV_MAX_ROWS,
-        wg_rows: wg_gemm::MAX_ROWS,
-        batch_invariant: false,
         ..opts
     };
     let gpu = Gpu::new(0, (s.head_dim, s.group()), opts)?;
@@ -85,19 +66,22 @@ pub fn run(
     for (i, (name, n, k, output)) in products(s).into_iter().enumerate() {
         let y_f32 = output.is_f32();
         let bytes = n * k * 2;
-        // (At most 64 copies: a small model's products then run partly from L2.)
-        let copies = RING_BYTES.div_ceil(bytes).clamp(2, 64);
+        let copies = RING_BYTES.div_ceil(bytes).max(2);
         let ring = (0..copies)
             .map(|_| gpu.alloc(bytes, w))
             .collect::<Result<Vec<_>, _>>()?;
         for (c, wb) in ring.iter().enumerate() {
             gpu.init_uniform(w, wb.ptr, (n * k) as u64, 7, (i * 64 + c) as u32, 0.02, 0.0)?;
         }
-        let x = gpu.alloc(max_rows * k * 2, w)?;
-        gpu.init_uniform(w, x.ptr, (max_rows * k) as u64, 11, i as u32, 1.0, 0.0)?;
-        let ybytes = max_rows * n * if y_f32 { 4 } else { 2 };
+        let x = gpu.alloc(GEMV_MAX_ROWS * k * 2, w)?;
+        gpu.init_uniform(w, x.ptr, (GEMV_MAX_ROWS * k) as u64, 11, i as u32, 1.0, 0.0)?;
+        let ybytes = GEMV_MAX_ROWS * n * if y_f32 { 4 } else { 2 };
         let (y_ref, y_gemv) = (gpu.alloc(ybytes, w)?, gpu.alloc(ybytes, w)?);
-        for &rows in rows {
+        for rows in 1..=GEMV_MAX_ROWS {
+            // Added outputs start from zero in both, so one launch each compares the sums.
+            for y in [&y_ref, &y_gemv] {
+                gpu.zero(w, y.ptr, ybytes)?;
+            }
             let product = |weight: u64, y: u64| Product {
                 weight,
                 out: n,
@@ -107,30 +91,19 @@ pub fn run(
                 y,
                 output,
             };
-            let path = match gpu.takes_wg(w, &product(ring[0].ptr, y_gemv.ptr)) {
-                true => "wgmma",
-                false => "gemv",
+            let wt = ring[0].ptr;
+            gpu.gemm_cublas(w, &product(wt, y_ref.ptr))?;
+            gpu.gemm(w, &product(wt, y_gemv.ptr))?;
+            let (a, b) = (
+                read(&gpu, y_gemv.ptr, rows * n, y_f32)?,
+                read(&gpu, y_ref.ptr, rows * n, y_f32)?,
+            );
+            // rel_errors skips NaN (f64::max does): a non-finite output is reported as NaN.
+            let max_rel_err = if a.iter().all(|v| v.is_finite()) {
+                rel_errors(&a, &b).0
+            } else {
+                f64::NAN
             };
-            // Added outputs start from zero in both, so one launch each compares the sums.
-            let check = || -> Result<f64, BackendError> {
-                for y in [&y_ref, &y_gemv] {
-                    gpu.zero(w, y.ptr, ybytes)?;
-                }
-                let wt = ring[0].ptr;
-                gpu.gemm_cublas(w, &product(wt, y_ref.ptr))?;
-                gpu.gemm(w, &product(wt, y_gemv.ptr))?;
-                let (a, b) = (
-                    read(&gpu, y_gemv.ptr, rows * n, y_f32)?,
-                    read(&gpu, y_ref.ptr, rows * n, y_f32)?,
-                );
-                // rel_errors skips NaN (f64::max does): a non-finite output is reported as NaN.
-                Ok(if a.iter().all(|v| v.is_finite()) {
-                    rel_errors(&a, &b).0
-                } else {
-                    f64::NAN
-                })
-            };
-            let before = check()?;
             let time = |gemv: bool| -> Result<f64, BackendError> {
                 let launch = |j: usize| {
                     let wt = ring[j % copies].ptr;
@@ -151,24 +124,17 @@ pub fn run(
                 gpu.sync(w)?;
                 Ok(t0.elapsed().as_secs_f64() * 1e6 / iters as f64)
             };
-            let (cublas_us, ours_us) = (time(false)?, time(true)?);
-            // Again after hundreds of launches (the wgmma kernels' counters must be back at 0).
-            let after = check()?;
-            let max_rel_err = match before.is_nan() || after.is_nan() {
-                true => f64::NAN,
-                false => before.max(after),
-            };
+            let (cublas_us, gemv_us) = (time(false)?, time(true)?);
             let gbs = |us: f64| bytes as f64 / (us * 1e-6) / 1e9;
             out.push(GemvRow {
                 product: name,
                 out: n,
                 inp: k,
                 rows,
-                path,
                 cublas_us,
-                ours_us,
+                gemv_us,
                 cublas_gbs: gbs(cublas_us),
-                ours_gbs: gbs(ours_us),
+                gemv_gbs: gbs(gemv_us),
                 max_rel_err,
             });
         }

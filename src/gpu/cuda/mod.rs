@@ -40,7 +40,6 @@ mod step_options;
 pub mod tp;
 pub mod transfer;
 mod weights;
-pub mod wg_gemm;
 
 pub use backend::{buckets, CudaBackend, CudaConfig, Launch};
 pub use device::{all_attn_shapes, kernel_names, kernel_source, AttnKernel, AttnShape, TcRing};

@@ -71,15 +71,6 @@ pub struct StepOptions {
     /// independent, so the order changes no row's numbers. A drafter's verify passes keep
     /// the batch's order.
     pub longest_first: bool,
-    /// `GENSLOT_WG_ROWS=N`: decode products of more rows than the GEMV takes and at most N
-    /// (0 to `wg_gemm::MAX_ROWS`) run on the wgmma kernels (gemm_wg.cu: a persistent
-    /// stream-K grid that prefetches its weights before the kernel before it ends) instead
-    /// of cuBLAS; 0 leaves them to cuBLAS. They write the product whole, so down_proj and
-    /// the others are not cut into K slices there. Not with `batch_invariant`.
-    pub wg_rows: usize,
-    /// `GENSLOT_WG_DEEP=0|1`: the wgmma kernels' ring two stages deeper (six: one block a
-    /// multiprocessor instead of two at 64 rows or fewer).
-    pub wg_deep: bool,
 }
 
 impl Default for StepOptions {
@@ -105,8 +96,6 @@ impl Default for StepOptions {
             o_splits: 0,
             qkv_splits: 0,
             longest_first: true,
-            wg_rows: 0,
-            wg_deep: false,
         }
     }
 }
@@ -135,8 +124,6 @@ impl StepOptions {
             o_splits: 0,
             qkv_splits: 0,
             longest_first: false,
-            wg_rows: 0,
-            wg_deep: false,
         }
     }
 
@@ -150,7 +137,6 @@ impl StepOptions {
             down_splits: 0,
             o_splits: 0,
             qkv_splits: 0,
-            wg_rows: 0,
             ..StepOptions::default()
         }
     }
@@ -241,12 +227,6 @@ impl StepOptions {
         let down_splits = slices("GENSLOT_DOWN_SPLITS", d.down_splits)?;
         let o_splits = slices("GENSLOT_O_SPLITS", d.o_splits)?;
         let qkv_splits = slices("GENSLOT_QKV_SPLITS", d.qkv_splits)?;
-        let wg_rows = invariant_zero(
-            "GENSLOT_WG_ROWS",
-            d.wg_rows,
-            super::wg_gemm::MAX_ROWS,
-            "the pinned products keep one algorithm for every row count",
-        )?;
         Ok(StepOptions {
             attn,
             pdl: flag("GENSLOT_PDL", d.pdl)?,
@@ -264,8 +244,6 @@ impl StepOptions {
             o_splits,
             qkv_splits,
             longest_first: flag("GENSLOT_LONGEST_FIRST", d.longest_first)?,
-            wg_rows,
-            wg_deep: flag("GENSLOT_WG_DEEP", d.wg_deep)?,
         })
     }
 
@@ -307,14 +285,9 @@ impl StepOptions {
         .filter(|(_, n)| *n > 0)
         .map(|(name, n)| format!(", {name} in {n} K slices"))
         .collect();
-        let wg = match (self.wg_rows, self.wg_deep) {
-            (0, _) => String::new(),
-            (n, false) => format!(", wgmma products up to {n} rows"),
-            (n, true) => format!(", wgmma products up to {n} rows (6 stages)"),
-        };
         format!(
             "attention {attn}{ring}, {splits}{balanced}, direct single split {}, early KV {}, PDL {}, \
-             GEMV {gemv}{wg}{slices}, longest rows first {}",
+             GEMV {gemv}{slices}, longest rows first {}",
             on(self.direct_single_split),
             on(self.early_kv && self.attn == AttnKernel::TensorCore),
             on(self.pdl),
@@ -362,8 +335,6 @@ mod tests {
             ("GENSLOT_QKV_SPLITS", "8"),
             ("GENSLOT_ATTN_BALANCED", "1"),
             ("GENSLOT_LONGEST_FIRST", "0"),
-            ("GENSLOT_WG_ROWS", "128"),
-            ("GENSLOT_WG_DEEP", "1"),
         ]))
         .unwrap();
         assert_eq!(
@@ -385,14 +356,12 @@ mod tests {
                 o_splits: 2,
                 qkv_splits: 8,
                 longest_first: false,
-                wg_rows: 128,
-                wg_deep: true,
             }
         );
         assert_eq!(
             o.describe(),
             "attention simt, 2 blocks/SM, direct single split on, early KV off, PDL on, GEMV up \
-             to 4 rows, wgmma products up to 128 rows (6 stages), qkv in 8 K slices, o_proj in 2 K slices, down_proj in 4 K slices, longest rows \
+             to 4 rows, qkv in 8 K slices, o_proj in 2 K slices, down_proj in 4 K slices, longest rows \
              first off"
         );
         // The ring shapes (and is named for) the tensor-core kernel only.
@@ -465,7 +434,6 @@ mod tests {
             "GENSLOT_DOWN_SPLITS",
             "GENSLOT_O_SPLITS",
             "GENSLOT_QKV_SPLITS",
-            "GENSLOT_WG_ROWS",
         ] {
             let e = StepOptions::parse(env(&[("GENSLOT_BATCH_INVARIANT", "1"), (k, "4")]))
                 .unwrap_err()
@@ -503,8 +471,6 @@ mod tests {
             ("GENSLOT_O_SPLITS", "two"),
             ("GENSLOT_QKV_SPLITS", "9"),
             ("GENSLOT_ATTN_BALANCED", "2"),
-            ("GENSLOT_WG_ROWS", "129"),
-            ("GENSLOT_WG_DEEP", "deep"),
         ] {
             let e = StepOptions::parse(env(&[(k, v)])).unwrap_err().to_string();
             assert!(e.contains(&format!("{k}={v}")), "{e}");
