@@ -69,12 +69,13 @@ def served_run(genslot, tarball, cfg, work):
     sh([genslot, "sim", "--quiet", "--replay", d / "served.jsonl", "--config", cfg,
         "--warmup", w, "--duration", w + m, "--arms", f"control,{PREEMPT_ARM}", "--json", out])
     rep = json.loads(out.read_text())
-    warm = (d / "metrics-warm.txt").read_text() if (d / "metrics-warm.txt").exists() else ""
-    end = (d / "metrics-end.txt").read_text() if (d / "metrics-end.txt").exists() else ""
-    # The counters at the end of the measured window (h200_experiment.sh since 2026-12-04);
-    # metrics-end.txt comes after the grace, when the batch drains and steps are shorter.
-    window = d / "metrics-window.txt"
-    window_end = window.read_text() if window.exists() else ""
+    # The counters' snapshots a run kept ("" where it has none): at the end of the warm-up,
+    # at the end of the measured window (h200_experiment.sh since 2026-12-04), and after the
+    # grace, when the batch drains and steps are shorter.
+    def snapshot(name):
+        f = d / name
+        return f.read_text() if f.exists() else ""
+    warm, window_end, end = (snapshot(f"metrics-{s}.txt") for s in ("warm", "window", "end"))
     counts = {
         "pauses": metric(end, "genslot_pauses_total") - metric(warm, "genslot_pauses_total"),
         "resumes": metric(end, "genslot_resumes_total", 'forced="false"')
