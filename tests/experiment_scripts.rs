@@ -83,6 +83,13 @@ fn the_configs_timing_is_the_fit_of_the_experiments_grid_and_probe() {
         .output()
         .unwrap());
     let fitted = std::fs::read_to_string(&timing).unwrap();
+    // The number after `key: ` on a line of a YAML text (NaN when there is none).
+    let value = |text: &str, key: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.trim().strip_prefix(&format!("{key}: ")))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(f64::NAN)
+    };
     for file in ["h200-llama-8b-control.yaml", "h200-llama-8b-tpot.yaml"] {
         let config = std::fs::read_to_string(
             std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -97,13 +104,7 @@ fn the_configs_timing_is_the_fit_of_the_experiments_grid_and_probe() {
             "transfer_base_ms",
             "transfer_per_token_us",
         ] {
-            let value = |text: &str| -> f64 {
-                text.lines()
-                    .find_map(|l| l.trim().strip_prefix(&format!("{key}: ")))
-                    .and_then(|v| v.trim().parse().ok())
-                    .unwrap_or(f64::NAN)
-            };
-            let (f, c) = (value(&fitted), value(&config));
+            let (f, c) = (value(&fitted, key), value(&config, key));
             assert!(
                 (f - c).abs() <= 1e-3 * f.abs(),
                 "{file} {key}: fit {f}, config {c}"
