@@ -10,7 +10,8 @@
 # GENSLOT_ATTN_KERNEL=simt|tc picks the attention kernel (default tc); BENCH_KERNELS lists the
 # kernels the bench stage times one after the other, and BENCH_VARIANTS the launch options
 # (src/gpu/cuda/step_options.rs) it times for each: words of comma-joined VAR=VALUE settings,
-# `default` for none, `plain` for every option off (default "default plain"); PARITY_SHAPES
+# `default` for none, `plain` for every option off, `base` for none on genslot-gpu-base (a
+# build of another commit that stage.sh staged from BASE_BIN) (default "default plain"); PARITY_SHAPES
 # the parity models.
 # Logs and JSON go to a work folder, then into $OUT/gpu-results.tar.gz with a summary
 # ($OUT/summary.txt): only a few files come back from a call.
@@ -169,10 +170,12 @@ fi
 if has bench; then
   for kern in ${BENCH_KERNELS:-tc}; do
     for v in ${BENCH_VARIANTS:-default plain}; do
-      settings=()
+      settings=() bin="$G/genslot-gpu"
       case $v in
         default) ;;
         plain) settings=(GENSLOT_LAUNCH=plain) ;;
+        base) bin="$G/genslot-gpu-base"
+          [ -x "$bin" ] || { fail "bench base: no genslot-gpu-base staged"; continue; } ;;
         *) IFS=, read -ra settings <<< "$v" ;;
       esac
       tag=$(echo "$v" | tr -c 'A-Za-z0-9\n' '-' | sed 's/GENSLOT-//g')
@@ -183,12 +186,12 @@ if has bench; then
       stage "bench ($kern attention, $v)"
       # Clocks, power and the driver's clock-limit reasons while it runs (every 200 ms).
       smi_start "$W/smi-llama-8b-$kern-$tag.csv"
-      env "${settings[@]}" GENSLOT_ATTN_KERNEL=$kern "$G/genslot-gpu" bench --shape llama-8b \
+      env "${settings[@]}" GENSLOT_ATTN_KERNEL=$kern "$bin" bench --shape llama-8b \
         --json "$W/bench-llama-8b-$kern-$tag.json" ${BENCH_ARGS:-} 2>&1 | tee -a "$W/summary.txt" \
         || fail "bench $kern $v"
       smi_stop "$W/smi-llama-8b-$kern-$tag.csv" | tee -a "$W/summary.txt"
       # A small model shows what graph replay saves on launch overhead (BENCH_SMALL=0: not).
-      [ "${BENCH_SMALL:-1}" = 0 ] || env "${settings[@]}" GENSLOT_ATTN_KERNEL=$kern "$G/genslot-gpu" bench --shape llama-1b \
+      [ "${BENCH_SMALL:-1}" = 0 ] || env "${settings[@]}" GENSLOT_ATTN_KERNEL=$kern "$bin" bench --shape llama-1b \
         --batches 1,32 --contexts 4096 --json "$W/bench-llama-1b-$kern-$tag.json" 2>&1 \
         | tee -a "$W/summary.txt" || fail "bench llama-1b $kern $v"
     done

@@ -11,6 +11,9 @@ DEST=${1:-.gpu}
 mkdir -p "$DEST"
 cargo build --release --bin genslot-gpu --bin genslot
 cp target/release/genslot-gpu target/release/genslot "$DEST/"
+# BASE_BIN: a genslot-gpu built from another commit, staged as genslot-gpu-base for the
+# bench's `base` variant (run.sh), so one run times a change against what it changes.
+[ -z "${BASE_BIN:-}" ] || cp "$BASE_BIN" "$DEST/genslot-gpu-base"
 # The test binaries that need a GPU (the other tests/gpu_*.rs run on the CPU, in CI).
 for name in ${GPU_TESTS:-gpu_backend gpu_retained}; do
   # The test target's own executable (cargo also lists the crate's binaries).
@@ -26,7 +29,7 @@ cp tools/gpu/run.sh tools/gpu/parity.py tools/gpu/hybrid_model.py tools/gpu/pari
   tools/gpu/serve_check.py tools/gpu/serve_real.py tools/gpu/serve_paused.py \
   tools/gpu/serve_client.py tools/gpu/ncu_summary.py config/cuda-llama-1b.yaml \
   config/cuda-smollm2.yaml config/cuda-smollm2-draft.yaml config/cuda-llama-hybrid-1b.yaml "$DEST/"
-strip "$DEST/genslot-gpu" "$DEST/genslot" "$DEST"/gpu_* 2>/dev/null || true
+strip "$DEST/genslot-gpu" "$DEST/genslot" "$DEST"/gpu_* "$DEST"/genslot-gpu-base 2>/dev/null || true
 # The same folder compressed (about a quarter of its size): what a device call carries, beside
 # the model's parts. There: python3 -c "import tarfile; tarfile.open('DEST.tar.xz').extractall(filter='tar')"
 tar -cJf "$DEST.tar.xz" "$DEST"
