@@ -9,6 +9,9 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 DEST=${1:-.gpu}
 mkdir -p "$DEST"
+# No test binary or base build of an earlier staging stays behind: run.sh runs every gpu_*
+# it finds, and its `base` variant whatever genslot-gpu-base is there.
+rm -f "$DEST"/gpu_* "$DEST/genslot-gpu-base"
 cargo build --release --bin genslot-gpu --bin genslot
 cp target/release/genslot-gpu target/release/genslot "$DEST/"
 # BASE_BIN: a genslot-gpu built from another commit, staged as genslot-gpu-base for the
