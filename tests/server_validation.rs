@@ -1,6 +1,7 @@
 //! Request validation over HTTP against the mock engine (SPEC §7): every parameter that
 //! changes the answer is implemented, range-checked, or a 400 naming it; chat messages are
-//! validated; an unknown model is a 404; every route answers errors in OpenAI's JSON shape.
+//! validated; a misspelt field is a 400 naming the one meant; an unknown model is a 404;
+//! every route answers errors in OpenAI's JSON shape.
 
 mod server_support;
 
@@ -169,6 +170,44 @@ async fn stream_options_without_stream_are_refused() {
     )
     .await;
     assert_eq!(e["param"], "stream_options");
+    s.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_misspelt_or_misplaced_field_is_a_400_naming_it_and_other_unknown_fields_pass() {
+    let s = Server::start(fast()).await;
+    for (path, body, param) in [
+        (
+            "/v1/completions",
+            json!({"prompt": "a", "max_token": 2}),
+            "max_token",
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": "a", "max_completion_tokens": 2}),
+            "max_completion_tokens",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "a"}], "temprature": 0}),
+            "temprature",
+        ),
+    ] {
+        let e = error_of(s.post(path, &body).await, 400).await;
+        assert_eq!(
+            (e["code"].as_str(), e["param"].as_str()),
+            (Some("unknown_parameter"), Some(param)),
+            "{body}: {e}"
+        );
+    }
+    assert!(s.engine.submitted().is_empty());
+    let r = s
+        .post(
+            "/v1/completions",
+            &json!({"prompt": "a", "max_tokens": 2, "nvext": {"x": 1}, "store": true}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
     s.shutdown().await.unwrap();
 }
 

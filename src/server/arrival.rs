@@ -113,10 +113,10 @@ mod tests {
         );
         for stamp in [1.0, NOW - 61.0, NOW + 61.0] {
             let e = TRUSTED.resolve(Some(&json!(stamp)), None, NOW).unwrap_err();
-            assert_eq!(e.param, Some("arrival_time"));
+            assert_eq!(e.param(), Some("arrival_time"));
         }
         let e = TRUSTED.resolve(None, Some("soon"), NOW).unwrap_err();
-        assert_eq!(e.param, Some("x-arrival-time"));
+        assert_eq!(e.param(), Some("x-arrival-time"));
         let e = TRUSTED.resolve(Some(&json!("x")), None, NOW).unwrap_err();
         assert_eq!(e.code, "invalid_type");
     }

@@ -1,5 +1,7 @@
 //! OpenAI-style error responses: `{"error": {"message", "type", "param", "code"}}`.
 
+use std::borrow::Cow;
+
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
@@ -12,8 +14,9 @@ use super::engine::SubmitError;
 pub struct ApiError {
     pub status: StatusCode,
     pub message: String,
-    /// The request field at fault, when there is one.
-    pub param: Option<&'static str>,
+    /// The request field at fault, when there is one (a field the server does not know
+    /// is named as the client spelt it).
+    pub param: Option<Cow<'static, str>>,
     /// A stable machine-readable code; also the `reason` label of the rejection metric.
     pub code: &'static str,
 }
@@ -23,9 +26,14 @@ impl ApiError {
         ApiError {
             status: StatusCode::BAD_REQUEST,
             message,
-            param,
+            param: param.map(Cow::Borrowed),
             code,
         }
+    }
+
+    /// The param at fault, as a plain string.
+    pub fn param(&self) -> Option<&str> {
+        self.param.as_deref()
     }
 
     pub fn unsupported(param: &'static str, what: &str) -> Self {
@@ -89,15 +97,15 @@ impl ApiError {
 
 impl From<SubmitError> for ApiError {
     fn from(e: SubmitError) -> Self {
-        let (status, code, param) = match e {
-            SubmitError::QueueFull { .. } => (StatusCode::TOO_MANY_REQUESTS, "queue_full", None),
-            SubmitError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable", None),
-            SubmitError::Invalid(_) => (StatusCode::BAD_REQUEST, "invalid_request", None),
+        let (status, code) = match e {
+            SubmitError::QueueFull { .. } => (StatusCode::TOO_MANY_REQUESTS, "queue_full"),
+            SubmitError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+            SubmitError::Invalid(_) => (StatusCode::BAD_REQUEST, "invalid_request"),
         };
         ApiError {
             status,
             message: e.to_string(),
-            param,
+            param: None,
             code,
         }
     }

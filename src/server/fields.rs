@@ -98,7 +98,7 @@ mod tests {
         let v = json!({"a": 1, "b": 1.5, "c": "x", "d": null, "e": true, "f": {"g": 1}});
         let f = Fields::new(v.as_object().unwrap());
         assert_eq!(f.int("a").unwrap(), Some(1));
-        assert_eq!(f.int("b").unwrap_err().param, Some("b"));
+        assert_eq!(f.int("b").unwrap_err().param(), Some("b"));
         assert_eq!(f.number("a").unwrap(), Some(1.0));
         assert_eq!(f.string("c").unwrap(), Some("x"));
         assert_eq!(f.string("d").unwrap(), None);

@@ -7,7 +7,8 @@
 //! hyper-util's `GracefulShutdown` closes idle connections and lets busy ones finish.
 //!
 //! Shutdown, once the signal resolves: the listener closes (new connections are refused),
-//! `/health` and new requests on open connections answer 503, the engine lets in-flight
+//! idle kept-alive connections close (a request that still reaches a handler, one already on
+//! its way over a connection, answers 503), the engine lets in-flight
 //! requests run for `drain_timeout` and then fails the rest with a clear error, and every
 //! connection still open a moment after that (a client that never reads its stream, or
 //! never finishes its header) is cut off. `serve` returns within the drain window plus

@@ -23,6 +23,7 @@ pub mod stop;
 pub mod stream;
 pub mod tokenize;
 pub mod tokenizer_json;
+pub mod unknown;
 pub mod unsupported;
 
 use std::sync::atomic::{AtomicBool, Ordering};

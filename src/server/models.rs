@@ -35,7 +35,7 @@ impl ModelNames {
                     "the model `{m}` does not exist; this server serves `{}`",
                     self.id
                 ),
-                param: Some("model"),
+                param: Some("model".into()),
                 code: "model_not_found",
             }),
         }

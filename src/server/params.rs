@@ -161,7 +161,7 @@ mod tests {
             (json!({"seed": 1.5}), "seed"),
         ] {
             assert_eq!(
-                parse(body.clone()).unwrap_err().param,
+                parse(body.clone()).unwrap_err().param(),
                 Some(param),
                 "{body}"
             );
@@ -181,7 +181,11 @@ mod tests {
             json!({"stop": ["a", ""]}),
             json!({"stop": ["a", "b", "c", "d", "e"]}),
         ] {
-            assert_eq!(stops(bad.clone()).unwrap_err().param, Some("stop"), "{bad}");
+            assert_eq!(
+                stops(bad.clone()).unwrap_err().param(),
+                Some("stop"),
+                "{bad}"
+            );
         }
     }
 }

@@ -1,7 +1,7 @@
 //! Parsing and validation of OpenAI request bodies into a [`GenRequest`] plus the response
 //! options (SPEC §7). Every parameter is implemented, range-checked, or refused with a 400
-//! naming it; fields no server gives meaning to are ignored, as OpenAI does. Pure (the
-//! receive time comes in) so every rule is unit-tested without HTTP.
+//! naming it; an unknown field is ignored unless it looks like one of those (`unknown.rs`).
+//! Pure (the receive time comes in) so every rule is unit-tested without HTTP.
 
 use serde_json::Value;
 
@@ -13,6 +13,7 @@ use super::fields::Fields;
 use super::models::ModelNames;
 use super::params::{sampling, stop_strings};
 use super::tokenize::Tokenizer;
+use super::unknown::refuse_misnamed;
 use super::unsupported::refuse_unsupported;
 
 /// Which OpenAI endpoint a request came in on; it decides the body and response shapes.
@@ -73,6 +74,7 @@ pub fn parse_request(
     let f = Fields::new(map);
     let model = ctx.models.resolve(f.string("model")?)?.to_owned();
     refuse_unsupported(endpoint, &f)?;
+    refuse_misnamed(endpoint, map)?;
 
     let stream = f.bool("stream")?.unwrap_or(false);
     let (include_usage, continuous_usage) = match f.object("stream_options")? {
@@ -307,10 +309,10 @@ mod tests {
         }
     }
 
-    fn param(r: Result<ParsedRequest, ApiError>) -> Option<&'static str> {
+    fn param(r: Result<ParsedRequest, ApiError>) -> Option<String> {
         match r {
             Ok(p) => panic!("expected an error, got {p:?}"),
-            Err(e) => e.param,
+            Err(e) => e.param().map(str::to_owned),
         }
     }
 
@@ -393,7 +395,7 @@ mod tests {
         assert_eq!(code(completion(r#"[1]"#)), "invalid_json");
         assert_eq!(
             param(completion(r#"{"prompt":"x","max_tokens":"5"}"#)),
-            Some("max_tokens")
+            Some("max_tokens".into())
         );
     }
 
@@ -491,22 +493,40 @@ mod tests {
                 r#"{"prompt":"a","reasoning_effort":"high"}"#,
                 "reasoning_effort",
             ),
+            (
+                r#"{"prompt":"a","allowed_token_ids":[1]}"#,
+                "allowed_token_ids",
+            ),
+            (r#"{"prompt":"a","bad_words":["x"]}"#, "bad_words"),
+            (
+                r#"{"prompt":"a","truncate_prompt_tokens":1}"#,
+                "truncate_prompt_tokens",
+            ),
+            (
+                r#"{"prompt":"a","return_tokens_as_token_ids":true}"#,
+                "return_tokens_as_token_ids",
+            ),
+            (
+                r#"{"prompt":"a","skip_special_tokens":false}"#,
+                "skip_special_tokens",
+            ),
         ] {
             let r = completion(body);
             let e = r.expect_err(body);
-            assert_eq!((e.code, e.param), ("not_supported", Some(name)), "{body}");
+            assert_eq!((e.code, e.param()), ("not_supported", Some(name)), "{body}");
             assert!(e.message.contains(name), "{body}: {}", e.message);
         }
         assert_eq!(code(completion(r#"{"prompt":"a","n":0}"#)), "invalid_value");
         assert_eq!(
             param(completion(r#"{"prompt":"a","frequency_penalty":50}"#)),
-            Some("frequency_penalty")
+            Some("frequency_penalty".into())
         );
         assert!(completion(
-            r#"{"prompt":"a","n":1,"best_of":1,"logprobs":null,"echo":false,"suffix":"",
+            r#"{"prompt":"a","n":1,"best_of":1,"logprobs":false,"echo":false,"suffix":"",
                 "tools":[],"tool_choice":"none","response_format":{"type":"text"},
                 "frequency_penalty":0,"presence_penalty":0.0,"logit_bias":{},
-                "user":"u","metadata":{"k":"v"},"unknown_extra":1}"#
+                "user":"u","metadata":{"k":"v"},"unknown_extra":1,"allowed_token_ids":[],
+                "skip_special_tokens":true,"return_tokens_as_token_ids":false}"#
         )
         .is_ok());
         assert_eq!(
@@ -530,15 +550,15 @@ mod tests {
         assert_eq!(p.gen.sampling.temperature, 1.0, "OpenAI's default");
         assert_eq!(
             param(completion(r#"{"prompt":"a","stop":5}"#)),
-            Some("stop")
+            Some("stop".into())
         );
         assert_eq!(
             param(completion(r#"{"prompt":"a","seed":"abc"}"#)),
-            Some("seed")
+            Some("seed".into())
         );
         assert_eq!(
             param(completion(r#"{"prompt":"a","top_p":7}"#)),
-            Some("top_p")
+            Some("top_p".into())
         );
     }
 
@@ -548,7 +568,7 @@ mod tests {
             param(completion(
                 r#"{"prompt":"a","stream_options":{"include_usage":true}}"#
             )),
-            Some("stream_options")
+            Some("stream_options".into())
         );
         assert!(completion(r#"{"prompt":"a","stream":false,"stream_options":null}"#).is_ok());
     }
@@ -596,7 +616,9 @@ mod tests {
 
     #[test]
     fn bad_chat_messages_are_refused() {
-        assert_eq!(code(chat(r#"{"prompt":"a"}"#)), "missing_field");
+        assert_eq!(code(chat(r#"{"max_tokens":5}"#)), "missing_field");
+        // The completions field on chat names the one meant.
+        assert_eq!(code(chat(r#"{"prompt":"a"}"#)), "unknown_parameter");
         assert_eq!(code(chat(r#"{"messages":[]}"#)), "invalid_message");
         assert_eq!(
             code(chat(r#"{"messages":[{"role":"wizard","content":"a"}]}"#)),
@@ -636,6 +658,6 @@ mod tests {
             None,
             trusted,
         );
-        assert_eq!(param(forged), Some("arrival_time"));
+        assert_eq!(param(forged), Some("arrival_time".into()));
     }
 }

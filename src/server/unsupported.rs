@@ -1,7 +1,7 @@
 //! Parameters of the OpenAI API (and vLLM's extensions) that change the answer but that this
 //! server does not implement: asking for one is a 400 naming it, never a silently different
 //! answer. A parameter at its neutral value (`n: 1`, `echo: false`, `tools: []`, a penalty
-//! of 0 …) is accepted. Fields no server gives meaning to are ignored, as OpenAI does.
+//! of 0 …) is accepted. Fields this server does not know are `unknown.rs`'s.
 
 use serde_json::Value;
 
@@ -31,10 +31,10 @@ pub fn refuse_unsupported(endpoint: Endpoint, f: &Fields) -> Result<(), ApiError
         _ => {}
     }
     // An integer on completions (0 still asks for the chosen token's log-prob), a boolean
-    // on chat.
+    // on chat; `false` asks for none on either.
     let wants_logprobs = match (f.get("logprobs"), endpoint) {
-        (None, _) => false,
-        (Some(Value::Bool(b)), Endpoint::ChatCompletions) => *b,
+        (None, _) | (Some(Value::Bool(false)), _) => false,
+        (Some(Value::Bool(true)), Endpoint::ChatCompletions) => true,
         (Some(_), _) => true,
     };
     if wants_logprobs {
@@ -86,7 +86,14 @@ pub fn refuse_unsupported(endpoint: Endpoint, f: &Fields) -> Result<(), ApiError
             return Err(ApiError::unsupported("min_p", "`min_p` other than 0"));
         }
     }
-    for name in ["tools", "functions", "stop_token_ids"] {
+    for name in [
+        "tools",
+        "functions",
+        "stop_token_ids",
+        "allowed_token_ids",
+        "bad_words",
+        "logits_processors",
+    ] {
         match f.get(name) {
             None => {}
             Some(Value::Array(a)) if a.is_empty() => {}
@@ -136,6 +143,7 @@ pub fn refuse_unsupported(endpoint: Endpoint, f: &Fields) -> Result<(), ApiError
         "reasoning_effort",
         "chat_template",
         "chat_template_kwargs",
+        "truncate_prompt_tokens",
     ] {
         if f.get(name).is_some() {
             return Err(ApiError::unsupported(name, &format!("`{name}`")));
@@ -145,16 +153,22 @@ pub fn refuse_unsupported(endpoint: Endpoint, f: &Fields) -> Result<(), ApiError
         "use_beam_search",
         "include_stop_str_in_output",
         "continue_final_message",
+        "return_tokens_as_token_ids",
+        "return_token_ids",
     ] {
         if f.bool(name)? == Some(true) {
             return Err(ApiError::unsupported(name, &format!("`{name}`")));
         }
     }
-    if f.bool("add_generation_prompt")? == Some(false) {
-        return Err(ApiError::unsupported(
-            "add_generation_prompt",
-            "`add_generation_prompt: false`",
-        ));
+    // Defaults true; false changes the prompt or the text.
+    for name in [
+        "add_generation_prompt",
+        "skip_special_tokens",
+        "spaces_between_special_tokens",
+    ] {
+        if f.bool(name)? == Some(false) {
+            return Err(ApiError::unsupported(name, &format!("`{name}: false`")));
+        }
     }
     match f.get("modalities") {
         None => {}
