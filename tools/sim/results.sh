@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Regenerates every simulator result behind docs/results.md (§1–3 and §5), from scratch, with
-# the release binary. About 15 minutes on a 2-core machine. Usage: tools/sim/results.sh [OUTDIR]
+# Regenerates every simulator result behind docs/results.md §1–3 (the calibration of §1.3
+# included) from scratch with the release binary, building it first. About 10–15 minutes on
+# a 2-core machine. Usage: tools/sim/results.sh [OUTDIR] (default docs, overwriting its files)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:-docs}
@@ -36,13 +37,13 @@ sim --concurrency 220 --seeds 16 \
 sim --concurrency 220 --seeds 16 \
   --arms control,tpot_budget=0.10,tpot_budget=0.10+victim=newest_resident,tpot_budget=0.10+victim=most_remaining,tpot_budget=0.10+victim=fewest_remaining \
   --json "$out/sim-ablation-victim.json" | tee "$out/sim-ablation-victim.txt"
-# §5: the calibration scan of the control (output scale × idle cap) at c220.
+# §1.3: the calibration scan of the control (output scale × idle cap) at c220.
 for os_ic in "1.8 5" "2.0 5" "2.2 10" "2.4 10" "2.5 5" "2.5 13" "2.6 13" "2.6 15" "2.7 15" "2.8 20"; do
   set -- $os_ic
   echo "output_scale=$1 idle_cap=$2"
   sim --concurrency 220 --seeds 4 --arms control --output-scale "$1" --idle-cap "$2" | grep '^control'
 done | tee "$out/sim-calibration.txt"
-# §5: the fit of the step model's jump and slope above 128 requests. For each slope s the jump
+# §1.3: the fit of the step model's jump and slope above 128 requests. For each slope s the jump
 # is 11.48 − s, so the step at 129 requests stays at 102 ms; the objective is the sum of
 # squared relative errors against the reference's step points and its max_batch_size=144
 # run's TPOT and throughput cost (tools/sim/fit_slope.py).
