@@ -392,6 +392,17 @@ fn a_wrongly_typed_value_is_a_positioned_parse_error() {
         }
         other => panic!("expected a parse error, got {other:?}"),
     }
+    assert!(err.to_string().contains("(read `eighty`)"), "{err}");
+}
+
+#[test]
+fn an_over_indented_line_folded_into_the_value_above_is_pointed_out() {
+    // YAML reads the second line as the rest of a plain scalar, not as a key.
+    let err = load("max_batch_size: 64\n  bad_indent 1\n").expect_err("not a number");
+    let text = err.to_string();
+    assert!(text.contains("test.yaml:1:17: max_batch_size"), "{text}");
+    assert!(text.contains("runs on to line 2"), "{text}");
+    assert!(text.contains("indented too far"), "{text}");
 }
 
 #[test]

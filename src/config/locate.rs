@@ -125,6 +125,35 @@ impl KeyLocations {
     }
 }
 
+/// A scalar value as the parser read it: its text and the line it ends on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScalarAt {
+    pub value: String,
+    pub first_line: u32,
+    pub last_line: u32,
+}
+
+/// The scalar that starts at `pos`, if one does. An error about a value is clearer with the
+/// value beside it, above all when a plain scalar ran on over the next lines (an over-indented
+/// `key: value` there folds into the value above instead of being a key).
+pub fn scalar_at(text: &str, pos: Position) -> Option<ScalarAt> {
+    Parser::new_from_str(text)
+        .map_while(Result::ok)
+        .find_map(|(event, span)| match event {
+            Event::Scalar(value, ..)
+                if to_u32(span.start.line()) == pos.line
+                    && to_u32(span.start.col() + 1) == pos.column =>
+            {
+                Some(ScalarAt {
+                    value: value.into_owned(),
+                    first_line: pos.line,
+                    last_line: to_u32(span.end.line()),
+                })
+            }
+            _ => None,
+        })
+}
+
 fn to_u32(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
 }
@@ -162,6 +191,22 @@ fn node_done(stack: &mut [Frame]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_plain_scalar_that_runs_on_over_an_over_indented_line_is_read_whole() {
+        let text = "max_batch_size: 64\n  bad_indent 1\nbackend: model\n";
+        let at = scalar_at(
+            text,
+            Position {
+                line: 1,
+                column: 17,
+            },
+        )
+        .expect("a scalar there");
+        assert_eq!(at.value, "64 bad_indent 1");
+        assert_eq!((at.first_line, at.last_line), (1, 2));
+        assert_eq!(scalar_at(text, Position { line: 1, column: 3 }), None);
+    }
 
     #[test]
     fn block_keys_are_found_at_their_line_and_column() {

@@ -187,6 +187,22 @@ pub fn check_config(path: impl AsRef<Path>, host: &Host) -> Result<Checked, Conf
     })
 }
 
+/// What the parser read at an error's position, for its message.
+fn read_as(v: &locate::ScalarAt) -> String {
+    let mut shown: String = v.value.chars().take(60).collect();
+    if shown.len() < v.value.len() {
+        shown.push('…');
+    }
+    if v.last_line > v.first_line {
+        format!(
+            " (read `{shown}`, a value that runs on to line {}: is that line indented too far?)",
+            v.last_line
+        )
+    } else {
+        format!(" (read `{shown}`)")
+    }
+}
+
 /// The text of a config file.
 pub fn read(path: &Path) -> Result<String, ConfigError> {
     std::fs::read_to_string(path).map_err(|cause| ConfigError::Io {
@@ -208,11 +224,16 @@ fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
             column: u32::try_from(l.column()).unwrap_or(u32::MAX),
         });
         let field = at.and_then(|p| KeyLocations::scan(text).path_at(p).map(str::to_owned));
-        let message: String = serde_saphyr::UserMessageFormatter
+        let mut message: String = serde_saphyr::UserMessageFormatter
             .format_message(e)
             .chars()
             .map(|c| if c.is_control() { ' ' } else { c })
             .collect();
+        if let Some(value) = at.and_then(|p| locate::scalar_at(text, p)) {
+            if value.last_line > value.first_line || !message.contains(&value.value) {
+                message.push_str(&read_as(&value));
+            }
+        }
         ConfigError::Parse {
             origin: origin.to_owned(),
             field,
