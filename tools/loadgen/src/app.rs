@@ -126,12 +126,12 @@ pub async fn run_command(args: &RunArgs) -> anyhow::Result<Summary> {
             .with_context(|| format!("writing summary {}", path.display()))?;
     }
     print!("{}", summary.render_table());
-    if summary.good_request_count.avg == 0.0 {
+    if summary.request_count.avg == 0.0 {
         bail!(
             "no measured request completed ({} sent: {} failed, {} still in flight at the end \
              were cancelled); the summary measures nothing. A longer --duration or --grace, or \
              shorter requests, may let some finish",
-            summary.request_count.avg,
+            summary.error_request_count.avg + summary.cancelled_request_count.avg,
             summary.error_request_count.avg,
             summary.cancelled_request_count.avg
         );
@@ -173,17 +173,17 @@ pub fn write_records(path: &Path, records: &[RequestRecord], epoch_ns: u128) -> 
 
 /// `loadgen compare`: prints the delta table (and writes JSON rows when asked).
 pub fn compare_command(args: &CompareArgs) -> anyhow::Result<()> {
-    let rows = compare_files(&args.a, &args.b)?;
+    let comparison = compare_files(&args.a, &args.b)?;
     print!(
         "{}",
         render(
-            &rows,
+            &comparison,
             &args.a.display().to_string(),
             &args.b.display().to_string()
         )
     );
     if let Some(path) = &args.json {
-        std::fs::write(path, serde_json::to_string_pretty(&rows)? + "\n")
+        std::fs::write(path, serde_json::to_string_pretty(&comparison.rows)? + "\n")
             .with_context(|| format!("writing comparison {}", path.display()))?;
     }
     Ok(())

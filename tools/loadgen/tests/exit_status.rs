@@ -33,7 +33,7 @@ async fn a_run_that_completes_no_measured_request_fails_with_a_message() {
     assert!(err.contains("no measured request completed"), "{err}");
     let summary: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    assert_eq!(summary["good_request_count"]["avg"], 0.0);
+    assert_eq!(summary["request_count"]["avg"], 0.0);
     assert_eq!(summary["error_request_count"]["avg"], 0.0);
     assert_eq!(summary["cancelled_request_count"]["avg"], 2.0);
 }
