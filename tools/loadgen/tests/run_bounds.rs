@@ -152,6 +152,14 @@ async fn an_unreachable_server_is_counted_not_fatal() {
     .expect("run");
     let s = Summary::from_records(&out.records, out.stop_reason, out.wall_time_s, None, info());
     assert_eq!(s.errors_by_kind.get("connect"), Some(&6));
+    assert!(
+        out.records.iter().all(|r| r
+            .error
+            .as_ref()
+            .is_some_and(|e| e.message == "connection refused")),
+        "{:?}",
+        out.records[0].error
+    );
     assert!(s.time_to_first_token.is_none());
 }
 
