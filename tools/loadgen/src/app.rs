@@ -7,10 +7,10 @@ use std::path::Path;
 use anyhow::{bail, Context};
 
 use crate::cli::{CompareArgs, RunArgs};
-use crate::client::{Endpoint, EndpointKind};
+use crate::client::{connect_failure, Endpoint, EndpointKind};
 use crate::compare::{compare_files, render};
 use crate::poisson::PoissonArrivals;
-use crate::record::RequestRecord;
+use crate::record::{ErrorKind, RequestRecord};
 use crate::runner::{run, RunConfig};
 use crate::source::Source;
 use crate::summary::{RunInfo, Summary};
@@ -126,17 +126,50 @@ pub async fn run_command(args: &RunArgs) -> anyhow::Result<Summary> {
             .with_context(|| format!("writing summary {}", path.display()))?;
     }
     print!("{}", summary.render_table());
-    if summary.good_request_count.avg == 0.0 {
-        bail!(
-            "no measured request completed ({} sent: {} failed, {} still in flight at the end \
-             were cancelled); the summary measures nothing. A longer --duration or --grace, or \
-             shorter requests, may let some finish",
-            summary.request_count.avg,
-            summary.error_request_count.avg,
-            summary.cancelled_request_count.avg
-        );
+    if summary.request_count.avg == 0.0 {
+        bail!("{}", nothing_completed(&summary, &out.records, &args.url));
     }
     Ok(summary)
+}
+
+/// Why a run completed no measured request, for its error message: every request failed to
+/// connect (the server is not there), every one failed otherwise, or some were still in flight
+/// when the run ended (then more time may help).
+pub fn nothing_completed(summary: &Summary, records: &[RequestRecord], url: &str) -> String {
+    let measured = records.iter().filter(|r| !r.warmup);
+    let sent = measured.clone().count();
+    let connect_failures: Vec<&str> = measured
+        .filter_map(|r| r.error.as_ref())
+        .filter(|e| e.kind == ErrorKind::Connect)
+        .map(|e| e.message.as_str())
+        .collect();
+    if sent > 0 && connect_failures.len() == sent {
+        return format!(
+            "cannot reach the server at {url}: {}; none of the {sent} measured requests \
+             could connect",
+            connect_failures[0]
+        );
+    }
+    let (failed, cancelled) = (
+        summary.error_request_count.avg,
+        summary.cancelled_request_count.avg,
+    );
+    if cancelled == 0.0 && failed > 0.0 {
+        let kinds: Vec<String> = summary
+            .errors_by_kind
+            .iter()
+            .map(|(kind, n)| format!("{n} {kind}"))
+            .collect();
+        return format!(
+            "no measured request completed: all {sent} failed ({}); the summary measures nothing",
+            kinds.join(", ")
+        );
+    }
+    format!(
+        "no measured request completed ({sent} sent: {failed} failed, {cancelled} still in \
+         flight at the end were cancelled); the summary measures nothing. A longer --duration \
+         or --grace, or shorter requests, may let some finish"
+    )
 }
 
 /// The first model id of the server's `GET /v1/models` (OpenAI's list shape).
@@ -149,7 +182,19 @@ pub async fn served_model(base_url: &str) -> anyhow::Result<String> {
         .timeout(std::time::Duration::from_secs(10))
         .send()
         .await
-        .map_err(|e| fail(e.to_string()))?;
+        .map_err(|e| {
+            if e.is_connect() {
+                // --model would not help: nothing answers there.
+                anyhow::anyhow!(
+                    "cannot reach the server at {base_url}: {}",
+                    connect_failure(&e)
+                )
+            } else if e.is_timeout() {
+                fail("no answer within 10 s".into())
+            } else {
+                fail(e.to_string())
+            }
+        })?;
     if !response.status().is_success() {
         return Err(fail(format!("HTTP {}", response.status())));
     }
@@ -173,17 +218,17 @@ pub fn write_records(path: &Path, records: &[RequestRecord], epoch_ns: u128) -> 
 
 /// `loadgen compare`: prints the delta table (and writes JSON rows when asked).
 pub fn compare_command(args: &CompareArgs) -> anyhow::Result<()> {
-    let rows = compare_files(&args.a, &args.b)?;
+    let comparison = compare_files(&args.a, &args.b)?;
     print!(
         "{}",
         render(
-            &rows,
+            &comparison,
             &args.a.display().to_string(),
             &args.b.display().to_string()
         )
     );
     if let Some(path) = &args.json {
-        std::fs::write(path, serde_json::to_string_pretty(&rows)? + "\n")
+        std::fs::write(path, serde_json::to_string_pretty(&comparison.rows)? + "\n")
             .with_context(|| format!("writing comparison {}", path.display()))?;
     }
     Ok(())

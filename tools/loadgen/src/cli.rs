@@ -68,7 +68,7 @@ fn parse_fixed(s: &str) -> Result<(u32, u32), String> {
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// Server base URL, e.g. http://127.0.0.1:8000.
-    #[arg(long)]
+    #[arg(long, value_parser = parse_base_url)]
     pub url: String,
     #[command(flatten)]
     pub source: SourceArgs,
@@ -202,6 +202,23 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Duration::try_from_secs_f64(total).map_err(|e| format!("bad duration '{s}': {e}"))
 }
 
+/// Accepts an http(s) URL with a host, e.g. `http://127.0.0.1:8000`; says what is wrong
+/// with anything else instead of letting the first request fail on it.
+pub fn parse_base_url(s: &str) -> Result<String, String> {
+    const EXPECTED: &str = "expected the server's base URL, e.g. http://127.0.0.1:8000";
+    let url = reqwest::Url::parse(s).map_err(|e| format!("not a URL ({e}); {EXPECTED}"))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(format!(
+            "the scheme is `{}`, not http or https; {EXPECTED}",
+            url.scheme()
+        ));
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(format!("no host; {EXPECTED}"));
+    }
+    Ok(s.to_owned())
+}
+
 /// Parses `LO,HI` with `0 <= LO <= HI <= 1`.
 pub fn parse_fraction_range(s: &str) -> Result<(f64, f64), String> {
     let bad = || format!("bad fraction range '{s}': expected LO,HI with 0 <= LO <= HI <= 1");
@@ -246,6 +263,17 @@ mod tests {
     }
 
     #[test]
+    fn base_urls_must_be_http_or_https_with_a_host() {
+        assert!(parse_base_url("http://127.0.0.1:8000").is_ok());
+        assert!(parse_base_url("https://example.com/v1").is_ok());
+        let err = parse_base_url("notaurl").unwrap_err();
+        assert!(err.contains("not a URL"), "{err}");
+        assert!(err.contains("http://127.0.0.1:8000"), "{err}");
+        assert!(parse_base_url("ftp://host").unwrap_err().contains("scheme"));
+        assert!(parse_base_url("127.0.0.1:8000").is_err());
+    }
+
+    #[test]
     fn start_fraction_ranges_must_lie_in_the_unit_interval() {
         assert_eq!(parse_fraction_range("0.25, 0.75"), Ok((0.25, 0.75)));
         assert!(parse_fraction_range("0.8,0.2").is_err());
@@ -256,8 +284,14 @@ mod tests {
     #[test]
     fn run_is_the_default_subcommand() {
         let argv = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        let args =
-            with_default_subcommand(argv(&["loadgen", "--url", "u", "--synthetic", "-c", "2"]));
+        let args = with_default_subcommand(argv(&[
+            "loadgen",
+            "--url",
+            "http://u",
+            "--synthetic",
+            "-c",
+            "2",
+        ]));
         let cli = Cli::try_parse_from(args).unwrap();
         assert!(
             matches!(cli.command, Command::Run(r) if r.source.synthetic && r.concurrency == Some(2))
@@ -272,12 +306,12 @@ mod tests {
     #[test]
     fn exactly_one_source_is_required() {
         let argv = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        assert!(Cli::try_parse_from(argv(&["loadgen", "run", "--url", "u"])).is_err());
+        assert!(Cli::try_parse_from(argv(&["loadgen", "run", "--url", "http://u"])).is_err());
         assert!(Cli::try_parse_from(argv(&[
             "loadgen",
             "run",
             "--url",
-            "u",
+            "http://u",
             "--synthetic",
             "--weka",
             "f"

@@ -170,6 +170,23 @@ fn fail(kind: ErrorKind, message: impl Into<String>) -> RequestError {
     }
 }
 
+/// Why a connection could not be made, in a few words ("connection refused"): the
+/// operating system's error at the bottom of reqwest's chain, else the whole chain.
+pub fn connect_failure(e: &reqwest::Error) -> String {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cause {
+        if let Some(io) = c.downcast_ref::<std::io::Error>() {
+            return match io.kind() {
+                std::io::ErrorKind::ConnectionRefused => "connection refused".to_owned(),
+                std::io::ErrorKind::ConnectionReset => "connection reset".to_owned(),
+                _ => io.to_string(),
+            };
+        }
+        cause = c.source();
+    }
+    with_causes(e)
+}
+
 /// reqwest's own message is terse ("error sending request"); the cause says why.
 fn with_causes(e: &dyn std::error::Error) -> String {
     let mut out = e.to_string();
@@ -203,12 +220,13 @@ async fn stream_into(
         .await
         .map_err(interrupted)?
         .map_err(|e| {
-            let kind = if e.is_timeout() {
-                ErrorKind::Timeout
+            if e.is_timeout() {
+                fail(ErrorKind::Timeout, with_causes(&e))
+            } else if e.is_connect() {
+                fail(ErrorKind::Connect, connect_failure(&e))
             } else {
-                ErrorKind::Connect
-            };
-            fail(kind, with_causes(&e))
+                fail(ErrorKind::Connect, with_causes(&e))
+            }
         })?;
     rec.ack_s = Some(rel(Instant::now()));
     let status = resp.status();

@@ -3,6 +3,13 @@
 //!
 //! Summaries are read as plain JSON by field path, so AIPerf's `profile_export_aiperf.json`
 //! compares too wherever its field names overlap with ours.
+//!
+//! The request counts are completed (`request_count`, AIPerf's meaning), failed
+//! (`error_request_count`) and cancelled at the run's end (`cancelled_request_count`).
+//! loadgen summaries written before `loadgen_summary_version` existed counted every request
+//! sent in `request_count` and the completed ones in `good_request_count`, and the oldest
+//! counted cancellations as errors (`errors_by_kind.cancelled`); they are read in today's
+//! terms, and the table says so under a note.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -39,9 +46,13 @@ const METRICS: &[(&str, &[&str])] = &[
     ("E2E p90 (ms)", &["request_latency", "p90"]),
     ("E2E p99 (ms)", &["request_latency", "p99"]),
     ("output tokens/s", &["output_token_throughput", "avg"]),
-    ("requests/s", &["request_throughput", "avg"]),
-    ("requests", &["request_count", "avg"]),
-    ("errors", &["error_request_count", "avg"]),
+    ("completed requests/s", &["request_throughput", "avg"]),
+    ("requests completed", &["request_count", "avg"]),
+    ("requests failed", &["error_request_count", "avg"]),
+    (
+        "requests cancelled at end",
+        &["cancelled_request_count", "avg"],
+    ),
     ("server pauses", &["server_metrics", "pauses"]),
     (
         "server resumes (normal)",
@@ -64,16 +75,66 @@ pub struct CompareRow {
     pub delta_pct: Option<f64>,
 }
 
+/// The rows, and a note for each summary read from an older loadgen format.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Comparison {
+    pub rows: Vec<CompareRow>,
+    pub notes: Vec<String>,
+}
+
 fn lookup(v: &Value, path: &[&str]) -> Option<f64> {
     path.iter().try_fold(v, |v, k| v.get(k))?.as_f64()
 }
 
+fn set_count(v: &mut Value, key: &str, n: f64) {
+    v[key] = serde_json::json!({"unit": "requests", "avg": n});
+}
+
+/// `v` with its request counts in today's meaning, and what was changed, when `v` is a
+/// loadgen summary written before `loadgen_summary_version` (it has `warmup_excluded`, which
+/// AIPerf's export has not). Other summaries come back unchanged.
+fn in_current_terms(v: &Value) -> (Value, Option<&'static str>) {
+    let legacy = v.get("warmup_excluded").is_some() && v.get("loadgen_summary_version").is_none();
+    let Some(completed) = lookup(v, &["good_request_count", "avg"]).filter(|_| legacy) else {
+        return (v.clone(), None);
+    };
+    let mut out = v.clone();
+    set_count(&mut out, "request_count", completed);
+    if lookup(v, &["cancelled_request_count", "avg"]).is_some() {
+        return (
+            out,
+            Some(
+                "completed = its good_request_count (its request_count counted every request sent)",
+            ),
+        );
+    }
+    let cancelled = lookup(v, &["errors_by_kind", "cancelled"]).unwrap_or(0.0);
+    let errors = lookup(v, &["error_request_count", "avg"]).unwrap_or(0.0);
+    set_count(&mut out, "error_request_count", errors - cancelled);
+    set_count(&mut out, "cancelled_request_count", cancelled);
+    (
+        out,
+        Some(
+            "completed = its good_request_count (its request_count counted every request \
+             sent); cancelled = its errors_by_kind.cancelled, taken out of its errors",
+        ),
+    )
+}
+
 /// Rows for every metric present in at least one of the summaries.
-pub fn compare_values(a: &Value, b: &Value) -> Vec<CompareRow> {
-    METRICS
+pub fn compare_values(a: &Value, b: &Value) -> Comparison {
+    let (a, note_a) = in_current_terms(a);
+    let (b, note_b) = in_current_terms(b);
+    let notes = [("A", note_a), ("B", note_b)]
+        .into_iter()
+        .filter_map(|(name, note)| {
+            note.map(|n| format!("{name} is an older loadgen summary, read as: {n}"))
+        })
+        .collect();
+    let rows = METRICS
         .iter()
         .filter_map(|(label, path)| {
-            let (x, y) = (lookup(a, path), lookup(b, path));
+            let (x, y) = (lookup(&a, path), lookup(&b, path));
             if x.is_none() && y.is_none() {
                 return None;
             }
@@ -90,7 +151,8 @@ pub fn compare_values(a: &Value, b: &Value) -> Vec<CompareRow> {
                 delta_pct,
             })
         })
-        .collect()
+        .collect();
+    Comparison { rows, notes }
 }
 
 fn read(path: &Path) -> Result<Value, CompareError> {
@@ -104,12 +166,13 @@ fn read(path: &Path) -> Result<Value, CompareError> {
     })
 }
 
-pub fn compare_files(a: &Path, b: &Path) -> Result<Vec<CompareRow>, CompareError> {
+pub fn compare_files(a: &Path, b: &Path) -> Result<Comparison, CompareError> {
     Ok(compare_values(&read(a)?, &read(b)?))
 }
 
-/// The table printed by `loadgen compare`.
-pub fn render(rows: &[CompareRow], a_name: &str, b_name: &str) -> String {
+/// The table printed by `loadgen compare`, with its notes under it.
+pub fn render(comparison: &Comparison, a_name: &str, b_name: &str) -> String {
+    let rows = &comparison.rows;
     let cell = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.2}"));
     let mut out = String::new();
     let _ = writeln!(out, "A = {a_name}\nB = {b_name}");
@@ -134,6 +197,9 @@ pub fn render(rows: &[CompareRow], a_name: &str, b_name: &str) -> String {
             delta,
             pct
         );
+    }
+    for note in &comparison.notes {
+        let _ = writeln!(out, "note: {note}");
     }
     out
 }

@@ -1,11 +1,17 @@
 //! The run summary: AIPerf-named statistics over the measured (non-warm-up) requests, error
 //! counts by kind, and the server's own counters when it exposes them.
 //!
-//! Latency statistics cover successful requests only (as in AIPerf). The run's duration is
-//! `benchmark_duration`, the profiling window: from the first measured send to the last
-//! measured request that ended by itself (completed or failed); throughput is over it.
-//! Requests still in flight when the run ends are cancelled by loadgen and counted apart
-//! (`cancelled_request_count`), not as errors, and do not stretch the window.
+//! Every measured request ends in exactly one of three counts. `request_count` is the
+//! requests that completed successfully, as AIPerf's `request_count` counts valid requests;
+//! `error_request_count` the ones that failed; `cancelled_request_count` the ones loadgen
+//! cancelled because they were still in flight when the run ended. Latency statistics and
+//! both throughputs cover the completed requests only (as in AIPerf): `request_throughput`
+//! is `request_count / benchmark_duration`. There is no `good_request_count`: in AIPerf that
+//! is goodput against user SLOs, which loadgen does not take.
+//!
+//! The run's duration is `benchmark_duration`, the profiling window: from the first measured
+//! send to the last measured request that ended by itself (completed or failed).
+//! Cancellations do not stretch the window.
 //! `--duration` bounds only when new requests are sent; `wall_time_s` is the whole run,
 //! warm-up, grace and cancellation included.
 
@@ -49,8 +55,17 @@ pub struct RunInfo {
     pub request_rate: Option<f64>,
 }
 
+/// The current [`Summary::loadgen_summary_version`].
+pub const SUMMARY_VERSION: u32 = 2;
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
+    /// 2: the counts as described in this module. Summaries written before the field existed
+    /// (read as 1) counted every measured request sent in `request_count` and the completed
+    /// ones in `good_request_count`; the oldest of them also counted run-end cancellations
+    /// in `error_request_count` (as `errors_by_kind.cancelled`). `loadgen compare` reads both.
+    #[serde(default = "first_version")]
+    pub loadgen_summary_version: u32,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub time_to_first_token: Option<Stat>,
     /// Per request: (latency − TTFT) / (output tokens − 1), i.e. TPOT.
@@ -70,8 +85,8 @@ pub struct Summary {
     pub output_token_throughput: Scalar,
     pub request_throughput: Scalar,
     pub benchmark_duration: Scalar,
+    /// Measured requests that completed successfully (AIPerf's valid requests).
     pub request_count: Scalar,
-    pub good_request_count: Scalar,
     /// Measured requests that failed (server or network errors, timeouts); run-end
     /// cancellations are not errors.
     pub error_request_count: Scalar,
@@ -102,6 +117,10 @@ pub struct Summary {
     pub run: RunInfo,
 }
 
+fn first_version() -> u32 {
+    1
+}
+
 fn no_requests() -> Scalar {
     Scalar::new("requests", 0.0)
 }
@@ -119,7 +138,7 @@ impl Summary {
         run: RunInfo,
     ) -> Self {
         let measured: Vec<&RequestRecord> = records.iter().filter(|r| !r.warmup).collect();
-        let good: Vec<&RequestRecord> = measured.iter().copied().filter(|r| r.ok()).collect();
+        let completed: Vec<&RequestRecord> = measured.iter().copied().filter(|r| r.ok()).collect();
         let n_cancelled = measured.iter().filter(|r| cancelled(r)).count();
         let mut errors_by_kind = BTreeMap::new();
         for r in measured.iter().filter(|r| !cancelled(r)) {
@@ -137,24 +156,27 @@ impl Summary {
             (Some(a), Some(b)) if b > a => b - a,
             _ => 0.0,
         };
-        let total_osl: u64 = good.iter().map(|r| u64::from(r.output_tokens())).sum();
+        let total_osl: u64 = completed.iter().map(|r| u64::from(r.output_tokens())).sum();
         let total_isl: u64 = measured.iter().map(|r| u64::from(r.input_tokens)).sum();
         let per_s = |x: f64| if duration > 0.0 { x / duration } else { 0.0 };
-        let itl: Vec<f64> = good
+        let itl: Vec<f64> = completed
             .iter()
             .filter_map(|r| r.inter_token_latency_ms())
             .collect();
         Self {
-            time_to_first_token: Stat::of("ms", good.iter().filter_map(|r| r.ttft_ms)),
+            loadgen_summary_version: SUMMARY_VERSION,
+            time_to_first_token: Stat::of("ms", completed.iter().filter_map(|r| r.ttft_ms)),
             inter_token_latency: Stat::of("ms", itl.iter().copied()),
             inter_chunk_latency: Stat::of(
                 "ms",
-                good.iter().flat_map(|r| r.chunk_gaps_ms.iter().copied()),
+                completed
+                    .iter()
+                    .flat_map(|r| r.chunk_gaps_ms.iter().copied()),
             ),
-            request_latency: Stat::of("ms", good.iter().map(|r| r.latency_ms())),
+            request_latency: Stat::of("ms", completed.iter().map(|r| r.latency_ms())),
             output_sequence_length: Stat::of(
                 "tokens",
-                good.iter().map(|r| f64::from(r.output_tokens())),
+                completed.iter().map(|r| f64::from(r.output_tokens())),
             ),
             input_sequence_length: Stat::of(
                 "tokens",
@@ -165,13 +187,12 @@ impl Summary {
                 itl.iter().filter(|v| **v > 0.0).map(|v| 1e3 / v),
             ),
             output_token_throughput: Scalar::new("tokens/sec", per_s(total_osl as f64)),
-            request_throughput: Scalar::new("requests/sec", per_s(good.len() as f64)),
+            request_throughput: Scalar::new("requests/sec", per_s(completed.len() as f64)),
             benchmark_duration: Scalar::new("sec", duration),
-            request_count: Scalar::new("requests", measured.len() as f64),
-            good_request_count: Scalar::new("requests", good.len() as f64),
+            request_count: Scalar::new("requests", completed.len() as f64),
             error_request_count: Scalar::new(
                 "requests",
-                (measured.len() - good.len() - n_cancelled) as f64,
+                (measured.len() - completed.len() - n_cancelled) as f64,
             ),
             cancelled_request_count: Scalar::new("requests", n_cancelled as f64),
             total_isl: Scalar::new("tokens", total_isl as f64),
@@ -220,19 +241,43 @@ impl Summary {
                 );
             }
         }
+        // Each count and rate says what it counts, so none is read as another.
         let scalars = [
-            ("output_token_throughput", &self.output_token_throughput),
-            ("request_throughput", &self.request_throughput),
-            ("benchmark_duration", &self.benchmark_duration),
-            ("request_count", &self.request_count),
-            ("good_request_count", &self.good_request_count),
-            ("error_request_count", &self.error_request_count),
-            ("cancelled_request_count", &self.cancelled_request_count),
+            (
+                "output_token_throughput",
+                &self.output_token_throughput,
+                "output tokens of completed requests / benchmark_duration",
+            ),
+            (
+                "request_throughput",
+                &self.request_throughput,
+                "completed requests (request_count) / benchmark_duration",
+            ),
+            (
+                "benchmark_duration",
+                &self.benchmark_duration,
+                "first measured send to last measured response",
+            ),
+            (
+                "request_count",
+                &self.request_count,
+                "completed successfully",
+            ),
+            (
+                "error_request_count",
+                &self.error_request_count,
+                "failed (by kind below)",
+            ),
+            (
+                "cancelled_request_count",
+                &self.cancelled_request_count,
+                "still in flight at the run's end, cancelled",
+            ),
         ];
-        for (name, s) in scalars {
+        for (name, s, what) in scalars {
             let _ = writeln!(
                 out,
-                "{:<34} {:>10.2}",
+                "{:<34} {:>10.2}   {what}",
                 format!("{name} ({})", s.unit),
                 s.avg
             );
@@ -267,8 +312,7 @@ impl Summary {
         }
         let _ = writeln!(
             out,
-            "stopped by {:?}; benchmark_duration is the profiling window (first measured send \
-             to last measured response); the whole run took {:.1} s{}",
+            "stopped by {:?}; the whole run (warm-ups and grace included) took {:.1} s{}",
             self.stop_reason,
             self.wall_time_s,
             if self.was_cancelled {
@@ -350,8 +394,8 @@ mod tests {
         ];
         let s = Summary::from_records(&records, StopReason::MaxRequests, 6.0, None, info());
         assert_eq!(s.warmup_excluded, 1);
-        assert_eq!(s.request_count.avg, 3.0);
-        assert_eq!(s.good_request_count.avg, 2.0);
+        assert_eq!(s.request_count.avg, 2.0, "the completed requests only");
+        assert_eq!(s.error_request_count.avg, 1.0);
         assert_eq!(
             s.errors_by_kind,
             BTreeMap::from([("http_503".to_owned(), 1)])
@@ -386,5 +430,72 @@ mod tests {
             "1 s to 3 s, not to the cancellation"
         );
         assert!(s.was_cancelled);
+    }
+
+    #[test]
+    fn each_measured_request_lands_in_exactly_one_of_completed_failed_and_cancelled() {
+        let mut failed = rec(2, false, 1.0, 2.0, 0.0, 0);
+        failed.error = Some(RequestError {
+            kind: ErrorKind::Connect,
+            status: None,
+            message: "connection refused".into(),
+        });
+        let mut cut = rec(3, false, 1.0, 30.0, 0.0, 0);
+        cut.error = Some(RequestError {
+            kind: ErrorKind::Cancelled,
+            status: None,
+            message: "cancelled at the end of the run".into(),
+        });
+        let records = vec![
+            rec(0, true, 0.0, 1.0, 50.0, 5),
+            rec(1, false, 1.0, 5.0, 100.0, 10),
+            rec(4, false, 2.0, 5.0, 100.0, 10),
+            failed,
+            cut.clone(),
+            cut,
+        ];
+        let s = Summary::from_records(&records, StopReason::Duration, 31.0, None, info());
+        assert_eq!(s.loadgen_summary_version, SUMMARY_VERSION);
+        assert_eq!(s.request_count.avg, 2.0);
+        assert_eq!(s.error_request_count.avg, 1.0);
+        assert_eq!(s.cancelled_request_count.avg, 2.0);
+        // request_throughput is request_count over the window (1 s to 5 s).
+        assert!((s.request_throughput.avg - 2.0 / 4.0).abs() < 1e-12);
+        let json = serde_json::to_value(&s).unwrap();
+        assert!(
+            json.get("good_request_count").is_none(),
+            "no goodput without SLOs"
+        );
+        let table = s.render_table();
+        let row = |name: &str| {
+            table
+                .lines()
+                .find(|l| l.starts_with(name))
+                .unwrap_or_else(|| panic!("no {name} row in\n{table}"))
+                .to_owned()
+        };
+        assert!(row("request_count").contains("completed"), "{table}");
+        assert!(row("request_throughput").contains("completed"), "{table}");
+        assert!(
+            row("cancelled_request_count").contains("cancelled"),
+            "{table}"
+        );
+    }
+
+    #[test]
+    fn a_summary_without_a_version_reads_as_the_first_format() {
+        let mut json = serde_json::to_value(Summary::from_records(
+            &[rec(1, false, 1.0, 2.0, 100.0, 10)],
+            StopReason::MaxRequests,
+            2.0,
+            None,
+            info(),
+        ))
+        .unwrap();
+        json.as_object_mut()
+            .unwrap()
+            .remove("loadgen_summary_version");
+        let s: Summary = serde_json::from_value(json).unwrap();
+        assert_eq!(s.loadgen_summary_version, 1);
     }
 }

@@ -5,7 +5,7 @@ mod common;
 use std::process::Command;
 
 use common::Behavior;
-use loadgen::compare::{compare_values, render};
+use loadgen::compare::{compare_values, render, Comparison};
 use serde_json::json;
 
 fn summary(ttft_p90: f64, tokens_per_s: f64, pauses: Option<f64>) -> serde_json::Value {
@@ -13,6 +13,8 @@ fn summary(ttft_p90: f64, tokens_per_s: f64, pauses: Option<f64>) -> serde_json:
         "time_to_first_token": {"unit": "ms", "avg": 100.0, "p50": 90.0, "p90": ttft_p90, "p99": 400.0},
         "output_token_throughput": {"unit": "tokens/sec", "avg": tokens_per_s},
         "request_count": {"unit": "requests", "avg": 50.0},
+        "loadgen_summary_version": 2,
+        "warmup_excluded": 0,
     });
     if let Some(p) = pauses {
         v["server_metrics"] = json!({"pauses": p, "resumes_normal": 0.0, "resumes_forced": 0.0});
@@ -22,10 +24,12 @@ fn summary(ttft_p90: f64, tokens_per_s: f64, pauses: Option<f64>) -> serde_json:
 
 #[test]
 fn compare_reports_absolute_and_relative_deltas_of_b_against_a() {
-    let rows = compare_values(
+    let cmp = compare_values(
         &summary(200.0, 1000.0, None),
         &summary(150.0, 900.0, Some(12.0)),
     );
+    assert!(cmp.notes.is_empty(), "{:?}", cmp.notes);
+    let rows = &cmp.rows;
     let row = |m: &str| {
         rows.iter()
             .find(|r| r.metric == m)
@@ -44,7 +48,7 @@ fn compare_reports_absolute_and_relative_deltas_of_b_against_a() {
         rows.iter().all(|r| r.metric != "ITL p90 (ms)"),
         "absent in both: no row"
     );
-    let table = render(&rows, "a.json", "b.json");
+    let table = render(&cmp, "a.json", "b.json");
     assert!(table.contains("-25.0%"), "{table}");
     assert!(
         table
@@ -52,6 +56,88 @@ fn compare_reports_absolute_and_relative_deltas_of_b_against_a() {
             .any(|l| l.starts_with("TTFT p90 (ms)") && l.contains("-50.00")),
         "{table}"
     );
+}
+
+fn row(cmp: &Comparison, metric: &str) -> (Option<f64>, Option<f64>) {
+    let r = cmp
+        .rows
+        .iter()
+        .find(|r| r.metric == metric)
+        .unwrap_or_else(|| panic!("no row {metric} in {:?}", cmp.rows));
+    (r.a, r.b)
+}
+
+#[test]
+fn compare_shows_completed_failed_and_cancelled_requests_as_separate_rows() {
+    let counts = |completed: f64, failed: f64, cancelled: f64| {
+        json!({
+            "loadgen_summary_version": 2,
+            "warmup_excluded": 64,
+            "request_throughput": {"unit": "requests/sec", "avg": completed / 100.0},
+            "request_count": {"unit": "requests", "avg": completed},
+            "error_request_count": {"unit": "requests", "avg": failed},
+            "cancelled_request_count": {"unit": "requests", "avg": cancelled},
+        })
+    };
+    let cmp = compare_values(&counts(40.0, 1.0, 50.0), &counts(45.0, 0.0, 52.0));
+    assert_eq!(row(&cmp, "requests completed"), (Some(40.0), Some(45.0)));
+    assert_eq!(row(&cmp, "requests failed"), (Some(1.0), Some(0.0)));
+    assert_eq!(
+        row(&cmp, "requests cancelled at end"),
+        (Some(50.0), Some(52.0))
+    );
+    assert_eq!(row(&cmp, "completed requests/s"), (Some(0.4), Some(0.45)));
+    let table = render(&cmp, "a.json", "b.json");
+    assert!(table.contains("requests cancelled at end"), "{table}");
+}
+
+#[test]
+fn compare_reads_older_loadgen_summaries_in_todays_counts_and_says_so() {
+    // Before loadgen_summary_version: request_count was every request sent, the completed
+    // ones were good_request_count; the oldest counted run-end cancellations as errors.
+    let oldest = json!({
+        "warmup_excluded": 64,
+        "request_count": {"unit": "requests", "avg": 60.0},
+        "good_request_count": {"unit": "requests", "avg": 9.0},
+        "error_request_count": {"unit": "requests", "avg": 51.0},
+        "errors_by_kind": {"cancelled": 51},
+    });
+    let older = json!({
+        "warmup_excluded": 64,
+        "request_count": {"unit": "requests", "avg": 90.0},
+        "good_request_count": {"unit": "requests", "avg": 37.0},
+        "error_request_count": {"unit": "requests", "avg": 0.0},
+        "cancelled_request_count": {"unit": "requests", "avg": 53.0},
+        "errors_by_kind": {},
+    });
+    let cmp = compare_values(&oldest, &older);
+    assert_eq!(row(&cmp, "requests completed"), (Some(9.0), Some(37.0)));
+    assert_eq!(row(&cmp, "requests failed"), (Some(0.0), Some(0.0)));
+    assert_eq!(
+        row(&cmp, "requests cancelled at end"),
+        (Some(51.0), Some(53.0))
+    );
+    assert_eq!(cmp.notes.len(), 2, "{:?}", cmp.notes);
+    assert!(cmp.notes[0].starts_with("A is an older loadgen summary"));
+    assert!(cmp.notes[0].contains("errors_by_kind.cancelled"));
+    assert!(cmp.notes[1].starts_with("B is an older loadgen summary"));
+    let table = render(&cmp, "a.json", "b.json");
+    assert!(
+        table.lines().any(|l| l.starts_with("note: A is")),
+        "{table}"
+    );
+}
+
+#[test]
+fn compare_takes_aiperf_request_counts_as_they_are() {
+    // AIPerf's export: request_count is the valid requests already; no warmup_excluded.
+    let aiperf = json!({
+        "request_count": {"unit": "requests", "avg": 200.0},
+        "good_request_count": {"unit": "requests", "avg": 150.0},
+    });
+    let cmp = compare_values(&aiperf, &aiperf);
+    assert_eq!(row(&cmp, "requests completed"), (Some(200.0), Some(200.0)));
+    assert!(cmp.notes.is_empty());
 }
 
 #[test]
@@ -124,6 +210,7 @@ async fn the_binary_writes_summary_and_records_and_compares_two_runs() {
         serde_json::from_str(&std::fs::read_to_string(&a_json).expect("summary file"))
             .expect("summary JSON");
     assert_eq!(summary["request_count"]["avg"], 6.0);
+    assert_eq!(summary["loadgen_summary_version"], 2);
     assert_eq!(summary["time_to_first_token"]["unit"], "ms");
     for key in ["avg", "p50", "p90", "p99", "min", "max", "std"] {
         assert!(summary["time_to_first_token"][key].is_number(), "{key}");

@@ -130,10 +130,10 @@ async fn server_errors_and_dropped_streams_are_counted_and_the_run_goes_on() {
     .await
     .expect("run");
     let s = Summary::from_records(&out.records, out.stop_reason, out.wall_time_s, None, info());
-    assert_eq!(s.request_count.avg, 30.0);
+    assert_eq!(s.request_count.avg, 10.0, "completed requests only");
+    assert_eq!(s.error_request_count.avg, 20.0);
     assert_eq!(s.errors_by_kind.get("http_500"), Some(&10));
     assert_eq!(s.errors_by_kind.get("dropped_stream"), Some(&10));
-    assert_eq!(s.good_request_count.avg, 10.0);
     let ttft = s
         .time_to_first_token
         .expect("successful requests have TTFTs");
@@ -152,6 +152,14 @@ async fn an_unreachable_server_is_counted_not_fatal() {
     .expect("run");
     let s = Summary::from_records(&out.records, out.stop_reason, out.wall_time_s, None, info());
     assert_eq!(s.errors_by_kind.get("connect"), Some(&6));
+    assert!(
+        out.records.iter().all(|r| r
+            .error
+            .as_ref()
+            .is_some_and(|e| e.message == "connection refused")),
+        "{:?}",
+        out.records[0].error
+    );
     assert!(s.time_to_first_token.is_none());
 }
 
