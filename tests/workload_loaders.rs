@@ -230,3 +230,75 @@ fn missing_files_and_unknown_formats_are_errors_not_panics() {
         Err(WorkloadError::Empty { .. })
     ));
 }
+
+/// The text of `name` written into a fresh directory, and its path.
+fn written(name: &str, text: &[u8]) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(name);
+    std::fs::write(&path, text).unwrap();
+    (dir, path)
+}
+
+/// The error as `genslot` prints it: the message and every cause in its chain.
+fn printed(e: WorkloadError) -> String {
+    format!("{:#}", anyhow::Error::from(e))
+}
+
+#[test]
+fn a_bad_mooncake_value_names_the_files_line_and_the_column_within_it_only() {
+    let msg = error_of(load_mooncake(&fixture("mooncake_bad.jsonl")));
+    assert!(
+        msg.starts_with(&format!("{}:3: ", fixture("mooncake_bad.jsonl").display())),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("expected u32") || msg.contains("expected u64"),
+        "{msg}"
+    );
+    assert!(msg.ends_with("(column 42)"), "{msg}");
+    assert!(!msg.contains("line 1"), "{msg}");
+}
+
+#[test]
+fn bad_weka_json_names_the_line_its_object_breaks_on_and_the_column_once() {
+    let (_dir, path) = written("w.jsonl", b"{\"id\": \"a\", \"requests\": []}\n{\"id\": \n");
+    let msg = error_of(load_trace(&path, None));
+    assert!(
+        msg.ends_with("w.jsonl:2: bad Weka JSON: EOF while parsing a value"),
+        "{msg}"
+    );
+    let (_dir, path) = written(
+        "w.jsonl",
+        b"{\"id\": \"a\", \"requests\": []}\n{\"id\": ]\n",
+    );
+    let msg = error_of(load_trace(&path, None));
+    assert!(msg.contains("w.jsonl:2: bad Weka JSON: "), "{msg}");
+    assert!(msg.ends_with("(column 8)"), "{msg}");
+    assert!(!msg.contains(" at line "), "{msg}");
+}
+
+#[test]
+fn a_missing_file_prints_its_cause_once() {
+    let e = load_trace(Path::new("no-such-trace.jsonl"), None).unwrap_err();
+    let msg = printed(e);
+    assert!(msg.starts_with("no-such-trace.jsonl: "), "{msg}");
+    assert_eq!(msg.matches("(os error 2)").count(), 1, "{msg}");
+}
+
+#[test]
+fn a_broken_gzip_stream_is_named_and_its_cause_printed_once() {
+    let mut gz = Vec::new();
+    {
+        use std::io::Write as _;
+        let mut enc = flate2::write::GzEncoder::new(&mut gz, flate2::Compression::default());
+        enc.write_all(b"{\"timestamp\": 0, \"input_length\": 1, \"output_length\": 1}\n")
+            .unwrap();
+        enc.finish().unwrap();
+    }
+    gz.truncate(gz.len() / 2);
+    let (_dir, path) = written("cut.jsonl.gz", &gz);
+    let msg = printed(load_trace(&path, None).unwrap_err());
+    assert!(msg.contains("cut.jsonl.gz: bad gzip stream: "), "{msg}");
+    let cause = msg.rsplit(": ").next().unwrap();
+    assert_eq!(msg.matches(cause).count(), 1, "{msg}");
+}
