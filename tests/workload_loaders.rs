@@ -302,3 +302,61 @@ fn a_broken_gzip_stream_is_named_and_its_cause_printed_once() {
     let cause = msg.rsplit(": ").next().unwrap();
     assert_eq!(msg.matches(cause).count(), 1, "{msg}");
 }
+
+#[test]
+fn an_empty_or_blank_trace_has_no_requests_whatever_its_format() {
+    for text in ["", "\n\n  \n"] {
+        let (_dir, path) = written("t.jsonl", text.as_bytes());
+        let e = load_trace(&path, None).unwrap_err();
+        assert!(matches!(e, WorkloadError::Empty { .. }), "{text:?}: {e}");
+        assert!(e.to_string().ends_with("no requests in the trace"), "{e}");
+    }
+}
+
+#[test]
+fn a_trace_of_no_known_format_names_its_first_line_and_every_format_tried() {
+    let (_dir, path) = written("odd.csv", b"\n\nhello,world\nmore\n");
+    let msg = error_of(load_trace(&path, None));
+    assert!(msg.contains("odd.csv:3: "), "{msg}");
+    assert!(msg.contains("`hello,world`"), "{msg}");
+    for format in ["Weka", "Mooncake", "Azure"] {
+        assert!(msg.contains(format), "{msg}");
+    }
+}
+
+#[test]
+fn a_mooncake_line_without_timestamp_first_is_read_as_mooncake_and_named() {
+    let (_dir, path) = written(
+        "mc.jsonl",
+        b"{\"input_length\": 10, \"output_length\": 5, \"hash_ids\": [0]}\n\
+          {\"timestamp\": 1200, \"input_length\": 10, \"output_length\": 5}\n",
+    );
+    let msg = error_of(load_trace(&path, None));
+    assert!(
+        msg.ends_with("mc.jsonl:1: missing field `timestamp`"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn an_azure_header_missing_a_column_is_read_as_azure_and_names_the_column() {
+    let (_dir, path) = written(
+        "az.csv",
+        b"TIMESTAMP,ContextTokens\n2023-11-16 18:15:46,374\n",
+    );
+    let msg = error_of(load_trace(&path, None));
+    assert!(
+        msg.ends_with("az.csv:1: header lacks column `generatedtokens`"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn a_directory_named_as_one_file_format_is_refused_as_such() {
+    let dir = tempfile::tempdir().unwrap();
+    let msg = error_of(load_trace(dir.path(), Some(TraceFormat::Mooncake)));
+    assert!(
+        msg.contains("a directory is read as Weka trace files"),
+        "{msg}"
+    );
+}

@@ -32,8 +32,24 @@ pub enum WorkloadError {
         line: usize,
         msg: String,
     },
-    #[error("{path}: cannot tell the trace format (expected Weka JSON/JSONL, Mooncake JSONL or Azure CSV)")]
-    UnknownFormat { path: PathBuf },
+    /// No format's marks on the first non-blank line (`seen`, cut to 80 characters).
+    #[error(
+        "{path}:{line}: cannot tell the trace format from `{seen}`: tried Weka JSON/JSONL \
+         (objects with \"requests\"), Mooncake JSONL (objects with \"timestamp\", \
+         \"input_length\", \"output_length\") and Azure CSV (a header with TIMESTAMP, \
+         ContextTokens, GeneratedTokens)"
+    )]
+    UnknownFormat {
+        path: PathBuf,
+        line: usize,
+        seen: String,
+    },
+    /// A directory is read as Weka files; the other formats are one file each.
+    #[error("{path}: a directory is read as Weka trace files; a {format:?} trace is one file")]
+    Directory {
+        path: PathBuf,
+        format: super::format::TraceFormat,
+    },
     #[error("{path}: no requests in the trace")]
     Empty { path: PathBuf },
 }
