@@ -9,6 +9,7 @@ mod effect;
 mod error;
 pub mod host;
 pub mod locate;
+pub mod rule;
 mod schema;
 mod validate;
 
