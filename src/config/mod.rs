@@ -19,7 +19,7 @@ pub use locate::{KeyLocations, Position};
 pub use schema::*;
 pub use validate::{
     MAX_BODY_BYTES, MAX_CONNECTIONS, MAX_CONTEXT_TOKENS, MAX_ENTRIES, MAX_KV_PAGES,
-    MAX_PASS_TOKENS, MAX_ROWS, MAX_SECONDS,
+    MAX_PASS_TOKENS, MAX_ROWS, MAX_SECONDS, MAX_TIMING_UNIT,
 };
 
 use serde_saphyr::MessageFormatter;

@@ -33,7 +33,8 @@ pub fn seconds(v: f64) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!(
-            "must be a number of seconds in (0, {MAX_SECONDS}], got {v}"
+            "must be a number of seconds in (0, {MAX_SECONDS}], got {}",
+            number(v)
         ))
     }
 }
@@ -44,7 +45,8 @@ pub fn tpot_budget(b: f64) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!(
-            "must be in (0, 1] (a relative TPOT inflation, 0.10 = 10%), got {b}"
+            "must be in (0, 1] (a relative TPOT inflation, 0.10 = 10%), got {}",
+            number(b)
         ))
     }
 }
@@ -54,7 +56,21 @@ pub fn target_output_tps(t: f64) -> Result<(), String> {
     if t.is_finite() && t > 0.0 {
         Ok(())
     } else {
-        Err(format!("must be a finite rate above 0 tokens/s, got {t}"))
+        Err(format!(
+            "must be a finite rate above 0 tokens/s, got {}",
+            number(t)
+        ))
+    }
+}
+
+/// `v` as written by hand: plainly, or in exponent form where the plain form would run to
+/// dozens of digits (1e300 rather than a 1 and 300 zeros).
+pub fn number(v: f64) -> String {
+    let a = v.abs();
+    if a.is_finite() && a != 0.0 && !(1e-6..1e16).contains(&a) {
+        format!("{v:e}")
+    } else {
+        format!("{v}")
     }
 }
 
@@ -72,5 +88,8 @@ mod tests {
         assert!(finite_within(f64::NAN, 0.0, 1.0).is_err());
         assert!(tpot_budget(1.0).is_ok() && tpot_budget(0.0).is_err());
         assert!(target_output_tps(f64::INFINITY).is_err());
+        assert!(seconds(1e300).unwrap_err().ends_with("got 1e300"));
+        assert!(seconds(-1e-300).unwrap_err().ends_with("got -1e-300"));
+        assert!(seconds(-10.0).unwrap_err().ends_with("got -10"));
     }
 }

@@ -9,12 +9,12 @@ use super::arm::ArmSpec;
 use super::engine::{RunSpec, Workload};
 use super::plant::Plant;
 use super::{presets, report, run_experiment, served, svg, timeline, Experiment, ExperimentResult};
-use crate::config::Config;
+use crate::config::{rule, Config, MAX_ENTRIES, MAX_SECONDS, MAX_TIMING_UNIT};
 use crate::policy::admission::AdmissionParams;
 use crate::workload::context::context_lengths;
 use crate::workload::{
     load_recording, load_trace, ContextTransform, LengthStats, Recording, SynthParams,
-    SyntheticAgentic, Trace,
+    SyntheticAgentic, Trace, TransformError,
 };
 
 /// `--json` of a replay: the served run's summary beside the experiment's fields.
@@ -26,6 +26,8 @@ struct ReplayJson<'a> {
 }
 
 #[derive(Debug, Clone, clap::Args)]
+// A negative number is a value (refused by its flag's rule), not a flag.
+#[command(allow_negative_numbers = true)]
 pub struct SimArgs {
     /// Plant preset: reference (calibrated to the reference's GPU control), h200-llama-8b (fitted
     /// to the cuda backend on the H200 machine) or default
@@ -55,7 +57,7 @@ pub struct SimArgs {
     /// Sessions of the synthetic workload.
     #[arg(long, default_value_t = 2000)]
     pub synthetic_sessions: usize,
-    /// Closed-loop lanes (AgentX concurrency).
+    /// Closed-loop lanes (AgentX concurrency), 1 to 1,048,576.
     #[arg(long, default_value_t = 220)]
     pub concurrency: usize,
     /// Run the same arms at these concurrencies (comma-separated), e.g. 130,160,190,220,250.
@@ -64,10 +66,12 @@ pub struct SimArgs {
     /// Seeds, paired across arms [default: 16; 1 with --replay].
     #[arg(long)]
     pub seeds: Option<u64>,
-    /// Simulated seconds per run [default: 3600; with --replay, the recording's span].
+    /// Simulated seconds per run, at most 1e6 [default: 3600; with --replay, the recording's
+    /// span].
     #[arg(long)]
     pub duration: Option<f64>,
-    /// Seconds at the start of each run that are not measured [default: 300; 0 with --replay].
+    /// Seconds at the start of each run that are not measured, below --duration
+    /// [default: 300; 0 with --replay].
     #[arg(long)]
     pub warmup: Option<f64>,
     /// Comma-separated arms: control, tpot_budget=B, target_output_tps=T|auto,
@@ -82,7 +86,7 @@ pub struct SimArgs {
     /// Override the preset's output-length scale (recorded outputs × this).
     #[arg(long)]
     pub output_scale: Option<f64>,
-    /// Override the preset's AgentX idle cap on gaps, seconds.
+    /// Override the preset's AgentX idle cap on gaps, seconds (inf: no cap).
     #[arg(long)]
     pub idle_cap: Option<f64>,
     /// Override the step model's jump above its jump batch size, ms (with a jump batch).
@@ -183,6 +187,12 @@ pub fn from_config(c: &Config) -> (Plant, AdmissionParams) {
 
 /// Run length, warm-up and seeds: the flags, else the defaults (a recording's own span).
 fn run_shape(args: &SimArgs, recording: Option<&Recording>) -> anyhow::Result<(f64, f64, u64)> {
+    if let Some(d) = args.duration {
+        flag("--duration", rule::seconds(d))?;
+    }
+    if let Some(w) = args.warmup {
+        flag("--warmup", rule::finite_within(w, 0.0, MAX_SECONDS))?;
+    }
     let (duration, warmup, seeds) = match recording {
         // Just past the last arrival, so every recorded request is measured.
         Some(r) => (
@@ -199,10 +209,36 @@ fn run_shape(args: &SimArgs, recording: Option<&Recording>) -> anyhow::Result<(f
     if seeds == 0 {
         bail!("--seeds must be at least 1");
     }
+    if args.duration.is_none() && rule::seconds(duration).is_err() {
+        bail!(
+            "the recording spans {duration} s, beyond the {MAX_SECONDS} s a run may last: \
+             set --duration"
+        );
+    }
     if !(duration > warmup && warmup >= 0.0) {
         bail!("--duration ({duration}) must exceed --warmup ({warmup})");
     }
     Ok((duration, warmup, seeds))
+}
+
+/// A flag's value against its rule: the error names the flag.
+fn flag(name: &str, kept: Result<(), String>) -> anyhow::Result<()> {
+    kept.map_err(|why| anyhow::anyhow!("{name} {why}"))
+}
+
+/// The load flags' values, each by its rule; the error names the flag. A concurrency is
+/// bounded as X's window and the waiting queue are (a lane past those only waits).
+fn check_load(args: &SimArgs) -> anyhow::Result<()> {
+    let lanes = |c: usize| rule::count(c as u64, MAX_ENTRIES);
+    flag("--concurrency", lanes(args.concurrency))?;
+    for &c in &args.sweep {
+        flag("--sweep", lanes(c))?;
+    }
+    let r = args.rate_scale;
+    if !(r.is_finite() && r > 0.0) {
+        bail!("--rate-scale must be a finite number above 0, got {r}");
+    }
+    Ok(())
 }
 
 /// Whole seconds as they are, others to the millisecond.
@@ -224,8 +260,12 @@ fn svg_path(base: &Path, c: usize, sweep: bool) -> PathBuf {
 
 pub fn run(args: SimArgs) -> anyhow::Result<()> {
     let arms = ArmSpec::parse_list(&args.arms)?;
-    let transform = ContextTransform::new(args.context_scale, args.max_context)
-        .map_err(|e| anyhow::anyhow!("--context-scale / --max-context: {e}"))?;
+    check_load(&args)?;
+    let transform =
+        ContextTransform::new(args.context_scale, args.max_context).map_err(|e| match e {
+            TransformError::Scale(_) => anyhow::anyhow!("--context-scale: {e}"),
+            TransformError::MaxContext => anyhow::anyhow!("--max-context: {e}"),
+        })?;
     let recording = match &args.replay {
         Some(path) => {
             if !transform.is_identity() {
@@ -254,9 +294,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
     };
     let mut admission = admission;
     if let Some(w) = args.target_window {
-        if w == 0 {
-            bail!("--target-window must be at least 1");
-        }
+        flag("--target-window", rule::count(w as u64, MAX_ENTRIES))?;
         admission.target_window = w;
         admission.min_samples = admission.min_samples.min(w);
     }
@@ -267,9 +305,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         admission.ttft_percentile = q;
     }
     if let Some(x) = args.fixed_target {
-        if !(x.is_finite() && x > 0.0) {
-            bail!("--fixed-target must be a positive number of seconds");
-        }
+        flag("--fixed-target", rule::seconds(x))?;
         admission.fixed_target = Some(x);
     }
     let mut plant = plant;
@@ -282,17 +318,18 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
     }
     if let Some(x) = args.output_scale {
         if !(x > 0.0 && x.is_finite()) {
-            bail!("--output-scale must be > 0");
+            bail!("--output-scale must be a finite number above 0, got {x}");
         }
         plant.output_scale = x;
     }
     if let Some(x) = args.idle_cap {
+        // Infinity is no cap: the run's duration still ends it.
         if x.is_nan() || x < 0.0 {
-            bail!("--idle-cap must be >= 0");
+            bail!("--idle-cap must be >= 0 (inf for no cap), got {x}");
         }
         plant.idle_cap_s = x;
     }
-    for (flag, value, field) in [
+    for (name, value, field) in [
         ("--jump-ms", args.jump_ms, &mut plant.step.jump_ms),
         (
             "--per-request-above-ms",
@@ -301,9 +338,8 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         ),
     ] {
         if let Some(x) = value {
-            if !(x.is_finite() && x >= 0.0) {
-                bail!("{flag} must be >= 0");
-            }
+            // As the config bounds its timing fields.
+            flag(name, rule::finite_within(x, 0.0, MAX_TIMING_UNIT))?;
             *field = x;
         }
     }
