@@ -127,3 +127,96 @@ fn an_arm_that_breaks_the_configs_rule_is_refused_naming_the_arm_and_the_rule() 
         assert!(err.contains(says), "{arm}: {err}");
     }
 }
+
+/// A small file of `text` in a fresh directory.
+fn written(name: &str, text: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(name);
+    std::fs::write(&path, text).unwrap();
+    (dir, path)
+}
+
+const MOONCAKE: &str = "{\"timestamp\": 0, \"input_length\": 100, \"output_length\": 5}\n\
+                        {\"timestamp\": 1200, \"input_length\": 80, \"output_length\": 7}\n";
+const AZURE: &str = "TIMESTAMP,ContextTokens,GeneratedTokens\n\
+                     2023-11-16 18:15:46.68,374,44\n\
+                     2023-11-16 18:15:50.99,396,109\n";
+
+#[test]
+fn lane_flags_on_an_open_loop_trace_are_refused_pointing_at_the_rate_scale() {
+    let (_m, mooncake) = written("mc.jsonl", MOONCAKE);
+    let (_a, azure) = written("az.csv", AZURE);
+    for (trace, what) in [(&mooncake, "a Mooncake trace"), (&azure, "an Azure trace")] {
+        let trace = trace.to_str().unwrap();
+        for (flag, value) in [
+            ("--concurrency", "10"),
+            ("--sweep", "1,2"),
+            ("--idle-cap", "3"),
+        ] {
+            let err = refused(&["--trace", trace, flag, value]);
+            assert!(
+                err.contains(&format!("{flag} applies to closed-loop lanes")),
+                "{flag}: {err}"
+            );
+            assert!(
+                err.contains(&format!("{what} is replayed open loop by its timestamps")),
+                "{err}"
+            );
+            assert!(err.contains("--rate-scale"), "{err}");
+        }
+    }
+}
+
+#[test]
+fn a_rate_scale_on_closed_loop_sessions_is_refused() {
+    let err = refused(&["--rate-scale", "2"]);
+    assert!(
+        err.contains("--rate-scale scales the timestamps of Mooncake and Azure"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_sweep_and_a_concurrency_together_are_refused_not_one_dropped() {
+    let err = refused(&["--sweep", "100,120", "--concurrency", "300"]);
+    assert!(err.contains("cannot be used with"), "{err}");
+}
+
+#[test]
+fn synthetic_sessions_with_a_trace_are_refused_not_ignored() {
+    let (_m, mooncake) = written("mc.jsonl", MOONCAKE);
+    let err = refused(&[
+        "--trace",
+        mooncake.to_str().unwrap(),
+        "--synthetic-sessions",
+        "5",
+    ]);
+    assert!(err.contains("cannot be used with"), "{err}");
+}
+
+#[test]
+fn an_arm_list_naming_no_arm_is_refused() {
+    for arms in ["", " , "] {
+        let err = refused(&["--arms", arms]);
+        assert!(err.contains("--arms names no arm"), "{arms:?}: {err}");
+    }
+}
+
+#[test]
+fn lane_flags_on_a_replay_are_refused() {
+    let (_r, recording) = written(
+        "served.jsonl",
+        "{\"id\":1,\"run_start_unix\":5.0,\"arrival_s\":1.0,\"context_tokens\":10,\
+         \"max_tokens\":4,\"output_tokens\":4,\"first_token_s\":1.5,\"finish_s\":2.0,\
+         \"pauses\":0,\"outcome\":\"completed\"}\n",
+    );
+    for (flag, value) in [("--concurrency", "4"), ("--idle-cap", "3")] {
+        let err = refused(&["--replay", recording.to_str().unwrap(), flag, value]);
+        assert!(
+            err.contains(&format!(
+                "{flag} applies to closed-loop lanes; a replay keeps"
+            )),
+            "{err}"
+        );
+    }
+}

@@ -14,8 +14,11 @@ use crate::policy::admission::AdmissionParams;
 use crate::workload::context::context_lengths;
 use crate::workload::{
     load_recording, load_trace, ContextTransform, LengthStats, Recording, SynthParams,
-    SyntheticAgentic, Trace, TransformError,
+    SyntheticAgentic, Trace, TraceFormat, TransformError,
 };
+
+/// Closed-loop lanes without --concurrency (the reference's load).
+const DEFAULT_CONCURRENCY: usize = 220;
 
 /// `--json` of a replay: the served run's summary beside the experiment's fields.
 #[derive(serde::Serialize)]
@@ -54,14 +57,16 @@ pub struct SimArgs {
     /// Cut every prompt to its first N tokens (after --context-scale).
     #[arg(long, value_name = "N")]
     pub max_context: Option<u32>,
-    /// Sessions of the synthetic workload.
-    #[arg(long, default_value_t = 2000)]
+    /// Sessions of the synthetic workload (without --trace or --replay).
+    #[arg(long, default_value_t = 2000, conflicts_with_all = ["trace", "replay"])]
     pub synthetic_sessions: usize,
-    /// Closed-loop lanes (AgentX concurrency), 1 to 1,048,576.
-    #[arg(long, default_value_t = 220)]
-    pub concurrency: usize,
-    /// Run the same arms at these concurrencies (comma-separated), e.g. 130,160,190,220,250.
-    #[arg(long, value_delimiter = ',')]
+    /// Closed-loop lanes (AgentX concurrency), 1 to 1,048,576 [default: 220]. Weka and
+    /// synthetic sessions only: Mooncake and Azure traces and --replay run open loop.
+    #[arg(long)]
+    pub concurrency: Option<usize>,
+    /// Run the same arms at these concurrencies (comma-separated), e.g. 130,160,190,220,250,
+    /// instead of one --concurrency.
+    #[arg(long, value_delimiter = ',', conflicts_with = "concurrency")]
     pub sweep: Vec<usize>,
     /// Seeds, paired across arms [default: 16; 1 with --replay].
     #[arg(long)]
@@ -106,9 +111,9 @@ pub struct SimArgs {
     /// percentile (an experiment outside SPEC §4.2: the queue with an anchored target).
     #[arg(long)]
     pub fixed_target: Option<f64>,
-    /// Open-loop traces: multiply the arrival rate.
-    #[arg(long, default_value_t = 1.0)]
-    pub rate_scale: f64,
+    /// Mooncake and Azure traces (open loop): multiply the arrival rate [default: 1].
+    #[arg(long)]
+    pub rate_scale: Option<f64>,
     /// Worker threads (seeds run in parallel); default: every core.
     #[arg(long)]
     pub threads: Option<usize>,
@@ -135,6 +140,7 @@ fn workload(args: &SimArgs, transform: &ContextTransform) -> anyhow::Result<Work
             load_trace(path, None).with_context(|| format!("loading trace {}", path.display()))?
         }
     };
+    check_flags_fit(args, trace.format())?;
     if !transform.is_identity() {
         let before = LengthStats::of(&context_lengths(&trace));
         transform.apply(&mut trace);
@@ -160,7 +166,9 @@ fn workload(args: &SimArgs, transform: &ContextTransform) -> anyhow::Result<Work
     }
     Ok(match trace {
         Trace::Sessions(s) => Workload::Sessions(Arc::from(s)),
-        Trace::Requests { requests, .. } => Workload::Timed(Arc::from(requests), args.rate_scale),
+        Trace::Requests { requests, .. } => {
+            Workload::Timed(Arc::from(requests), args.rate_scale.unwrap_or(1.0))
+        }
     })
 }
 
@@ -230,13 +238,59 @@ fn flag(name: &str, kept: Result<(), String>) -> anyhow::Result<()> {
 /// bounded as X's window and the waiting queue are (a lane past those only waits).
 fn check_load(args: &SimArgs) -> anyhow::Result<()> {
     let lanes = |c: usize| rule::count(c as u64, MAX_ENTRIES);
-    flag("--concurrency", lanes(args.concurrency))?;
+    if let Some(c) = args.concurrency {
+        flag("--concurrency", lanes(c))?;
+    }
     for &c in &args.sweep {
         flag("--sweep", lanes(c))?;
     }
-    let r = args.rate_scale;
-    if !(r.is_finite() && r > 0.0) {
-        bail!("--rate-scale must be a finite number above 0, got {r}");
+    if let Some(r) = args.rate_scale {
+        if !(r.is_finite() && r > 0.0) {
+            bail!("--rate-scale must be a finite number above 0, got {r}");
+        }
+    }
+    Ok(())
+}
+
+/// The flags that shape closed-loop lanes, where given: an open-loop load has no lanes.
+fn lane_flags(args: &SimArgs) -> Option<&'static str> {
+    if args.concurrency.is_some() {
+        Some("--concurrency")
+    } else if !args.sweep.is_empty() {
+        Some("--sweep")
+    } else if args.idle_cap.is_some() {
+        Some("--idle-cap")
+    } else {
+        None
+    }
+}
+
+/// Refuses the flags a trace's loop would ignore: lanes on Mooncake and Azure traces
+/// (replayed open loop by their timestamps), a rate scale on Weka sessions (closed loop).
+fn check_flags_fit(args: &SimArgs, format: TraceFormat) -> anyhow::Result<()> {
+    match format {
+        TraceFormat::Weka => {
+            if args.rate_scale.is_some() {
+                bail!(
+                    "--rate-scale scales the timestamps of Mooncake and Azure traces; Weka \
+                     and synthetic sessions run in closed-loop lanes (--concurrency sets the \
+                     load)"
+                );
+            }
+        }
+        TraceFormat::Mooncake | TraceFormat::Azure => {
+            if let Some(name) = lane_flags(args) {
+                let trace = match format {
+                    TraceFormat::Azure => "an Azure trace",
+                    _ => "a Mooncake trace",
+                };
+                bail!(
+                    "{name} applies to closed-loop lanes (Weka or synthetic sessions); \
+                     {trace} is replayed open loop by its timestamps (--rate-scale scales \
+                     its arrival rate)"
+                );
+            }
+        }
     }
     Ok(())
 }
@@ -260,6 +314,9 @@ fn svg_path(base: &Path, c: usize, sweep: bool) -> PathBuf {
 
 pub fn run(args: SimArgs) -> anyhow::Result<()> {
     let arms = ArmSpec::parse_list(&args.arms)?;
+    if arms.is_empty() {
+        bail!("--arms names no arm: list one or more, e.g. control,tpot_budget=0.10");
+    }
     check_load(&args)?;
     let transform =
         ContextTransform::new(args.context_scale, args.max_context).map_err(|e| match e {
@@ -272,6 +329,12 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
                 bail!(
                     "--context-scale and --max-context transform traces; a recording holds \
                      the contexts as they were served"
+                );
+            }
+            if let Some(name) = lane_flags(&args) {
+                bail!(
+                    "{name} applies to closed-loop lanes; a replay keeps the recorded arrivals \
+                     (open loop)"
                 );
             }
             Some(load_recording(path).with_context(|| format!("--replay {}", path.display()))?)
@@ -312,7 +375,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
     if recording.is_some() {
         // A recording holds the lengths as served: no preset's output scale applies to them.
         plant.output_scale = 1.0;
-        if args.rate_scale != 1.0 {
+        if args.rate_scale.is_some() {
             bail!("--rate-scale applies to Mooncake and Azure traces; a replay keeps the recorded arrivals");
         }
     }
@@ -368,7 +431,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
     let loads = if open_loop.is_some() {
         vec![0] // open loop: no lanes
     } else if args.sweep.is_empty() {
-        vec![args.concurrency]
+        vec![args.concurrency.unwrap_or(DEFAULT_CONCURRENCY)]
     } else {
         args.sweep.clone()
     };
