@@ -220,3 +220,92 @@ fn lane_flags_on_a_replay_are_refused() {
         );
     }
 }
+
+/// `genslot sim ARGS --json` run to its end: its standard output and the JSON.
+fn ran(args: &[&str]) -> (String, serde_json::Value) {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("out.json");
+    let out = genslot()
+        .args(["sim", "--quiet", "--seeds", "1"])
+        .args(args)
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .expect("run genslot sim");
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    (String::from_utf8_lossy(&out.stdout).into_owned(), v)
+}
+
+/// Output tokens of the one arm over a 100 s run.
+fn output_tokens(v: &serde_json::Value) -> f64 {
+    (v["arms"][0]["output_tps"].as_f64().unwrap() * 100.0).round()
+}
+
+#[test]
+fn the_reference_output_scale_applies_to_an_azure_trace_only_when_asked_and_is_stated() {
+    let (_a, azure) = written(
+        "one.csv",
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:58.2,1523,250\n",
+    );
+    let run = ["--preset", "reference", "--trace", azure.to_str().unwrap()];
+    let shape = ["--duration", "100", "--warmup", "0", "--arms", "control"];
+    let (text, v) = ran(&[&run[..], &shape[..]].concat());
+    assert_eq!(output_tokens(&v), 250.0, "{v}");
+    assert!(
+        text.contains("output scale 1: the preset's 2.6 is fitted to the Weka traces' outputs"),
+        "{text}"
+    );
+    assert!(
+        text.contains("== open loop, preset reference, 1 seeds"),
+        "{text}"
+    );
+    let (text, v) = ran(&[&run[..], &shape[..], &["--output-scale", "2.6"][..]].concat());
+    assert_eq!(output_tokens(&v), 650.0, "{v}");
+    assert!(
+        text.contains("== open loop, preset reference, output scale 2.6, 1 seeds"),
+        "{text}"
+    );
+}
+
+#[test]
+fn the_header_states_the_output_scale_of_the_weka_fitted_preset_on_synthetic_sessions() {
+    let (text, _) = ran(&[
+        "--synthetic-sessions",
+        "20",
+        "--concurrency",
+        "4",
+        "--duration",
+        "30",
+        "--warmup",
+        "0",
+        "--arms",
+        "control",
+    ]);
+    assert!(
+        text.contains("== c4, preset reference, output scale 2.6, 1 seeds"),
+        "{text}"
+    );
+    let (text, _) = ran(&[
+        "--preset",
+        "h200-llama-8b",
+        "--synthetic-sessions",
+        "20",
+        "--concurrency",
+        "4",
+        "--duration",
+        "30",
+        "--warmup",
+        "0",
+        "--arms",
+        "control",
+    ]);
+    assert!(
+        text.contains("== c4, preset h200-llama-8b, 1 seeds"),
+        "{text}"
+    );
+}

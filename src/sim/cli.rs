@@ -88,7 +88,9 @@ pub struct SimArgs {
         default_value = "control,tpot_budget=0.10,target_output_tps=auto"
     )]
     pub arms: String,
-    /// Override the preset's output-length scale (recorded outputs × this).
+    /// Recorded outputs × this. Without it, the preset's scale applies to Weka and synthetic
+    /// sessions (the traces it was fitted to) and 1 to Mooncake and Azure traces and
+    /// recordings. The run's header states any scale but 1.
     #[arg(long)]
     pub output_scale: Option<f64>,
     /// Override the preset's AgentX idle cap on gaps, seconds (inf: no cap).
@@ -130,8 +132,13 @@ pub struct SimArgs {
     pub quiet: bool,
 }
 
-/// The workload, with the context transform applied to a trace or the synthetic sessions.
-fn workload(args: &SimArgs, transform: &ContextTransform) -> anyhow::Result<Workload> {
+/// The workload, with the context transform applied to a trace or the synthetic sessions,
+/// and the trace's format (Weka for the synthetic sessions, which are fitted to the Weka
+/// traces).
+fn workload(
+    args: &SimArgs,
+    transform: &ContextTransform,
+) -> anyhow::Result<(Workload, TraceFormat)> {
     let mut trace = match &args.trace {
         None => Trace::Sessions(
             SyntheticAgentic::new(SynthParams::default()).generate(args.synthetic_sessions, 0x5eed),
@@ -140,7 +147,8 @@ fn workload(args: &SimArgs, transform: &ContextTransform) -> anyhow::Result<Work
             load_trace(path, None).with_context(|| format!("loading trace {}", path.display()))?
         }
     };
-    check_flags_fit(args, trace.format())?;
+    let format = trace.format();
+    check_flags_fit(args, format)?;
     if !transform.is_identity() {
         let before = LengthStats::of(&context_lengths(&trace));
         transform.apply(&mut trace);
@@ -164,12 +172,13 @@ fn workload(args: &SimArgs, transform: &ContextTransform) -> anyhow::Result<Work
             );
         }
     }
-    Ok(match trace {
+    let workload = match trace {
         Trace::Sessions(s) => Workload::Sessions(Arc::from(s)),
         Trace::Requests { requests, .. } => {
             Workload::Timed(Arc::from(requests), args.rate_scale.unwrap_or(1.0))
         }
-    })
+    };
+    Ok((workload, format))
 }
 
 /// The plant (the `model` backend's timing, batch and KV) and the admission settings a
@@ -372,12 +381,8 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         admission.fixed_target = Some(x);
     }
     let mut plant = plant;
-    if recording.is_some() {
-        // A recording holds the lengths as served: no preset's output scale applies to them.
-        plant.output_scale = 1.0;
-        if args.rate_scale.is_some() {
-            bail!("--rate-scale applies to Mooncake and Azure traces; a replay keeps the recorded arrivals");
-        }
+    if recording.is_some() && args.rate_scale.is_some() {
+        bail!("--rate-scale applies to Mooncake and Azure traces; a replay keeps the recorded arrivals");
     }
     if let Some(x) = args.output_scale {
         if !(x > 0.0 && x.is_finite()) {
@@ -406,7 +411,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
             *field = x;
         }
     }
-    let workload = match &recording {
+    let (workload, format) = match &recording {
         Some(r) => {
             println!(
                 "replaying {}: {} recorded requests over {:.1} s, straight to the GEN worker",
@@ -414,10 +419,29 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
                 r.records.len(),
                 r.span_s()
             );
-            Workload::Recorded(Arc::from(r.timed_requests()))
+            (Workload::Recorded(Arc::from(r.timed_requests())), None)
         }
-        None => workload(&args, &transform)?,
+        None => workload(&args, &transform).map(|(w, format)| (w, Some(format)))?,
     };
+    // A preset's output scale is fitted to the Weka traces' outputs (the synthetic sessions
+    // are fitted to them too): it applies to them alone unless --output-scale is given. A
+    // recording holds the lengths as served; Mooncake and Azure traces their own.
+    let lengths_of = match format {
+        Some(TraceFormat::Weka) => None,
+        Some(TraceFormat::Mooncake) => Some("a Mooncake trace"),
+        Some(TraceFormat::Azure) => Some("an Azure trace"),
+        None => Some("a recording"),
+    };
+    if let (Some(what), None) = (lengths_of, args.output_scale) {
+        if plant.output_scale != 1.0 {
+            println!(
+                "output scale 1: the preset's {} is fitted to the Weka traces' outputs, not \
+                 {what}'s (--output-scale sets one)",
+                plant.output_scale
+            );
+            plant.output_scale = 1.0;
+        }
+    }
     let threads = args
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
@@ -464,8 +488,13 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
             ),
         };
         let load = open_loop.map_or_else(|| format!("c{c}"), str::to_string);
+        let outputs = if plant.output_scale == 1.0 {
+            String::new()
+        } else {
+            format!(", output scale {}", plant.output_scale)
+        };
         println!(
-            "\n== {load}, preset {}, {} seeds x {} s (first {} s unmeasured){queue}{} ==",
+            "\n== {load}, preset {}{outputs}, {} seeds x {} s (first {} s unmeasured){queue}{} ==",
             r.preset,
             r.seeds,
             seconds(r.duration_s),
