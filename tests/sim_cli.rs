@@ -309,3 +309,63 @@ fn the_header_states_the_output_scale_of_the_weka_fitted_preset_on_synthetic_ses
         "{text}"
     );
 }
+
+#[test]
+fn a_trace_that_cannot_be_read_is_named_with_the_flag_and_its_cause_once() {
+    let err = refused(&["--trace", "no-such-trace.jsonl"]);
+    assert!(err.contains("--trace: no-such-trace.jsonl: "), "{err}");
+    assert_eq!(err.matches("(os error 2)").count(), 1, "{err}");
+    assert_eq!(err.matches("no-such-trace.jsonl").count(), 1, "{err}");
+    let err = refused(&["--replay", "no-such-recording.jsonl"]);
+    assert!(err.contains("--replay: no-such-recording.jsonl: "), "{err}");
+    assert_eq!(err.matches("(os error 2)").count(), 1, "{err}");
+}
+
+#[test]
+fn an_empty_trace_has_no_requests_and_an_unknown_one_names_its_line_and_the_format_flag() {
+    let (_e, empty) = written("empty.jsonl", "\n  \n");
+    let err = refused(&["--trace", empty.to_str().unwrap()]);
+    assert!(
+        err.contains("empty.jsonl: no requests in the trace"),
+        "{err}"
+    );
+    let (_u, odd) = written("odd.csv", "hello,world\n");
+    let err = refused(&["--trace", odd.to_str().unwrap()]);
+    assert!(
+        err.contains("odd.csv:1: cannot tell the trace format from `hello,world`"),
+        "{err}"
+    );
+    assert!(err.contains("--trace-format names it"), "{err}");
+}
+
+#[test]
+fn a_named_trace_format_is_read_by_that_formats_reader() {
+    let (_m, mooncake) = written("mc.jsonl", MOONCAKE);
+    let err = refused(&[
+        "--trace",
+        mooncake.to_str().unwrap(),
+        "--trace-format",
+        "azure",
+    ]);
+    assert!(
+        err.contains("mc.jsonl:1: header lacks column `timestamp`"),
+        "{err}"
+    );
+    let (_a, azure) = written("requests.txt", AZURE);
+    let (text, v) = ran(&[
+        "--trace",
+        azure.to_str().unwrap(),
+        "--trace-format",
+        "azure",
+        "--duration",
+        "100",
+        "--warmup",
+        "0",
+        "--arms",
+        "control",
+    ]);
+    assert!(text.contains("== open loop"), "{text}");
+    assert_eq!(v["arms"][0]["requests"], 2, "{v}");
+    let err = refused(&["--trace-format", "mooncake"]);
+    assert!(err.contains("--trace <TRACE>"), "{err}");
+}

@@ -14,7 +14,7 @@ use crate::policy::admission::AdmissionParams;
 use crate::workload::context::context_lengths;
 use crate::workload::{
     load_recording, load_trace, ContextTransform, LengthStats, Recording, SynthParams,
-    SyntheticAgentic, Trace, TraceFormat, TransformError,
+    SyntheticAgentic, Trace, TraceFormat, TransformError, WorkloadError,
 };
 
 /// Closed-loop lanes without --concurrency (the reference's load).
@@ -44,6 +44,10 @@ pub struct SimArgs {
     /// Without it, a synthetic agentic workload fitted to the Weka traces is used.
     #[arg(long)]
     pub trace: Option<PathBuf>,
+    /// The --trace file's format: auto tells it from the content (a directory is Weka);
+    /// naming it has the format's reader say what a file lacks.
+    #[arg(long, value_enum, default_value_t = TraceFormatArg::Auto, requires = "trace")]
+    pub trace_format: TraceFormatArg,
     /// Replay a served run recorded with `genslot serve --record FILE`: its arrivals, open
     /// loop, straight to the GEN worker, under every arm. Prints the served run's own
     /// TTFT and TPOT beside the simulated control. Defaults with it: one seed (the arrivals
@@ -132,6 +136,26 @@ pub struct SimArgs {
     pub quiet: bool,
 }
 
+/// `--trace-format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum TraceFormatArg {
+    Auto,
+    Weka,
+    Mooncake,
+    Azure,
+}
+
+impl TraceFormatArg {
+    fn format(self) -> Option<TraceFormat> {
+        match self {
+            Self::Auto => None,
+            Self::Weka => Some(TraceFormat::Weka),
+            Self::Mooncake => Some(TraceFormat::Mooncake),
+            Self::Azure => Some(TraceFormat::Azure),
+        }
+    }
+}
+
 /// The workload, with the context transform applied to a trace or the synthetic sessions,
 /// and the trace's format (Weka for the synthetic sessions, which are fitted to the Weka
 /// traces).
@@ -143,9 +167,13 @@ fn workload(
         None => Trace::Sessions(
             SyntheticAgentic::new(SynthParams::default()).generate(args.synthetic_sessions, 0x5eed),
         ),
-        Some(path) => {
-            load_trace(path, None).with_context(|| format!("loading trace {}", path.display()))?
-        }
+        // The loader's errors name the file (and the line): the context names the flag.
+        Some(path) => load_trace(path, args.trace_format.format()).map_err(|e| match e {
+            WorkloadError::UnknownFormat { .. } => {
+                anyhow::anyhow!("--trace: {e}; --trace-format names it")
+            }
+            e => anyhow::Error::from(e).context("--trace"),
+        })?,
     };
     let format = trace.format();
     check_flags_fit(args, format)?;
@@ -346,7 +374,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
                      (open loop)"
                 );
             }
-            Some(load_recording(path).with_context(|| format!("--replay {}", path.display()))?)
+            Some(load_recording(path).context("--replay")?)
         }
         None => None,
     };
