@@ -230,3 +230,133 @@ fn missing_files_and_unknown_formats_are_errors_not_panics() {
         Err(WorkloadError::Empty { .. })
     ));
 }
+
+/// The text of `name` written into a fresh directory, and its path.
+fn written(name: &str, text: &[u8]) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(name);
+    std::fs::write(&path, text).unwrap();
+    (dir, path)
+}
+
+/// The error as `genslot` prints it: the message and every cause in its chain.
+fn printed(e: WorkloadError) -> String {
+    format!("{:#}", anyhow::Error::from(e))
+}
+
+#[test]
+fn a_bad_mooncake_value_names_the_files_line_and_the_column_within_it_only() {
+    let msg = error_of(load_mooncake(&fixture("mooncake_bad.jsonl")));
+    assert!(
+        msg.starts_with(&format!("{}:3: ", fixture("mooncake_bad.jsonl").display())),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("expected u32") || msg.contains("expected u64"),
+        "{msg}"
+    );
+    assert!(msg.ends_with("(column 42)"), "{msg}");
+    assert!(!msg.contains("line 1"), "{msg}");
+}
+
+#[test]
+fn bad_weka_json_names_the_line_its_object_breaks_on_and_the_column_once() {
+    let (_dir, path) = written("w.jsonl", b"{\"id\": \"a\", \"requests\": []}\n{\"id\": \n");
+    let msg = error_of(load_trace(&path, None));
+    assert!(
+        msg.ends_with("w.jsonl:2: bad Weka JSON: EOF while parsing a value"),
+        "{msg}"
+    );
+    let (_dir, path) = written(
+        "w.jsonl",
+        b"{\"id\": \"a\", \"requests\": []}\n{\"id\": ]\n",
+    );
+    let msg = error_of(load_trace(&path, None));
+    assert!(msg.contains("w.jsonl:2: bad Weka JSON: "), "{msg}");
+    assert!(msg.ends_with("(column 8)"), "{msg}");
+    assert!(!msg.contains(" at line "), "{msg}");
+}
+
+#[test]
+fn a_missing_file_prints_its_cause_once() {
+    let e = load_trace(Path::new("no-such-trace.jsonl"), None).unwrap_err();
+    let msg = printed(e);
+    assert!(msg.starts_with("no-such-trace.jsonl: "), "{msg}");
+    assert_eq!(msg.matches("(os error 2)").count(), 1, "{msg}");
+}
+
+#[test]
+fn a_broken_gzip_stream_is_named_and_its_cause_printed_once() {
+    let mut gz = Vec::new();
+    {
+        use std::io::Write as _;
+        let mut enc = flate2::write::GzEncoder::new(&mut gz, flate2::Compression::default());
+        enc.write_all(b"{\"timestamp\": 0, \"input_length\": 1, \"output_length\": 1}\n")
+            .unwrap();
+        enc.finish().unwrap();
+    }
+    gz.truncate(gz.len() / 2);
+    let (_dir, path) = written("cut.jsonl.gz", &gz);
+    let msg = printed(load_trace(&path, None).unwrap_err());
+    assert!(msg.contains("cut.jsonl.gz: bad gzip stream: "), "{msg}");
+    let cause = msg.rsplit(": ").next().unwrap();
+    assert_eq!(msg.matches(cause).count(), 1, "{msg}");
+}
+
+#[test]
+fn an_empty_or_blank_trace_has_no_requests_whatever_its_format() {
+    for text in ["", "\n\n  \n"] {
+        let (_dir, path) = written("t.jsonl", text.as_bytes());
+        let e = load_trace(&path, None).unwrap_err();
+        assert!(matches!(e, WorkloadError::Empty { .. }), "{text:?}: {e}");
+        assert!(e.to_string().ends_with("no requests in the trace"), "{e}");
+    }
+}
+
+#[test]
+fn a_trace_of_no_known_format_names_its_first_line_and_every_format_tried() {
+    let (_dir, path) = written("odd.csv", b"\n\nhello,world\nmore\n");
+    let msg = error_of(load_trace(&path, None));
+    assert!(msg.contains("odd.csv:3: "), "{msg}");
+    assert!(msg.contains("`hello,world`"), "{msg}");
+    for format in ["Weka", "Mooncake", "Azure"] {
+        assert!(msg.contains(format), "{msg}");
+    }
+}
+
+#[test]
+fn a_mooncake_line_without_timestamp_first_is_read_as_mooncake_and_named() {
+    let (_dir, path) = written(
+        "mc.jsonl",
+        b"{\"input_length\": 10, \"output_length\": 5, \"hash_ids\": [0]}\n\
+          {\"timestamp\": 1200, \"input_length\": 10, \"output_length\": 5}\n",
+    );
+    let msg = error_of(load_trace(&path, None));
+    assert!(
+        msg.ends_with("mc.jsonl:1: missing field `timestamp`"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn an_azure_header_missing_a_column_is_read_as_azure_and_names_the_column() {
+    let (_dir, path) = written(
+        "az.csv",
+        b"TIMESTAMP,ContextTokens\n2023-11-16 18:15:46,374\n",
+    );
+    let msg = error_of(load_trace(&path, None));
+    assert!(
+        msg.ends_with("az.csv:1: header lacks column `generatedtokens`"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn a_directory_named_as_one_file_format_is_refused_as_such() {
+    let dir = tempfile::tempdir().unwrap();
+    let msg = error_of(load_trace(dir.path(), Some(TraceFormat::Mooncake)));
+    assert!(
+        msg.contains("a directory is read as Weka trace files"),
+        "{msg}"
+    );
+}

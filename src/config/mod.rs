@@ -9,6 +9,7 @@ mod effect;
 mod error;
 pub mod host;
 pub mod locate;
+pub mod rule;
 mod schema;
 mod validate;
 
@@ -18,7 +19,7 @@ pub use locate::{KeyLocations, Position};
 pub use schema::*;
 pub use validate::{
     MAX_BODY_BYTES, MAX_CONNECTIONS, MAX_CONTEXT_TOKENS, MAX_ENTRIES, MAX_KV_PAGES,
-    MAX_PASS_TOKENS, MAX_ROWS, MAX_SECONDS,
+    MAX_PASS_TOKENS, MAX_ROWS, MAX_SECONDS, MAX_TIMING_UNIT,
 };
 
 use serde_saphyr::MessageFormatter;

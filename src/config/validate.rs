@@ -6,6 +6,7 @@
 //! `super::host` adds up what the bounded sizes cost against the machine's memory.
 
 use super::error::Issue;
+use super::rule;
 use super::schema::{Backend, Config, Preemption, MAX_DRAFT_LEN, MODEL_SHAPES};
 
 /// Most batch rows and admission slots. Every slot is an entry of an index pool and a row of
@@ -110,16 +111,12 @@ pub(crate) fn preemption_mode(cfg: &Config) -> Result<Preemption, Issue> {
              (or neither, to leave preemption off)",
         )
         .with_related(TARGET_TPS)),
-        (Some(b), None) if b.is_finite() && b > 0.0 && b <= 1.0 => Ok(Preemption::TpotBudget(b)),
-        (Some(b), None) => Err(Issue::new(
-            TPOT_BUDGET,
-            format!("must be in (0, 1] (a relative TPOT inflation, 0.10 = 10%), got {b}"),
-        )),
-        (None, Some(t)) if t.is_finite() && t > 0.0 => Ok(Preemption::TargetOutputTps(t)),
-        (None, Some(t)) => Err(Issue::new(
-            TARGET_TPS,
-            format!("must be a finite rate above 0 tokens/s, got {t}"),
-        )),
+        (Some(b), None) => rule::tpot_budget(b)
+            .map(|()| Preemption::TpotBudget(b))
+            .map_err(|why| Issue::new(TPOT_BUDGET, why)),
+        (None, Some(t)) => rule::target_output_tps(t)
+            .map(|()| Preemption::TargetOutputTps(t))
+            .map_err(|why| Issue::new(TARGET_TPS, why)),
     }
 }
 
@@ -138,30 +135,22 @@ fn at_least_one(out: &mut Vec<Issue>, field: &str, v: u64) {
 
 /// 1 ≤ v ≤ max.
 fn in_range(out: &mut Vec<Issue>, field: &str, v: u64, max: u64) {
-    if v < 1 {
-        out.push(Issue::new(field, format!("must be at least 1, got {v}")));
-    } else if v > max {
-        out.push(Issue::new(field, format!("must be at most {max}, got {v}")));
-    }
+    check(out, field, rule::count(v, max));
 }
 
 /// A finite number in [min, max].
 fn finite_within(out: &mut Vec<Issue>, field: &str, v: f64, min: f64, max: f64) {
-    if !(v.is_finite() && v >= min && v <= max) {
-        out.push(Issue::new(
-            field,
-            format!("must be a finite number in [{min}, {max}], got {v}"),
-        ));
-    }
+    check(out, field, rule::finite_within(v, min, max));
 }
 
 /// A duration in seconds: finite, above 0, at most [`MAX_SECONDS`].
 fn seconds(out: &mut Vec<Issue>, field: &str, v: f64) {
-    if !(v.is_finite() && v > 0.0 && v <= MAX_SECONDS) {
-        out.push(Issue::new(
-            field,
-            format!("must be a number of seconds in (0, {MAX_SECONDS}], got {v}"),
-        ));
+    check(out, field, rule::seconds(v));
+}
+
+fn check(out: &mut Vec<Issue>, field: &str, kept: Result<(), String>) {
+    if let Err(why) = kept {
+        out.push(Issue::new(field, why));
     }
 }
 

@@ -1,10 +1,12 @@
 //! Arms of a simulation: `control`, `tpot_budget=0.10`, `target_output_tps=auto`,
 //! `max_batch_size=144`, and combinations joined by `+`
 //! (e.g. `tpot_budget=0.10+order=edf`, `tpot_budget=0.10+victim=newest_resident`,
-//! `tpot_budget=0.10+g0=0.25`: where the window gain g starts).
+//! `tpot_budget=0.10+g0=0.25`: where the window gain g starts). A value is refused by the
+//! rule the config applies to the same setting (`crate::config::rule`), naming the arm.
 
 use serde::Serialize;
 
+use crate::config::{rule, MAX_ROWS};
 use crate::policy::names;
 use crate::policy::preemption::controller::{G_MAX, G_MIN};
 use crate::policy::preemption::victim::VictimKey;
@@ -80,16 +82,18 @@ impl ArmSpec {
                 v.parse::<f64>()
                     .map_err(|_| err(format!("`{v}` is not a number")))
             };
-            let int = |v: &str| {
-                v.parse::<u32>()
-                    .map_err(|_| err(format!("`{v}` is not a whole number")))
+            // A size as the config bounds it (`max_batch_size`, `max_num_active_requests`).
+            let rows = |v: &str| {
+                let n = v
+                    .parse::<u64>()
+                    .map_err(|_| err(format!("`{v}` is not a whole number")))?;
+                rule::count(n, MAX_ROWS).map_err(|why| err(format!("{k} {why}")))?;
+                u32::try_from(n).map_err(|_| err(format!("{k} {n} does not fit")))
             };
             match k {
                 "tpot_budget" => {
                     let b = num(v)?;
-                    if !(b > 0.0 && b <= 1.0) {
-                        return Err(err("tpot_budget must be in (0, 1]".into()));
-                    }
+                    rule::tpot_budget(b).map_err(|why| err(format!("tpot_budget {why}")))?;
                     if arm.mode != ModeSpec::Off {
                         return Err(err(
                             "tpot_budget and target_output_tps are mutually exclusive".into(),
@@ -107,21 +111,18 @@ impl ArmSpec {
                         ModeSpec::TargetOutputTps(None)
                     } else {
                         let t = num(v)?;
-                        if t.is_nan() || t <= 0.0 {
-                            return Err(err("target_output_tps must be > 0".into()));
-                        }
+                        rule::target_output_tps(t)
+                            .map_err(|why| err(format!("target_output_tps {why}")))?;
                         ModeSpec::TargetOutputTps(Some(t))
                     };
                 }
-                "max_batch_size" => arm.max_batch_size = Some(int(v)?.max(1)),
-                "max_num_active_requests" => arm.max_active = Some(int(v)?.max(1)),
+                "max_batch_size" => arm.max_batch_size = Some(rows(v)?),
+                "max_num_active_requests" => arm.max_active = Some(rows(v)?),
                 "order" => arm.order = Some(rule::<AdmissionPolicy>("order", v).map_err(err)?),
                 "victim" => arm.victim = Some(rule::<VictimKey>("victim", v).map_err(err)?),
                 "g0" => {
                     let g = num(v)?;
-                    if !(G_MIN..=G_MAX).contains(&g) {
-                        return Err(err(format!("g0 must be in [{G_MIN}, {G_MAX}]")));
-                    }
+                    rule::finite_within(g, G_MIN, G_MAX).map_err(|why| err(format!("g0 {why}")))?;
                     arm.g0 = Some(g);
                 }
                 _ => return Err(err(format!("unknown key `{k}`"))),
@@ -213,6 +214,69 @@ mod tests {
         for victim in names::all::<VictimKey>() {
             assert!(e.why.contains(&names::name(&victim)), "{}", e.why);
         }
+    }
+
+    #[test]
+    fn an_arms_sizes_and_preemption_settings_keep_the_configs_rules_and_name_the_arm() {
+        for (arm, says) in [
+            (
+                "max_batch_size=0",
+                "max_batch_size must be at least 1, got 0",
+            ),
+            (
+                "max_batch_size=100000",
+                "max_batch_size must be at most 65536, got 100000",
+            ),
+            (
+                "max_batch_size=5000000000",
+                "max_batch_size must be at most 65536, got 5000000000",
+            ),
+            (
+                "max_num_active_requests=0",
+                "max_num_active_requests must be at least 1, got 0",
+            ),
+            ("tpot_budget=0", "tpot_budget must be in (0, 1]"),
+            ("tpot_budget=1.5", "tpot_budget must be in (0, 1]"),
+            ("tpot_budget=NaN", "tpot_budget must be in (0, 1]"),
+            (
+                "target_output_tps=0",
+                "target_output_tps must be a finite rate above 0",
+            ),
+            (
+                "target_output_tps=-3",
+                "target_output_tps must be a finite rate above 0",
+            ),
+            (
+                "target_output_tps=inf",
+                "target_output_tps must be a finite rate above 0",
+            ),
+            (
+                "tpot_budget=0.1+g0=0.2",
+                "g0 must be a finite number in [0.25, 2], got 0.2",
+            ),
+            (
+                "tpot_budget=0.1+g0=NaN",
+                "g0 must be a finite number in [0.25, 2]",
+            ),
+        ] {
+            let e = ArmSpec::parse(arm).unwrap_err();
+            assert_eq!(e.arm, arm);
+            assert!(e.why.starts_with(says), "{arm}: {}", e.why);
+            assert!(
+                e.to_string().starts_with(&format!("bad arm `{arm}`: ")),
+                "{e}"
+            );
+        }
+        assert_eq!(
+            ArmSpec::parse("max_batch_size=65536")
+                .unwrap()
+                .max_batch_size,
+            Some(65536)
+        );
+        assert_eq!(
+            ArmSpec::parse("tpot_budget=1").unwrap().mode,
+            ModeSpec::TpotBudget(1.0)
+        );
     }
 
     #[test]

@@ -9,13 +9,16 @@ use super::arm::ArmSpec;
 use super::engine::{RunSpec, Workload};
 use super::plant::Plant;
 use super::{presets, report, run_experiment, served, svg, timeline, Experiment, ExperimentResult};
-use crate::config::Config;
+use crate::config::{rule, Config, MAX_ENTRIES, MAX_SECONDS, MAX_TIMING_UNIT};
 use crate::policy::admission::AdmissionParams;
 use crate::workload::context::context_lengths;
 use crate::workload::{
     load_recording, load_trace, ContextTransform, LengthStats, Recording, SynthParams,
-    SyntheticAgentic, Trace,
+    SyntheticAgentic, Trace, TraceFormat, TransformError, WorkloadError,
 };
+
+/// Closed-loop lanes without --concurrency (the reference's load).
+const DEFAULT_CONCURRENCY: usize = 220;
 
 /// `--json` of a replay: the served run's summary beside the experiment's fields.
 #[derive(serde::Serialize)]
@@ -26,6 +29,8 @@ struct ReplayJson<'a> {
 }
 
 #[derive(Debug, Clone, clap::Args)]
+// A negative number is a value (refused by its flag's rule), not a flag.
+#[command(allow_negative_numbers = true)]
 pub struct SimArgs {
     /// Plant preset: reference (calibrated to the reference's GPU control), h200-llama-8b (fitted
     /// to the cuda backend on the H200 machine) or default
@@ -39,6 +44,10 @@ pub struct SimArgs {
     /// Without it, a synthetic agentic workload fitted to the Weka traces is used.
     #[arg(long)]
     pub trace: Option<PathBuf>,
+    /// The --trace file's format: auto tells it from the content (a directory is Weka);
+    /// naming it has the format's reader say what a file lacks.
+    #[arg(long, value_enum, default_value_t = TraceFormatArg::Auto, requires = "trace")]
+    pub trace_format: TraceFormatArg,
     /// Replay a served run recorded with `genslot serve --record FILE`: its arrivals, open
     /// loop, straight to the GEN worker, under every arm. Prints the served run's own
     /// TTFT and TPOT beside the simulated control. Defaults with it: one seed (the arrivals
@@ -52,22 +61,26 @@ pub struct SimArgs {
     /// Cut every prompt to its first N tokens (after --context-scale).
     #[arg(long, value_name = "N")]
     pub max_context: Option<u32>,
-    /// Sessions of the synthetic workload.
-    #[arg(long, default_value_t = 2000)]
+    /// Sessions of the synthetic workload (without --trace or --replay).
+    #[arg(long, default_value_t = 2000, conflicts_with_all = ["trace", "replay"])]
     pub synthetic_sessions: usize,
-    /// Closed-loop lanes (AgentX concurrency).
-    #[arg(long, default_value_t = 220)]
-    pub concurrency: usize,
-    /// Run the same arms at these concurrencies (comma-separated), e.g. 130,160,190,220,250.
-    #[arg(long, value_delimiter = ',')]
+    /// Closed-loop lanes (AgentX concurrency), 1 to 1,048,576 [default: 220]. Weka and
+    /// synthetic sessions only: Mooncake and Azure traces and --replay run open loop.
+    #[arg(long)]
+    pub concurrency: Option<usize>,
+    /// Run the same arms at these concurrencies (comma-separated), e.g. 130,160,190,220,250,
+    /// instead of one --concurrency.
+    #[arg(long, value_delimiter = ',', conflicts_with = "concurrency")]
     pub sweep: Vec<usize>,
     /// Seeds, paired across arms [default: 16; 1 with --replay].
     #[arg(long)]
     pub seeds: Option<u64>,
-    /// Simulated seconds per run [default: 3600; with --replay, the recording's span].
+    /// Simulated seconds per run, at most 1e6 [default: 3600; with --replay, the recording's
+    /// span].
     #[arg(long)]
     pub duration: Option<f64>,
-    /// Seconds at the start of each run that are not measured [default: 300; 0 with --replay].
+    /// Seconds at the start of each run that are not measured, below --duration
+    /// [default: 300; 0 with --replay].
     #[arg(long)]
     pub warmup: Option<f64>,
     /// Comma-separated arms: control, tpot_budget=B, target_output_tps=T|auto,
@@ -79,10 +92,12 @@ pub struct SimArgs {
         default_value = "control,tpot_budget=0.10,target_output_tps=auto"
     )]
     pub arms: String,
-    /// Override the preset's output-length scale (recorded outputs × this).
+    /// Recorded outputs × this. Without it, the preset's scale applies to Weka and synthetic
+    /// sessions (the traces it was fitted to) and 1 to Mooncake and Azure traces and
+    /// recordings. The run's header states any scale but 1.
     #[arg(long)]
     pub output_scale: Option<f64>,
-    /// Override the preset's AgentX idle cap on gaps, seconds.
+    /// Override the preset's AgentX idle cap on gaps, seconds (inf: no cap).
     #[arg(long)]
     pub idle_cap: Option<f64>,
     /// Override the step model's jump above its jump batch size, ms (with a jump batch).
@@ -102,9 +117,9 @@ pub struct SimArgs {
     /// percentile (an experiment outside SPEC §4.2: the queue with an anchored target).
     #[arg(long)]
     pub fixed_target: Option<f64>,
-    /// Open-loop traces: multiply the arrival rate.
-    #[arg(long, default_value_t = 1.0)]
-    pub rate_scale: f64,
+    /// Mooncake and Azure traces (open loop): multiply the arrival rate [default: 1].
+    #[arg(long)]
+    pub rate_scale: Option<f64>,
     /// Worker threads (seeds run in parallel); default: every core.
     #[arg(long)]
     pub threads: Option<usize>,
@@ -121,16 +136,47 @@ pub struct SimArgs {
     pub quiet: bool,
 }
 
-/// The workload, with the context transform applied to a trace or the synthetic sessions.
-fn workload(args: &SimArgs, transform: &ContextTransform) -> anyhow::Result<Workload> {
+/// `--trace-format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum TraceFormatArg {
+    Auto,
+    Weka,
+    Mooncake,
+    Azure,
+}
+
+impl TraceFormatArg {
+    fn format(self) -> Option<TraceFormat> {
+        match self {
+            Self::Auto => None,
+            Self::Weka => Some(TraceFormat::Weka),
+            Self::Mooncake => Some(TraceFormat::Mooncake),
+            Self::Azure => Some(TraceFormat::Azure),
+        }
+    }
+}
+
+/// The workload, with the context transform applied to a trace or the synthetic sessions,
+/// and the trace's format (Weka for the synthetic sessions, which are fitted to the Weka
+/// traces).
+fn workload(
+    args: &SimArgs,
+    transform: &ContextTransform,
+) -> anyhow::Result<(Workload, TraceFormat)> {
     let mut trace = match &args.trace {
         None => Trace::Sessions(
             SyntheticAgentic::new(SynthParams::default()).generate(args.synthetic_sessions, 0x5eed),
         ),
-        Some(path) => {
-            load_trace(path, None).with_context(|| format!("loading trace {}", path.display()))?
-        }
+        // The loader's errors name the file (and the line): the context names the flag.
+        Some(path) => load_trace(path, args.trace_format.format()).map_err(|e| match e {
+            WorkloadError::UnknownFormat { .. } => {
+                anyhow::anyhow!("--trace: {e}; --trace-format names it")
+            }
+            e => anyhow::Error::from(e).context("--trace"),
+        })?,
     };
+    let format = trace.format();
+    check_flags_fit(args, format)?;
     if !transform.is_identity() {
         let before = LengthStats::of(&context_lengths(&trace));
         transform.apply(&mut trace);
@@ -154,10 +200,13 @@ fn workload(args: &SimArgs, transform: &ContextTransform) -> anyhow::Result<Work
             );
         }
     }
-    Ok(match trace {
+    let workload = match trace {
         Trace::Sessions(s) => Workload::Sessions(Arc::from(s)),
-        Trace::Requests { requests, .. } => Workload::Timed(Arc::from(requests), args.rate_scale),
-    })
+        Trace::Requests { requests, .. } => {
+            Workload::Timed(Arc::from(requests), args.rate_scale.unwrap_or(1.0))
+        }
+    };
+    Ok((workload, format))
 }
 
 /// The plant (the `model` backend's timing, batch and KV) and the admission settings a
@@ -183,6 +232,12 @@ pub fn from_config(c: &Config) -> (Plant, AdmissionParams) {
 
 /// Run length, warm-up and seeds: the flags, else the defaults (a recording's own span).
 fn run_shape(args: &SimArgs, recording: Option<&Recording>) -> anyhow::Result<(f64, f64, u64)> {
+    if let Some(d) = args.duration {
+        flag("--duration", rule::seconds(d))?;
+    }
+    if let Some(w) = args.warmup {
+        flag("--warmup", rule::finite_within(w, 0.0, MAX_SECONDS))?;
+    }
     let (duration, warmup, seeds) = match recording {
         // Just past the last arrival, so every recorded request is measured.
         Some(r) => (
@@ -199,10 +254,82 @@ fn run_shape(args: &SimArgs, recording: Option<&Recording>) -> anyhow::Result<(f
     if seeds == 0 {
         bail!("--seeds must be at least 1");
     }
+    if args.duration.is_none() && rule::seconds(duration).is_err() {
+        bail!(
+            "the recording spans {duration} s, beyond the {MAX_SECONDS} s a run may last: \
+             set --duration"
+        );
+    }
     if !(duration > warmup && warmup >= 0.0) {
         bail!("--duration ({duration}) must exceed --warmup ({warmup})");
     }
     Ok((duration, warmup, seeds))
+}
+
+/// A flag's value against its rule: the error names the flag.
+fn flag(name: &str, kept: Result<(), String>) -> anyhow::Result<()> {
+    kept.map_err(|why| anyhow::anyhow!("{name} {why}"))
+}
+
+/// The load flags' values, each by its rule; the error names the flag. A concurrency is
+/// bounded as X's window and the waiting queue are (a lane past those only waits).
+fn check_load(args: &SimArgs) -> anyhow::Result<()> {
+    let lanes = |c: usize| rule::count(c as u64, MAX_ENTRIES);
+    if let Some(c) = args.concurrency {
+        flag("--concurrency", lanes(c))?;
+    }
+    for &c in &args.sweep {
+        flag("--sweep", lanes(c))?;
+    }
+    if let Some(r) = args.rate_scale {
+        if !(r.is_finite() && r > 0.0) {
+            bail!("--rate-scale must be a finite number above 0, got {r}");
+        }
+    }
+    Ok(())
+}
+
+/// The flags that shape closed-loop lanes, where given: an open-loop load has no lanes.
+fn lane_flags(args: &SimArgs) -> Option<&'static str> {
+    if args.concurrency.is_some() {
+        Some("--concurrency")
+    } else if !args.sweep.is_empty() {
+        Some("--sweep")
+    } else if args.idle_cap.is_some() {
+        Some("--idle-cap")
+    } else {
+        None
+    }
+}
+
+/// Refuses the flags a trace's loop would ignore: lanes on Mooncake and Azure traces
+/// (replayed open loop by their timestamps), a rate scale on Weka sessions (closed loop).
+fn check_flags_fit(args: &SimArgs, format: TraceFormat) -> anyhow::Result<()> {
+    match format {
+        TraceFormat::Weka => {
+            if args.rate_scale.is_some() {
+                bail!(
+                    "--rate-scale scales the timestamps of Mooncake and Azure traces; Weka \
+                     and synthetic sessions run in closed-loop lanes (--concurrency sets the \
+                     load)"
+                );
+            }
+        }
+        TraceFormat::Mooncake | TraceFormat::Azure => {
+            if let Some(name) = lane_flags(args) {
+                let trace = match format {
+                    TraceFormat::Azure => "an Azure trace",
+                    _ => "a Mooncake trace",
+                };
+                bail!(
+                    "{name} applies to closed-loop lanes (Weka or synthetic sessions); \
+                     {trace} is replayed open loop by its timestamps (--rate-scale scales \
+                     its arrival rate)"
+                );
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Whole seconds as they are, others to the millisecond.
@@ -224,8 +351,15 @@ fn svg_path(base: &Path, c: usize, sweep: bool) -> PathBuf {
 
 pub fn run(args: SimArgs) -> anyhow::Result<()> {
     let arms = ArmSpec::parse_list(&args.arms)?;
-    let transform = ContextTransform::new(args.context_scale, args.max_context)
-        .map_err(|e| anyhow::anyhow!("--context-scale / --max-context: {e}"))?;
+    if arms.is_empty() {
+        bail!("--arms names no arm: list one or more, e.g. control,tpot_budget=0.10");
+    }
+    check_load(&args)?;
+    let transform =
+        ContextTransform::new(args.context_scale, args.max_context).map_err(|e| match e {
+            TransformError::Scale(_) => anyhow::anyhow!("--context-scale: {e}"),
+            TransformError::MaxContext => anyhow::anyhow!("--max-context: {e}"),
+        })?;
     let recording = match &args.replay {
         Some(path) => {
             if !transform.is_identity() {
@@ -234,7 +368,13 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
                      the contexts as they were served"
                 );
             }
-            Some(load_recording(path).with_context(|| format!("--replay {}", path.display()))?)
+            if let Some(name) = lane_flags(&args) {
+                bail!(
+                    "{name} applies to closed-loop lanes; a replay keeps the recorded arrivals \
+                     (open loop)"
+                );
+            }
+            Some(load_recording(path).context("--replay")?)
         }
         None => None,
     };
@@ -254,9 +394,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
     };
     let mut admission = admission;
     if let Some(w) = args.target_window {
-        if w == 0 {
-            bail!("--target-window must be at least 1");
-        }
+        flag("--target-window", rule::count(w as u64, MAX_ENTRIES))?;
         admission.target_window = w;
         admission.min_samples = admission.min_samples.min(w);
     }
@@ -267,32 +405,27 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         admission.ttft_percentile = q;
     }
     if let Some(x) = args.fixed_target {
-        if !(x.is_finite() && x > 0.0) {
-            bail!("--fixed-target must be a positive number of seconds");
-        }
+        flag("--fixed-target", rule::seconds(x))?;
         admission.fixed_target = Some(x);
     }
     let mut plant = plant;
-    if recording.is_some() {
-        // A recording holds the lengths as served: no preset's output scale applies to them.
-        plant.output_scale = 1.0;
-        if args.rate_scale != 1.0 {
-            bail!("--rate-scale applies to Mooncake and Azure traces; a replay keeps the recorded arrivals");
-        }
+    if recording.is_some() && args.rate_scale.is_some() {
+        bail!("--rate-scale applies to Mooncake and Azure traces; a replay keeps the recorded arrivals");
     }
     if let Some(x) = args.output_scale {
         if !(x > 0.0 && x.is_finite()) {
-            bail!("--output-scale must be > 0");
+            bail!("--output-scale must be a finite number above 0, got {x}");
         }
         plant.output_scale = x;
     }
     if let Some(x) = args.idle_cap {
+        // Infinity is no cap: the run's duration still ends it.
         if x.is_nan() || x < 0.0 {
-            bail!("--idle-cap must be >= 0");
+            bail!("--idle-cap must be >= 0 (inf for no cap), got {x}");
         }
         plant.idle_cap_s = x;
     }
-    for (flag, value, field) in [
+    for (name, value, field) in [
         ("--jump-ms", args.jump_ms, &mut plant.step.jump_ms),
         (
             "--per-request-above-ms",
@@ -301,13 +434,12 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         ),
     ] {
         if let Some(x) = value {
-            if !(x.is_finite() && x >= 0.0) {
-                bail!("{flag} must be >= 0");
-            }
+            // As the config bounds its timing fields.
+            flag(name, rule::finite_within(x, 0.0, MAX_TIMING_UNIT))?;
             *field = x;
         }
     }
-    let workload = match &recording {
+    let (workload, format) = match &recording {
         Some(r) => {
             println!(
                 "replaying {}: {} recorded requests over {:.1} s, straight to the GEN worker",
@@ -315,10 +447,29 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
                 r.records.len(),
                 r.span_s()
             );
-            Workload::Recorded(Arc::from(r.timed_requests()))
+            (Workload::Recorded(Arc::from(r.timed_requests())), None)
         }
-        None => workload(&args, &transform)?,
+        None => workload(&args, &transform).map(|(w, format)| (w, Some(format)))?,
     };
+    // A preset's output scale is fitted to the Weka traces' outputs (the synthetic sessions
+    // are fitted to them too): it applies to them alone unless --output-scale is given. A
+    // recording holds the lengths as served; Mooncake and Azure traces their own.
+    let lengths_of = match format {
+        Some(TraceFormat::Weka) => None,
+        Some(TraceFormat::Mooncake) => Some("a Mooncake trace"),
+        Some(TraceFormat::Azure) => Some("an Azure trace"),
+        None => Some("a recording"),
+    };
+    if let (Some(what), None) = (lengths_of, args.output_scale) {
+        if plant.output_scale != 1.0 {
+            println!(
+                "output scale 1: the preset's {} is fitted to the Weka traces' outputs, not \
+                 {what}'s (--output-scale sets one)",
+                plant.output_scale
+            );
+            plant.output_scale = 1.0;
+        }
+    }
     let threads = args
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
@@ -332,7 +483,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
     let loads = if open_loop.is_some() {
         vec![0] // open loop: no lanes
     } else if args.sweep.is_empty() {
-        vec![args.concurrency]
+        vec![args.concurrency.unwrap_or(DEFAULT_CONCURRENCY)]
     } else {
         args.sweep.clone()
     };
@@ -365,8 +516,13 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
             ),
         };
         let load = open_loop.map_or_else(|| format!("c{c}"), str::to_string);
+        let outputs = if plant.output_scale == 1.0 {
+            String::new()
+        } else {
+            format!(", output scale {}", plant.output_scale)
+        };
         println!(
-            "\n== {load}, preset {}, {} seeds x {} s (first {} s unmeasured){queue}{} ==",
+            "\n== {load}, preset {}{outputs}, {} seeds x {} s (first {} s unmeasured){queue}{} ==",
             r.preset,
             r.seeds,
             seconds(r.duration_s),

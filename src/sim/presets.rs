@@ -44,7 +44,10 @@ pub const REFERENCE_CONTEXT_TOKENS: u64 = 128_000;
 /// × 2.6 (the reference's E2E p90 of 68 s at 24 ms TPOT implies outputs about 2.5× the Weka
 /// subset's) and an AgentX idle cap of 15 s, chosen by a scan under the admission queue's
 /// current rules (docs/results.md §1.3) so the control lands at TTFT p50 ≈ 10.4 s, p90 ≈ 13.4 s
-/// and E2E p90 ≈ 67 s on the Weka traces. Start point uniform over 0–100 %.
+/// and E2E p90 ≈ 67 s on the Weka traces. The output scale is fitted to the Weka traces, so
+/// `genslot sim` applies it to them and the synthetic sessions fitted to them, and 1 to
+/// Mooncake and Azure traces and recordings unless `--output-scale` is given. Start point
+/// uniform over 0–100 %.
 pub fn reference() -> Plant {
     Plant {
         name: "reference".into(),

@@ -53,15 +53,16 @@ impl Trace {
     }
 }
 
-/// Loads `path` in `format`, or detects the format from the content when `None`
-/// (a directory is Weka; a JSON object with `input_length` is Mooncake, with `requests`
-/// Weka; a first line containing `TIMESTAMP` is Azure).
+/// Loads `path` in `format`, or detects the format from the content when `None` (a
+/// directory is Weka; a file by [`detect`]'s rules). A file without a non-blank line has no
+/// requests; one that no rule matches is named with its first non-blank line.
 pub fn load_trace(path: &Path, format: Option<TraceFormat>) -> Result<Trace, WorkloadError> {
     if path.is_dir() {
         return match format {
             None | Some(TraceFormat::Weka) => Ok(Trace::Sessions(load_weka(path)?)),
-            Some(_) => Err(WorkloadError::UnknownFormat {
+            Some(format) => Err(WorkloadError::Directory {
                 path: path.to_path_buf(),
+                format,
             }),
         };
     }
@@ -77,25 +78,52 @@ pub fn load_trace(path: &Path, format: Option<TraceFormat>) -> Result<Trace, Wor
         }),
         None => {
             let text = read_text(path)?;
-            match detect(&text) {
-                Some(TraceFormat::Weka) => Ok(Trace::Sessions(parse_weka_str(&text, path)?)),
-                Some(f @ TraceFormat::Mooncake) => Ok(Trace::Requests {
+            match sniff(&text, path)? {
+                TraceFormat::Weka => Ok(Trace::Sessions(parse_weka_str(&text, path)?)),
+                f @ TraceFormat::Mooncake => Ok(Trace::Requests {
                     format: f,
                     requests: parse_mooncake_str(&text, path)?,
                 }),
-                Some(f @ TraceFormat::Azure) => Ok(Trace::Requests {
+                f @ TraceFormat::Azure => Ok(Trace::Requests {
                     format: f,
                     requests: parse_azure_str(&text, path)?,
-                }),
-                None => Err(WorkloadError::UnknownFormat {
-                    path: path.to_path_buf(),
                 }),
             }
         }
     }
 }
 
-/// Guesses the format from the text's start.
+/// The format [`detect`] finds, or why there is none: a text without a non-blank line has no
+/// requests; any other names its first non-blank line and what it holds.
+fn sniff(text: &str, path: &Path) -> Result<TraceFormat, WorkloadError> {
+    if let Some(format) = detect(text) {
+        return Ok(format);
+    }
+    let Some((i, first)) = text.lines().enumerate().find(|(_, l)| !l.trim().is_empty()) else {
+        return Err(WorkloadError::Empty {
+            path: path.to_path_buf(),
+        });
+    };
+    Err(WorkloadError::UnknownFormat {
+        path: path.to_path_buf(),
+        line: i + 1,
+        seen: excerpt(first.trim(), 80),
+    })
+}
+
+/// The first `max` characters of `s`, with `…` when cut.
+fn excerpt(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        Some((end, _)) => format!("{}…", &s[..end]),
+        None => s.to_string(),
+    }
+}
+
+/// Guesses the format from the text's start: a JSON object whose first line has
+/// `timestamp` and `input_length` is Mooncake; one with `requests` (within the first 64 KiB)
+/// is Weka; another whose first line has any Mooncake field is Mooncake (whose reader then
+/// names the one missing). A first line naming any Azure column (`TIMESTAMP`,
+/// `ContextTokens`, `GeneratedTokens`) is an Azure header (whose reader names a missing one).
 pub fn detect(text: &str) -> Option<TraceFormat> {
     let body = text.trim_start();
     if body.starts_with('{') {
@@ -111,10 +139,19 @@ pub fn detect(text: &str) -> Option<TraceFormat> {
         if head.contains("\"requests\"") {
             return Some(TraceFormat::Weka);
         }
+        if ["\"timestamp\"", "\"input_length\"", "\"output_length\""]
+            .iter()
+            .any(|field| first_line.contains(field))
+        {
+            return Some(TraceFormat::Mooncake);
+        }
         return None;
     }
     let header = body.lines().next().unwrap_or("").to_ascii_lowercase();
-    if header.contains("timestamp") && header.contains("contexttokens") {
+    if ["timestamp", "contexttokens", "generatedtokens"]
+        .iter()
+        .any(|column| header.contains(column))
+    {
         return Some(TraceFormat::Azure);
     }
     None

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use super::error::WorkloadError;
+use super::error::{json_message, WorkloadError};
 use super::source::read_text;
 use super::types::{HashIds, TimedRequest};
 
@@ -43,7 +43,7 @@ pub fn parse_mooncake_str(text: &str, path: &Path) -> Result<Vec<TimedRequest>, 
         let raw: RawMooncake = serde_json::from_str(line).map_err(|e| WorkloadError::Parse {
             path: path.to_path_buf(),
             line: line_no,
-            msg: format!("bad Mooncake JSON: {e}"),
+            msg: format!("bad Mooncake JSON: {}", json_message(&e)),
         })?;
         let ts = raw
             .timestamp

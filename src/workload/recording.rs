@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::error::WorkloadError;
+use super::error::{json_message, WorkloadError};
 use super::source::read_text;
 use super::types::{HashIds, TimedRequest};
 
@@ -147,20 +147,10 @@ pub fn parse_recording_str(text: &str, path: &Path) -> Result<Recording, Workloa
         if line.trim().is_empty() {
             continue;
         }
-        let r: ServedRecord = serde_json::from_str(line).map_err(|e| {
-            // serde_json says "at line 1 column N" of the one line; keep only the column.
-            let text = e.to_string();
-            let what = text
-                .rsplit_once(" at line ")
-                .map_or(text.as_str(), |(m, _)| m);
-            WorkloadError::Parse {
-                path: path.to_path_buf(),
-                line: line_no,
-                msg: format!(
-                    "not a served-request record: {what} (column {})",
-                    e.column()
-                ),
-            }
+        let r: ServedRecord = serde_json::from_str(line).map_err(|e| WorkloadError::Parse {
+            path: path.to_path_buf(),
+            line: line_no,
+            msg: format!("not a served-request record: {}", json_message(&e)),
         })?;
         let invalid = |msg: String| WorkloadError::Invalid {
             path: path.to_path_buf(),

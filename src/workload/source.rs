@@ -17,7 +17,10 @@ pub fn read_text(path: &Path) -> Result<String, WorkloadError> {
         let mut out = Vec::with_capacity(bytes.len() * 8);
         MultiGzDecoder::new(bytes.as_slice())
             .read_to_end(&mut out)
-            .map_err(|e| WorkloadError::io(path, e))?;
+            .map_err(|cause| WorkloadError::Gzip {
+                path: path.to_path_buf(),
+                cause,
+            })?;
         out
     } else {
         bytes

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::error::WorkloadError;
+use super::error::{json_message, WorkloadError};
 use super::source::{line_of, read_text};
 use super::types::{HashIds, HashRun, Request, Session, Subagent};
 
@@ -107,9 +107,10 @@ pub fn parse_weka_str(text: &str, path: &Path) -> Result<Vec<Session>, WorkloadE
             Some(Err(e)) => {
                 return Err(WorkloadError::Parse {
                     path: path.to_path_buf(),
-                    line: e.line(),
-                    msg: format!("bad Weka JSON: {e}"),
-                })
+                    // The text ended inside the object: name the line it starts on.
+                    line: if e.is_eof() { line } else { e.line() },
+                    msg: format!("bad Weka JSON: {}", json_message(&e)),
+                });
             }
             Some(Ok(raw)) => {
                 let ctx = Ctx { path, line };

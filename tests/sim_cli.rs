@@ -1,0 +1,371 @@
+//! `genslot sim`'s command line: a value outside its flag's rule is refused naming the flag
+//! and the rule, before anything runs.
+
+use std::process::Command;
+
+fn genslot() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_genslot"))
+}
+
+/// `genslot sim ARGS` refused: its standard error.
+fn refused(args: &[&str]) -> String {
+    let out = genslot()
+        .args(["sim", "--quiet", "--seeds", "1"])
+        .args(args)
+        .output()
+        .expect("run genslot sim");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "{args:?} was accepted: {err}");
+    err
+}
+
+#[test]
+fn a_number_outside_its_flags_rule_is_refused_naming_the_flag_and_the_rule() {
+    for (args, says) in [
+        (
+            &["--duration", "-10"][..],
+            "--duration must be a number of seconds in (0, 1000000], got -10",
+        ),
+        (
+            &["--duration", "inf"],
+            "--duration must be a number of seconds in (0, 1000000], got inf",
+        ),
+        (
+            &["--duration", "1e300"],
+            "--duration must be a number of seconds in (0, 1000000], got 1e300",
+        ),
+        (
+            &["--duration", "NaN"],
+            "--duration must be a number of seconds",
+        ),
+        (
+            &["--warmup", "-1"],
+            "--warmup must be a finite number in [0, 1000000], got -1",
+        ),
+        (
+            &["--warmup", "400", "--duration", "300"],
+            "--duration (300) must exceed --warmup (400)",
+        ),
+        (
+            &["--concurrency", "0"],
+            "--concurrency must be at least 1, got 0",
+        ),
+        (
+            &["--concurrency", "2000000"],
+            "--concurrency must be at most 1048576, got 2000000",
+        ),
+        (&["--sweep", "130,0"], "--sweep must be at least 1, got 0"),
+        (
+            &["--rate-scale", "0"],
+            "--rate-scale must be a finite number above 0, got 0",
+        ),
+        (
+            &["--rate-scale", "-2"],
+            "--rate-scale must be a finite number above 0, got -2",
+        ),
+        (
+            &["--fixed-target", "1e300"],
+            "--fixed-target must be a number of seconds in (0, 1000000], got 1e300",
+        ),
+        (
+            &["--target-window", "0"],
+            "--target-window must be at least 1, got 0",
+        ),
+        (
+            &["--target-window", "2000000"],
+            "--target-window must be at most 1048576",
+        ),
+        (
+            &["--jump-ms", "-1"],
+            "--jump-ms must be a finite number in [0, 1000000], got -1",
+        ),
+        (
+            &["--per-request-above-ms", "inf"],
+            "--per-request-above-ms must be a finite number in [0, 1000000], got inf",
+        ),
+        (
+            &["--output-scale", "-1"],
+            "--output-scale must be a finite number above 0, got -1",
+        ),
+        (&["--idle-cap", "-1"], "--idle-cap must be >= 0"),
+        (&["--context-scale", "2"], "--context-scale: "),
+        (&["--max-context", "0"], "--max-context: "),
+    ] {
+        let err = refused(args);
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn a_negative_count_is_read_as_the_flags_value_not_as_a_flag() {
+    let err = refused(&["--concurrency", "-5"]);
+    assert!(err.contains("'-5' for '--concurrency"), "{err}");
+    assert!(!err.contains("unexpected argument"), "{err}");
+}
+
+#[test]
+fn an_arm_that_breaks_the_configs_rule_is_refused_naming_the_arm_and_the_rule() {
+    for (arm, says) in [
+        (
+            "control,max_batch_size=0",
+            "bad arm `max_batch_size=0`: max_batch_size must be at least 1, got 0",
+        ),
+        (
+            "control,max_num_active_requests=0",
+            "bad arm `max_num_active_requests=0`: max_num_active_requests must be at least 1, got 0",
+        ),
+        (
+            "control,max_batch_size=100000",
+            "bad arm `max_batch_size=100000`: max_batch_size must be at most 65536, got 100000",
+        ),
+        (
+            "control,target_output_tps=inf",
+            "bad arm `target_output_tps=inf`: target_output_tps must be a finite rate above 0",
+        ),
+    ] {
+        let err = refused(&["--arms", arm]);
+        assert!(err.contains(says), "{arm}: {err}");
+    }
+}
+
+/// A small file of `text` in a fresh directory.
+fn written(name: &str, text: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(name);
+    std::fs::write(&path, text).unwrap();
+    (dir, path)
+}
+
+const MOONCAKE: &str = "{\"timestamp\": 0, \"input_length\": 100, \"output_length\": 5}\n\
+                        {\"timestamp\": 1200, \"input_length\": 80, \"output_length\": 7}\n";
+const AZURE: &str = "TIMESTAMP,ContextTokens,GeneratedTokens\n\
+                     2023-11-16 18:15:46.68,374,44\n\
+                     2023-11-16 18:15:50.99,396,109\n";
+
+#[test]
+fn lane_flags_on_an_open_loop_trace_are_refused_pointing_at_the_rate_scale() {
+    let (_m, mooncake) = written("mc.jsonl", MOONCAKE);
+    let (_a, azure) = written("az.csv", AZURE);
+    for (trace, what) in [(&mooncake, "a Mooncake trace"), (&azure, "an Azure trace")] {
+        let trace = trace.to_str().unwrap();
+        for (flag, value) in [
+            ("--concurrency", "10"),
+            ("--sweep", "1,2"),
+            ("--idle-cap", "3"),
+        ] {
+            let err = refused(&["--trace", trace, flag, value]);
+            assert!(
+                err.contains(&format!("{flag} applies to closed-loop lanes")),
+                "{flag}: {err}"
+            );
+            assert!(
+                err.contains(&format!("{what} is replayed open loop by its timestamps")),
+                "{err}"
+            );
+            assert!(err.contains("--rate-scale"), "{err}");
+        }
+    }
+}
+
+#[test]
+fn a_rate_scale_on_closed_loop_sessions_is_refused() {
+    let err = refused(&["--rate-scale", "2"]);
+    assert!(
+        err.contains("--rate-scale scales the timestamps of Mooncake and Azure"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_sweep_and_a_concurrency_together_are_refused_not_one_dropped() {
+    let err = refused(&["--sweep", "100,120", "--concurrency", "300"]);
+    assert!(err.contains("cannot be used with"), "{err}");
+}
+
+#[test]
+fn synthetic_sessions_with_a_trace_are_refused_not_ignored() {
+    let (_m, mooncake) = written("mc.jsonl", MOONCAKE);
+    let err = refused(&[
+        "--trace",
+        mooncake.to_str().unwrap(),
+        "--synthetic-sessions",
+        "5",
+    ]);
+    assert!(err.contains("cannot be used with"), "{err}");
+}
+
+#[test]
+fn an_arm_list_naming_no_arm_is_refused() {
+    for arms in ["", " , "] {
+        let err = refused(&["--arms", arms]);
+        assert!(err.contains("--arms names no arm"), "{arms:?}: {err}");
+    }
+}
+
+#[test]
+fn lane_flags_on_a_replay_are_refused() {
+    let (_r, recording) = written(
+        "served.jsonl",
+        "{\"id\":1,\"run_start_unix\":5.0,\"arrival_s\":1.0,\"context_tokens\":10,\
+         \"max_tokens\":4,\"output_tokens\":4,\"first_token_s\":1.5,\"finish_s\":2.0,\
+         \"pauses\":0,\"outcome\":\"completed\"}\n",
+    );
+    for (flag, value) in [("--concurrency", "4"), ("--idle-cap", "3")] {
+        let err = refused(&["--replay", recording.to_str().unwrap(), flag, value]);
+        assert!(
+            err.contains(&format!(
+                "{flag} applies to closed-loop lanes; a replay keeps"
+            )),
+            "{err}"
+        );
+    }
+}
+
+/// `genslot sim ARGS --json` run to its end: its standard output and the JSON.
+fn ran(args: &[&str]) -> (String, serde_json::Value) {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("out.json");
+    let out = genslot()
+        .args(["sim", "--quiet", "--seeds", "1"])
+        .args(args)
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .expect("run genslot sim");
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    (String::from_utf8_lossy(&out.stdout).into_owned(), v)
+}
+
+/// Output tokens of the one arm over a 100 s run.
+fn output_tokens(v: &serde_json::Value) -> f64 {
+    (v["arms"][0]["output_tps"].as_f64().unwrap() * 100.0).round()
+}
+
+#[test]
+fn the_reference_output_scale_applies_to_an_azure_trace_only_when_asked_and_is_stated() {
+    let (_a, azure) = written(
+        "one.csv",
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:58.2,1523,250\n",
+    );
+    let run = ["--preset", "reference", "--trace", azure.to_str().unwrap()];
+    let shape = ["--duration", "100", "--warmup", "0", "--arms", "control"];
+    let (text, v) = ran(&[&run[..], &shape[..]].concat());
+    assert_eq!(output_tokens(&v), 250.0, "{v}");
+    assert!(
+        text.contains("output scale 1: the preset's 2.6 is fitted to the Weka traces' outputs"),
+        "{text}"
+    );
+    assert!(
+        text.contains("== open loop, preset reference, 1 seeds"),
+        "{text}"
+    );
+    let (text, v) = ran(&[&run[..], &shape[..], &["--output-scale", "2.6"][..]].concat());
+    assert_eq!(output_tokens(&v), 650.0, "{v}");
+    assert!(
+        text.contains("== open loop, preset reference, output scale 2.6, 1 seeds"),
+        "{text}"
+    );
+}
+
+#[test]
+fn the_header_states_the_output_scale_of_the_weka_fitted_preset_on_synthetic_sessions() {
+    let (text, _) = ran(&[
+        "--synthetic-sessions",
+        "20",
+        "--concurrency",
+        "4",
+        "--duration",
+        "30",
+        "--warmup",
+        "0",
+        "--arms",
+        "control",
+    ]);
+    assert!(
+        text.contains("== c4, preset reference, output scale 2.6, 1 seeds"),
+        "{text}"
+    );
+    let (text, _) = ran(&[
+        "--preset",
+        "h200-llama-8b",
+        "--synthetic-sessions",
+        "20",
+        "--concurrency",
+        "4",
+        "--duration",
+        "30",
+        "--warmup",
+        "0",
+        "--arms",
+        "control",
+    ]);
+    assert!(
+        text.contains("== c4, preset h200-llama-8b, 1 seeds"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_trace_that_cannot_be_read_is_named_with_the_flag_and_its_cause_once() {
+    let err = refused(&["--trace", "no-such-trace.jsonl"]);
+    assert!(err.contains("--trace: no-such-trace.jsonl: "), "{err}");
+    assert_eq!(err.matches("(os error 2)").count(), 1, "{err}");
+    assert_eq!(err.matches("no-such-trace.jsonl").count(), 1, "{err}");
+    let err = refused(&["--replay", "no-such-recording.jsonl"]);
+    assert!(err.contains("--replay: no-such-recording.jsonl: "), "{err}");
+    assert_eq!(err.matches("(os error 2)").count(), 1, "{err}");
+}
+
+#[test]
+fn an_empty_trace_has_no_requests_and_an_unknown_one_names_its_line_and_the_format_flag() {
+    let (_e, empty) = written("empty.jsonl", "\n  \n");
+    let err = refused(&["--trace", empty.to_str().unwrap()]);
+    assert!(
+        err.contains("empty.jsonl: no requests in the trace"),
+        "{err}"
+    );
+    let (_u, odd) = written("odd.csv", "hello,world\n");
+    let err = refused(&["--trace", odd.to_str().unwrap()]);
+    assert!(
+        err.contains("odd.csv:1: cannot tell the trace format from `hello,world`"),
+        "{err}"
+    );
+    assert!(err.contains("--trace-format names it"), "{err}");
+}
+
+#[test]
+fn a_named_trace_format_is_read_by_that_formats_reader() {
+    let (_m, mooncake) = written("mc.jsonl", MOONCAKE);
+    let err = refused(&[
+        "--trace",
+        mooncake.to_str().unwrap(),
+        "--trace-format",
+        "azure",
+    ]);
+    assert!(
+        err.contains("mc.jsonl:1: header lacks column `timestamp`"),
+        "{err}"
+    );
+    let (_a, azure) = written("requests.txt", AZURE);
+    let (text, v) = ran(&[
+        "--trace",
+        azure.to_str().unwrap(),
+        "--trace-format",
+        "azure",
+        "--duration",
+        "100",
+        "--warmup",
+        "0",
+        "--arms",
+        "control",
+    ]);
+    assert!(text.contains("== open loop"), "{text}");
+    assert_eq!(v["arms"][0]["requests"], 2, "{v}");
+    let err = refused(&["--trace-format", "mooncake"]);
+    assert!(err.contains("--trace <TRACE>"), "{err}");
+}
