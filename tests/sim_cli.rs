@@ -369,3 +369,29 @@ fn a_named_trace_format_is_read_by_that_formats_reader() {
     let err = refused(&["--trace-format", "mooncake"]);
     assert!(err.contains("--trace <TRACE>"), "{err}");
 }
+
+#[test]
+fn an_arm_that_completes_no_measured_request_shows_no_latency_rather_than_nan() {
+    // Outputs 100 times the synthetic ones: nothing finishes within 20 s.
+    let (text, _) = ran(&[
+        "--synthetic-sessions",
+        "20",
+        "--concurrency",
+        "4",
+        "--duration",
+        "20",
+        "--warmup",
+        "0",
+        "--output-scale",
+        "100",
+        "--arms",
+        "control,max_batch_size=1",
+    ]);
+    assert!(!text.contains("NaN") && !text.contains("inf"), "{text}");
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("max_batch_size=1 ") && !l.contains('['))
+        .unwrap_or_else(|| panic!("no arm row in {text}"));
+    assert!(row.split_whitespace().nth(1) == Some("-"), "{row}");
+    assert!(text.contains("- (no completions)"), "{text}");
+}

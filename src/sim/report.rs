@@ -118,11 +118,21 @@ pub struct Spread {
 }
 
 impl Spread {
+    /// Over the seeds that have a value (a seed whose arm completed no measured request has
+    /// none); NaN throughout when none has.
     pub fn of(v: &[f64]) -> Spread {
+        let has = || v.iter().copied().filter(|x| x.is_finite());
+        if has().next().is_none() {
+            return Spread {
+                mean: f64::NAN,
+                min: f64::NAN,
+                max: f64::NAN,
+            };
+        }
         Spread {
-            mean: mean(v.iter().copied()),
-            min: v.iter().copied().fold(f64::INFINITY, f64::min),
-            max: v.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+            mean: mean(has()),
+            min: has().fold(f64::INFINITY, f64::min),
+            max: has().fold(f64::NEG_INFINITY, f64::max),
         }
     }
 }
@@ -171,6 +181,16 @@ pub fn paired(
     }
 }
 
+/// `x` to `prec` decimals, or `-` where there is no value (an arm that completed no
+/// measured request has no latency).
+fn num(x: f64, prec: usize) -> String {
+    if x.is_finite() {
+        format!("{x:.prec$}")
+    } else {
+        "-".into()
+    }
+}
+
 fn opt_pct(v: Option<f64>) -> String {
     v.map_or("-".into(), |x| format!("{:.1}%", 100.0 * x))
 }
@@ -196,21 +216,21 @@ pub fn arm_table(arms: &[ArmSummary]) -> String {
     );
     for a in arms {
         s += &format!(
-            "{:<34} {:>7.2} {:>7.2} {:>7.2} {:>7.2} {:>8.2} {:>8.2} {:>9.0} {:>8.1} {:>7} {:>7} {:>7} {:>6} {:>6.1}\n",
+            "{:<34} {:>7} {:>7} {:>7} {:>7} {:>8} {:>8} {:>9} {:>8} {:>7} {:>7} {:>7} {:>6} {:>6}\n",
             a.name,
-            a.ttft_p50_s,
-            a.ttft_p90_s,
-            a.ttft_p99_s,
-            a.ttft_mean_s,
-            a.mean_tpot_ms,
-            a.e2e_p90_s,
-            a.total_tps,
-            a.output_tps,
+            num(a.ttft_p50_s, 2),
+            num(a.ttft_p90_s, 2),
+            num(a.ttft_p99_s, 2),
+            num(a.ttft_mean_s, 2),
+            num(a.mean_tpot_ms, 2),
+            num(a.e2e_p90_s, 2),
+            num(a.total_tps, 0),
+            num(a.output_tps, 1),
             opt_pct(a.below_target_share),
             a.pauses,
             a.resumes,
             a.forced_resumes,
-            a.mean_batch
+            num(a.mean_batch, 1)
         );
     }
     s
@@ -218,7 +238,13 @@ pub fn arm_table(arms: &[ArmSummary]) -> String {
 
 /// The paired-delta table (mean [min, max] across seeds).
 pub fn paired_table(p: &[Paired]) -> String {
-    let f = |x: &Spread, unit: &str| format!("{:+.2}{unit} [{:+.2}, {:+.2}]", x.mean, x.min, x.max);
+    let f = |x: &Spread, unit: &str| {
+        if x.mean.is_finite() {
+            format!("{:+.2}{unit} [{:+.2}, {:+.2}]", x.mean, x.min, x.max)
+        } else {
+            "- (no completions)".into()
+        }
+    };
     let mut s = format!(
         "{:<34} {:<28} {:<28} {:<28}\n",
         "arm vs control (per seed)", "Δ TTFT p90", "Δ mean TPOT", "Δ total tps"
