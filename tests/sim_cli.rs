@@ -395,3 +395,27 @@ fn an_arm_that_completes_no_measured_request_shows_no_latency_rather_than_nan() 
     assert!(row.split_whitespace().nth(1) == Some("-"), "{row}");
     assert!(text.contains("- (no completions)"), "{text}");
 }
+
+#[test]
+fn bench_times_the_experiment_the_asked_number_of_times_and_writes_no_tables() {
+    let out = genslot()
+        .args(["sim", "--seeds", "1", "--synthetic-sessions", "20"])
+        .args(["--concurrency", "4", "--duration", "30", "--warmup", "0"])
+        .args(["--arms", "control", "--bench", "2"])
+        .output()
+        .expect("run genslot sim");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert_eq!(
+        text.lines().filter(|l| l.starts_with("run ")).count(),
+        2,
+        "{text}"
+    );
+    assert!(text.contains("2 runs: median"), "{text}");
+    assert!(text.contains("peak resident memory:"), "{text}");
+    assert!(!text.contains("ttft50"), "{text}");
+    let err = refused(&["--bench", "2", "--json", "x.json"]);
+    assert!(err.contains("--json"), "{err}");
+    let err = refused(&["--bench", "0"]);
+    assert!(err.contains("--bench must be at least 1"), "{err}");
+}

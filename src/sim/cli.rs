@@ -8,7 +8,9 @@ use anyhow::{bail, Context};
 use super::arm::ArmSpec;
 use super::engine::{RunSpec, Workload};
 use super::plant::Plant;
-use super::{presets, report, run_experiment, served, svg, timeline, Experiment, ExperimentResult};
+use super::{
+    bench, presets, report, run_experiment, served, svg, timeline, Experiment, ExperimentResult,
+};
 use crate::config::{rule, Config, MAX_ENTRIES, MAX_SECONDS, MAX_TIMING_UNIT};
 use crate::policy::admission::AdmissionParams;
 use crate::workload::context::context_lengths;
@@ -134,6 +136,17 @@ pub struct SimArgs {
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
+    /// Time the simulator instead of reporting results: run the experiment RUNS times
+    /// (default 7) in this process and print each run's speed, the median and the best, and
+    /// the peak resident memory (BENCHMARKS.md §2). Writes no tables or files.
+    #[arg(
+        long,
+        value_name = "RUNS",
+        num_args = 0..=1,
+        default_missing_value = "7",
+        conflicts_with_all = ["json", "svg", "timeline", "sweep"]
+    )]
+    pub bench: Option<usize>,
 }
 
 /// `--trace-format`.
@@ -505,6 +518,9 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
             threads,
             progress: !args.quiet,
         };
+        if let Some(runs) = args.bench {
+            return bench_command(&exp, runs);
+        }
         let mut r = run_experiment(&exp).map_err(anyhow::Error::msg)?;
         let queue = match (r.target_window, r.ttft_percentile, r.fixed_target) {
             (_, _, Some(x)) => format!(", X fixed at {x} s"),
@@ -585,5 +601,27 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         };
         std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))?;
     }
+    Ok(())
+}
+
+/// `--bench RUNS`: the experiment timed RUNS times.
+fn bench_command(exp: &Experiment, runs: usize) -> anyhow::Result<()> {
+    if runs == 0 {
+        bail!("--bench must be at least 1 run");
+    }
+    let arms: Vec<&str> = exp.arms.iter().map(|a| a.name.as_str()).collect();
+    println!(
+        "bench: {} x ({} seeds x {} arms [{}] x {} s simulated, preset {}), {} threads",
+        runs,
+        exp.seeds,
+        arms.len(),
+        arms.join(", "),
+        seconds(exp.base.duration_s),
+        exp.base.plant.name,
+        exp.threads
+    );
+    let b = bench::bench(exp, runs, |i, s| println!("{}", bench::run_line(i, s)))
+        .map_err(anyhow::Error::msg)?;
+    print!("{}", bench::summary(&b));
     Ok(())
 }

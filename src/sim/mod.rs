@@ -3,6 +3,7 @@
 //! (each seed replays identical arrivals in every arm); seeds run in parallel.
 
 pub mod arm;
+pub mod bench;
 pub mod cli;
 pub mod engine;
 pub mod fit;
