@@ -172,9 +172,10 @@ pub fn nothing_completed(summary: &Summary, records: &[RequestRecord], url: &str
     )
 }
 
-/// The first model id of the server's `GET /v1/models` (OpenAI's list shape).
+/// The first model id of the server's `GET /v1/models` (OpenAI's list shape); `base_url` is
+/// the server's root, as [`crate::cli::parse_base_url`] gives it.
 pub async fn served_model(base_url: &str) -> anyhow::Result<String> {
-    let url = format!("{}/v1/models", base_url.trim_end_matches('/'));
+    let url = format!("{base_url}/v1/models");
     let fail =
         |why: String| anyhow::anyhow!("cannot tell the model from {url}: {why}; pass --model");
     let response = reqwest::Client::new()

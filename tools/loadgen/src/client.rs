@@ -29,7 +29,8 @@ pub enum EndpointKind {
 /// Where and how to send requests.
 #[derive(Debug, Clone)]
 pub struct Endpoint {
-    /// Server base URL, e.g. `http://127.0.0.1:8000` (a trailing `/v1` is accepted).
+    /// The server's root, e.g. `http://127.0.0.1:8000`, without `/v1` (the command line's
+    /// `--url` is normalised to it once, by [`crate::cli::parse_base_url`]).
     pub base_url: String,
     pub kind: EndpointKind,
     pub model: String,
@@ -41,8 +42,7 @@ pub struct Endpoint {
 
 impl Endpoint {
     fn root(&self) -> &str {
-        let u = self.base_url.trim_end_matches('/');
-        u.strip_suffix("/v1").unwrap_or(u)
+        self.base_url.trim_end_matches('/')
     }
 
     pub fn url(&self) -> String {

@@ -1,6 +1,7 @@
 //! How a run ends for the shell: a run that measured no completed request exits non-zero
 //! with a message that says why (its summary still written), a server that is not there or a
-//! URL that is not one is named as such, and the model defaults to the one the server lists.
+//! URL that is not one is named as such, an OpenAI base URL (`…/v1`) reaches the same routes
+//! as the root, and the model defaults to the one the server lists.
 
 mod common;
 
@@ -60,6 +61,34 @@ async fn without_model_the_servers_listed_model_is_sent() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(mock.seen().iter().all(|s| s.body["model"] == "mock"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_openai_base_url_ending_in_v1_reaches_the_same_routes_as_the_root() {
+    let mock = common::start(|_| Behavior::stream(0, 0), None).await;
+    let out = loadgen(args(&[
+        "--url",
+        &format!("{}/v1/", mock.url()),
+        "--fixed",
+        "8,4",
+        "--concurrency",
+        "1",
+        "--max-requests",
+        "2",
+        "--no-progress",
+    ]))
+    .await;
+    // The mock answers /v1/models and /v1/completions only: /v1/v1/… would be a 404.
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let seen = mock.seen();
+    assert_eq!(seen.len(), 2);
+    assert!(seen
+        .iter()
+        .all(|s| s.path == "/v1/completions" && s.body["model"] == "mock"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
