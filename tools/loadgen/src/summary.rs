@@ -381,6 +381,7 @@ mod tests {
             kind: ErrorKind::Http,
             status: Some(503),
             message: String::new(),
+            retry_after_s: None,
         });
         failed.ttft_ms = None;
         let records = vec![
@@ -418,6 +419,7 @@ mod tests {
             kind: ErrorKind::Cancelled,
             status: None,
             message: "cancelled at the end of the run".into(),
+            retry_after_s: None,
         });
         cut.ttft_ms = None;
         let records = vec![rec(1, false, 1.0, 3.0, 100.0, 10), cut];
@@ -439,12 +441,14 @@ mod tests {
             kind: ErrorKind::Connect,
             status: None,
             message: "connection refused".into(),
+            retry_after_s: None,
         });
         let mut cut = rec(3, false, 1.0, 30.0, 0.0, 0);
         cut.error = Some(RequestError {
             kind: ErrorKind::Cancelled,
             status: None,
             message: "cancelled at the end of the run".into(),
+            retry_after_s: None,
         });
         let records = vec![
             rec(0, true, 0.0, 1.0, 50.0, 5),
