@@ -106,7 +106,8 @@ pub struct RunArgs {
     /// Send prompts as token ids instead of text (completions endpoint).
     #[arg(long)]
     pub token_ids: bool,
-    /// Seeds session draws, start points and synthetic sessions.
+    /// Seeds session draws, start points, synthetic sessions, prompts, Poisson arrivals, the
+    /// send jitter and the lanes' back-off.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// Closed loop: after each completion a lane waits an extra delay drawn uniformly from
