@@ -62,7 +62,10 @@ pub async fn run_command(args: &RunArgs) -> anyhow::Result<Summary> {
     }
     let (mut source, description) = build_source(args)?;
     let model = match &args.model {
-        Some(m) => m.clone(),
+        Some(m) => {
+            check_reachable(&args.url).await?;
+            m.clone()
+        }
         None => served_model(&args.url).await?,
     };
     let cfg = RunConfig {
@@ -172,29 +175,48 @@ pub fn nothing_completed(summary: &Summary, records: &[RequestRecord], url: &str
     )
 }
 
-/// The first model id of the server's `GET /v1/models` (OpenAI's list shape).
-pub async fn served_model(base_url: &str) -> anyhow::Result<String> {
-    let url = format!("{}/v1/models", base_url.trim_end_matches('/'));
-    let fail =
-        |why: String| anyhow::anyhow!("cannot tell the model from {url}: {why}; pass --model");
-    let response = reqwest::Client::new()
-        .get(&url)
+/// `GET {base_url}/v1/models`, given 10 s.
+async fn get_models(base_url: &str) -> Result<reqwest::Response, reqwest::Error> {
+    reqwest::Client::new()
+        .get(format!("{base_url}/v1/models"))
         .timeout(std::time::Duration::from_secs(10))
         .send()
         .await
-        .map_err(|e| {
-            if e.is_connect() {
-                // --model would not help: nothing answers there.
-                anyhow::anyhow!(
-                    "cannot reach the server at {base_url}: {}",
-                    connect_failure(&e)
-                )
-            } else if e.is_timeout() {
-                fail("no answer within 10 s".into())
-            } else {
-                fail(e.to_string())
-            }
-        })?;
+}
+
+fn unreachable(base_url: &str, e: &reqwest::Error) -> anyhow::Error {
+    anyhow::anyhow!(
+        "cannot reach the server at {base_url}: {}",
+        connect_failure(e)
+    )
+}
+
+/// Fails fast, before anything is sent, when no connection can be made to `base_url` (the
+/// server is down or the URL is wrong). Any answer, an error status included, will do: the
+/// run itself shows what the server makes of its requests.
+pub async fn check_reachable(base_url: &str) -> anyhow::Result<()> {
+    match get_models(base_url).await {
+        Err(e) if e.is_connect() => Err(unreachable(base_url, &e)),
+        _ => Ok(()),
+    }
+}
+
+/// The first model id of the server's `GET /v1/models` (OpenAI's list shape); `base_url` is
+/// the server's root, as [`crate::cli::parse_base_url`] gives it.
+pub async fn served_model(base_url: &str) -> anyhow::Result<String> {
+    let url = format!("{base_url}/v1/models");
+    let fail =
+        |why: String| anyhow::anyhow!("cannot tell the model from {url}: {why}; pass --model");
+    let response = get_models(base_url).await.map_err(|e| {
+        if e.is_connect() {
+            // --model would not help: nothing answers there.
+            unreachable(base_url, &e)
+        } else if e.is_timeout() {
+            fail("no answer within 10 s".into())
+        } else {
+            fail(e.to_string())
+        }
+    })?;
     if !response.status().is_success() {
         return Err(fail(format!("HTTP {}", response.status())));
     }

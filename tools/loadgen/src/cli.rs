@@ -67,7 +67,8 @@ fn parse_fixed(s: &str) -> Result<(u32, u32), String> {
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// Server base URL, e.g. http://127.0.0.1:8000.
+    /// Server URL, e.g. http://127.0.0.1:8000, or its OpenAI base URL
+    /// (http://127.0.0.1:8000/v1): both mean the same server.
     #[arg(long, value_parser = parse_base_url)]
     pub url: String,
     #[command(flatten)]
@@ -105,7 +106,8 @@ pub struct RunArgs {
     /// Send prompts as token ids instead of text (completions endpoint).
     #[arg(long)]
     pub token_ids: bool,
-    /// Seeds session draws, start points and synthetic sessions.
+    /// Seeds session draws, start points, synthetic sessions, prompts, Poisson arrivals, the
+    /// send jitter and the lanes' back-off.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// Closed loop: after each completion a lane waits an extra delay drawn uniformly from
@@ -202,8 +204,11 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Duration::try_from_secs_f64(total).map_err(|e| format!("bad duration '{s}': {e}"))
 }
 
-/// Accepts an http(s) URL with a host, e.g. `http://127.0.0.1:8000`; says what is wrong
-/// with anything else instead of letting the first request fail on it.
+/// Accepts an http(s) URL with a host, e.g. `http://127.0.0.1:8000`, and returns it as the
+/// server's root: an OpenAI base URL (`http://127.0.0.1:8000/v1`) and a trailing slash are
+/// accepted, since every route loadgen calls (`/v1/models`, `/v1/completions`,
+/// `/v1/chat/completions`, `/metrics`) is joined to the root. Says what is wrong with anything
+/// else instead of letting the first request fail on it.
 pub fn parse_base_url(s: &str) -> Result<String, String> {
     const EXPECTED: &str = "expected the server's base URL, e.g. http://127.0.0.1:8000";
     let url = reqwest::Url::parse(s).map_err(|e| format!("not a URL ({e}); {EXPECTED}"))?;
@@ -216,7 +221,25 @@ pub fn parse_base_url(s: &str) -> Result<String, String> {
     if url.host_str().is_none_or(str::is_empty) {
         return Err(format!("no host; {EXPECTED}"));
     }
-    Ok(s.to_owned())
+    if url.query().is_some() || url.fragment().is_some() {
+        return Err(format!(
+            "a query or fragment cannot be joined to the routes; {EXPECTED}"
+        ));
+    }
+    Ok(server_root(&url))
+}
+
+/// `url` without a trailing `/v1` and without trailing slashes: `http://h:8000/v1/` and
+/// `http://h:8000/` both give `http://h:8000`; a path prefix (a proxy's) is kept.
+fn server_root(url: &reqwest::Url) -> String {
+    let path = url.path().trim_end_matches('/');
+    let path = path
+        .strip_suffix("/v1")
+        .unwrap_or(path)
+        .trim_end_matches('/');
+    let mut root = url.clone();
+    root.set_path(path);
+    root.as_str().trim_end_matches('/').to_owned()
 }
 
 /// Parses `LO,HI` with `0 <= LO <= HI <= 1`.
@@ -260,6 +283,35 @@ mod tests {
         assert!(parse_duration("10 parsecs").is_err());
         assert!(parse_duration("").is_err());
         assert!(parse_duration("-3").is_err());
+    }
+
+    #[test]
+    fn a_base_url_is_normalised_to_the_server_root_with_or_without_v1() {
+        for given in [
+            "http://127.0.0.1:8000",
+            "http://127.0.0.1:8000/",
+            "http://127.0.0.1:8000/v1",
+            "http://127.0.0.1:8000/v1/",
+            "http://127.0.0.1:8000//v1//",
+        ] {
+            assert_eq!(
+                parse_base_url(given).as_deref(),
+                Ok("http://127.0.0.1:8000"),
+                "{given}"
+            );
+        }
+        // A proxy's path prefix stays; only a last `/v1` goes.
+        assert_eq!(
+            parse_base_url("https://gw.example.com/llm/v1/").as_deref(),
+            Ok("https://gw.example.com/llm")
+        );
+        assert_eq!(
+            parse_base_url("http://h:8000/v1x").as_deref(),
+            Ok("http://h:8000/v1x")
+        );
+        assert!(parse_base_url("http://h:8000/v1?key=1")
+            .unwrap_err()
+            .contains("query"));
     }
 
     #[test]

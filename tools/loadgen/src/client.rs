@@ -13,6 +13,7 @@ use futures::StreamExt;
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
+use crate::backoff::parse_retry_after;
 use crate::prompt::{text_prompt, token_id_prompt, PromptSpec};
 use crate::record::{ErrorKind, RequestError, RequestRecord};
 use crate::source::Job;
@@ -29,7 +30,8 @@ pub enum EndpointKind {
 /// Where and how to send requests.
 #[derive(Debug, Clone)]
 pub struct Endpoint {
-    /// Server base URL, e.g. `http://127.0.0.1:8000` (a trailing `/v1` is accepted).
+    /// The server's root, e.g. `http://127.0.0.1:8000`, without `/v1` (the command line's
+    /// `--url` is normalised to it once, by [`crate::cli::parse_base_url`]).
     pub base_url: String,
     pub kind: EndpointKind,
     pub model: String,
@@ -41,8 +43,7 @@ pub struct Endpoint {
 
 impl Endpoint {
     fn root(&self) -> &str {
-        let u = self.base_url.trim_end_matches('/');
-        u.strip_suffix("/v1").unwrap_or(u)
+        self.base_url.trim_end_matches('/')
     }
 
     pub fn url(&self) -> String {
@@ -167,6 +168,7 @@ fn fail(kind: ErrorKind, message: impl Into<String>) -> RequestError {
         kind,
         status: None,
         message: message.into(),
+        retry_after_s: None,
     }
 }
 
@@ -231,6 +233,11 @@ async fn stream_into(
     rec.ack_s = Some(rel(Instant::now()));
     let status = resp.status();
     if !status.is_success() {
+        let retry_after_s = resp
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| parse_retry_after(v, std::time::SystemTime::now()));
         let text = guarded(resp.text(), cancel, deadline)
             .await
             .ok()
@@ -239,6 +246,7 @@ async fn stream_into(
             kind: ErrorKind::Http,
             status: Some(status.as_u16()),
             message: text.unwrap_or_default().chars().take(300).collect(),
+            retry_after_s,
         });
     }
     let mut stream = resp.bytes_stream();

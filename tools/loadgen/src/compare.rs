@@ -9,7 +9,9 @@
 //! loadgen summaries written before `loadgen_summary_version` existed counted every request
 //! sent in `request_count` and the completed ones in `good_request_count`, and the oldest
 //! counted cancellations as errors (`errors_by_kind.cancelled`); they are read in today's
-//! terms, and the table says so under a note.
+//! terms, and the table says so under a note. Summaries before version 3 timed their
+//! throughputs over a window that also spanned failed and cancelled requests; that cannot be
+//! recomputed, so when such a run had any, a note says its throughputs are as written.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -90,10 +92,40 @@ fn set_count(v: &mut Value, key: &str, n: f64) {
     v[key] = serde_json::json!({"unit": "requests", "avg": n});
 }
 
+/// `v` read in today's terms, and a note on what differs, when `v` is an older loadgen summary
+/// (it has `warmup_excluded`, which AIPerf's export has not). Other summaries come back
+/// unchanged, without a note.
+fn in_current_terms(v: &Value) -> (Value, Option<String>) {
+    let (out, counts) = counts_in_current_terms(v);
+    let window = window_note(v, &out);
+    let note = match (counts, window) {
+        (Some(c), Some(w)) => Some(format!("{c}; {w}")),
+        (c, w) => c.or(w).map(str::to_owned),
+    };
+    (out, note)
+}
+
+/// A note when `v` is a loadgen summary older than version 3 whose run had failed or
+/// cancelled requests (`counted` holds its counts in today's terms): its window, and so its
+/// throughputs, cannot be recomputed over the completed requests alone.
+fn window_note(v: &Value, counted: &Value) -> Option<&'static str> {
+    let loadgen = v.get("warmup_excluded").is_some();
+    let version = v
+        .get("loadgen_summary_version")
+        .and_then(Value::as_u64)
+        .unwrap_or(1);
+    let others = ["error_request_count", "cancelled_request_count"]
+        .iter()
+        .any(|k| lookup(counted, &[k, "avg"]).is_some_and(|n| n > 0.0));
+    (loadgen && version < 3 && others).then_some(
+        "its throughputs as written, over a window from its first measured send to its last          completion or failure (today's runs from the first completed request's send to the          last one's end)",
+    )
+}
+
 /// `v` with its request counts in today's meaning, and what was changed, when `v` is a
-/// loadgen summary written before `loadgen_summary_version` (it has `warmup_excluded`, which
-/// AIPerf's export has not). Other summaries come back unchanged.
-fn in_current_terms(v: &Value) -> (Value, Option<&'static str>) {
+/// loadgen summary written before `loadgen_summary_version`. Other summaries come back
+/// unchanged.
+fn counts_in_current_terms(v: &Value) -> (Value, Option<&'static str>) {
     let legacy = v.get("warmup_excluded").is_some() && v.get("loadgen_summary_version").is_none();
     let Some(completed) = lookup(v, &["good_request_count", "avg"]).filter(|_| legacy) else {
         return (v.clone(), None);

@@ -4,11 +4,13 @@
 //!   `genslot::workload`'s trace loaders and replay engines ([`replay`] adapts them);
 //!   [`poisson`]: open-loop arrivals at a request rate.
 //! - [`client`]: one streaming request, timed at the first content chunk.
-//! - [`runner`]: the bounded run loop, with [`jitter`] desynchronising closed-loop lanes;
+//! - [`runner`]: the bounded run loop, with [`jitter`] desynchronising closed-loop lanes and
+//!   [`backoff`] keeping them off a server that is down or shedding load;
 //!   [`summary`] / [`stats`]: AIPerf-named statistics;
 //!   [`scrape`]: genslot's counters from `/metrics`; [`compare`]: two runs side by side.
 
 pub mod app;
+pub mod backoff;
 pub mod cli;
 pub mod client;
 pub mod compare;

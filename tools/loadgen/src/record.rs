@@ -30,6 +30,9 @@ pub struct RequestError {
     /// HTTP status for `Http`.
     pub status: Option<u16>,
     pub message: String,
+    /// `Http`: the response's `Retry-After`, in seconds from when it arrived.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after_s: Option<f64>,
 }
 
 impl RequestError {

@@ -5,6 +5,10 @@
 //! have gone out (warm-up turns do not count). Requests still in flight may finish until
 //! `duration + grace`; then they are cancelled and recorded as `cancelled`. An open-loop
 //! source that runs out of rows ends the run when its last request completes.
+//!
+//! A closed-loop lane whose request failed to connect, or was refused with a 429 or 503, backs
+//! off before its next send ([`crate::backoff`]), so a server that is down or restarting is not
+//! hammered; open-loop arrivals keep their timestamps.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -12,6 +16,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use indicatif::{ProgressBar, ProgressStyle};
 use tokio::sync::{mpsc, watch};
 
+use crate::backoff::Backoff;
 use crate::client::{execute, Endpoint};
 use crate::jitter::SendJitter;
 use crate::record::RequestRecord;
@@ -35,7 +40,7 @@ pub struct RunConfig {
     /// completion before its next send, so lanes do not phase-lock to the server's decode
     /// loop (see [`crate::jitter`]). Zero sends back to back.
     pub send_jitter: Duration,
-    /// Seeds the send jitter.
+    /// Seeds the send jitter and the lanes' back-off ([`crate::backoff`]).
     pub jitter_seed: u64,
 }
 
@@ -114,6 +119,7 @@ pub async fn run(source: &mut dyn Source, cfg: &RunConfig) -> anyhow::Result<Run
     let mut cancelled_at: Option<Instant> = None;
     let mut abandoned = 0usize;
     let mut jitter = SendJitter::new(cfg.send_jitter, cfg.jitter_seed);
+    let mut backoff = Backoff::new(cfg.jitter_seed);
     let closed_loop = !source.open_loop();
 
     source.start(0.0);
@@ -180,9 +186,12 @@ pub async fn run(source: &mut dyn Source, cfg: &RunConfig) -> anyhow::Result<Run
                     outstanding -= 1;
                     errors += u64::from(!rec.ok());
                     // The lane's gap runs from the response's end, not from when we noticed it;
-                    // the jitter moves that end as a slower client would.
+                    // the jitter moves that end as a slower client would, and a failure that
+                    // says "not now" (refused, 429, 503) adds the lane's back-off.
                     let ready_at = match rec.lane {
-                        Some(lane) if closed_loop => rec.end_s + jitter.next(lane),
+                        Some(lane) if closed_loop => {
+                            rec.end_s + jitter.next(lane) + backoff.after(lane, rec.error.as_ref())
+                        }
                         _ => rec.end_s,
                     };
                     source.on_complete(rec.id, ready_at);

@@ -4,15 +4,18 @@
 //! Every measured request ends in exactly one of three counts. `request_count` is the
 //! requests that completed successfully, as AIPerf's `request_count` counts valid requests;
 //! `error_request_count` the ones that failed; `cancelled_request_count` the ones loadgen
-//! cancelled because they were still in flight when the run ended. Latency statistics and
-//! both throughputs cover the completed requests only (as in AIPerf): `request_throughput`
-//! is `request_count / benchmark_duration`. There is no `good_request_count`: in AIPerf that
-//! is goodput against user SLOs, which loadgen does not take.
+//! cancelled because they were still in flight when the run ended.
 //!
-//! The run's duration is `benchmark_duration`, the profiling window: from the first measured
-//! send to the last measured request that ended by itself (completed or failed).
-//! Cancellations do not stretch the window.
-//! `--duration` bounds only when new requests are sent; `wall_time_s` is the whole run,
+//! As in AIPerf, which computes its per-request metrics over valid records only, every
+//! statistic named as one of AIPerf's covers the completed requests, the set `request_count`
+//! counts: the latency distributions, `output_sequence_length` and `total_osl`,
+//! `input_sequence_length` and `total_isl`, and `benchmark_duration` (AIPerf's
+//! `max_response_timestamp − min_request_timestamp`: from the first completed request's send
+//! to the last one's end), hence both throughputs: `request_throughput` is
+//! `request_count / benchmark_duration`. The failed requests' prompts are in `error_isl` and
+//! `total_error_isl` (AIPerf's names), their kinds in `errors_by_kind`. There is no
+//! `good_request_count`: in AIPerf that is goodput against user SLOs, which loadgen does not
+//! take. `--duration` bounds only when new requests are sent; `wall_time_s` is the whole run,
 //! warm-up, grace and cancellation included.
 
 use std::collections::BTreeMap;
@@ -56,14 +59,18 @@ pub struct RunInfo {
 }
 
 /// The current [`Summary::loadgen_summary_version`].
-pub const SUMMARY_VERSION: u32 = 2;
+pub const SUMMARY_VERSION: u32 = 3;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
-    /// 2: the counts as described in this module. Summaries written before the field existed
-    /// (read as 1) counted every measured request sent in `request_count` and the completed
+    /// 3: the counts and sets as described in this module. 2 had the same counts, but its
+    /// `input_sequence_length` and `total_isl` covered failed and cancelled requests too, and
+    /// its `benchmark_duration` ran from the first measured send (whatever became of it) to
+    /// the last completion or failure. Summaries written before the field existed (read as
+    /// version 1) counted every measured request sent in `request_count` and the completed
     /// ones in `good_request_count`; the oldest of them also counted run-end cancellations
-    /// in `error_request_count` (as `errors_by_kind.cancelled`). `loadgen compare` reads both.
+    /// in `error_request_count` (as `errors_by_kind.cancelled`). `loadgen compare` reads
+    /// them all.
     #[serde(default = "first_version")]
     pub loadgen_summary_version: u32,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -78,8 +85,12 @@ pub struct Summary {
     pub request_latency: Option<Stat>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output_sequence_length: Option<Stat>,
+    /// Prompt lengths of the completed requests.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub input_sequence_length: Option<Stat>,
+    /// Prompt lengths of the failed requests (absent when none failed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_isl: Option<Stat>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output_token_throughput_per_user: Option<Stat>,
     pub output_token_throughput: Scalar,
@@ -93,8 +104,13 @@ pub struct Summary {
     /// Measured requests still in flight at the end of the run, cancelled by loadgen.
     #[serde(default = "no_requests")]
     pub cancelled_request_count: Scalar,
+    /// Prompt tokens of the completed requests.
     pub total_isl: Scalar,
+    /// Output tokens of the completed requests.
     pub total_osl: Scalar,
+    /// Prompt tokens of the failed requests (absent when none failed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total_error_isl: Option<Scalar>,
     /// Failed measured requests by kind (`http_500`, `connect`, `dropped_stream`, `timeout`,
     /// `stream_error`); cancellations are in `cancelled_request_count`.
     pub errors_by_kind: BTreeMap<String, u64>,
@@ -140,24 +156,25 @@ impl Summary {
         let measured: Vec<&RequestRecord> = records.iter().filter(|r| !r.warmup).collect();
         let completed: Vec<&RequestRecord> = measured.iter().copied().filter(|r| r.ok()).collect();
         let n_cancelled = measured.iter().filter(|r| cancelled(r)).count();
-        let mut errors_by_kind = BTreeMap::new();
-        for r in measured.iter().filter(|r| !cancelled(r)) {
-            if let Some(e) = &r.error {
-                *errors_by_kind.entry(e.key()).or_insert(0u64) += 1;
-            }
-        }
-        let window_start = measured.iter().map(|r| r.start_s).reduce(f64::min);
-        let window_end = measured
+        let failed: Vec<&RequestRecord> = measured
             .iter()
-            .filter(|r| !cancelled(r))
-            .map(|r| r.end_s)
-            .reduce(f64::max);
+            .copied()
+            .filter(|r| !r.ok() && !cancelled(r))
+            .collect();
+        let mut errors_by_kind = BTreeMap::new();
+        for e in failed.iter().filter_map(|r| r.error.as_ref()) {
+            *errors_by_kind.entry(e.key()).or_insert(0u64) += 1;
+        }
+        // AIPerf's min_request_timestamp and max_response_timestamp, over valid records.
+        let window_start = completed.iter().map(|r| r.start_s).reduce(f64::min);
+        let window_end = completed.iter().map(|r| r.end_s).reduce(f64::max);
         let duration = match (window_start, window_end) {
             (Some(a), Some(b)) if b > a => b - a,
             _ => 0.0,
         };
+        let isl =
+            |rs: &[&RequestRecord]| -> u64 { rs.iter().map(|r| u64::from(r.input_tokens)).sum() };
         let total_osl: u64 = completed.iter().map(|r| u64::from(r.output_tokens())).sum();
-        let total_isl: u64 = measured.iter().map(|r| u64::from(r.input_tokens)).sum();
         let per_s = |x: f64| if duration > 0.0 { x / duration } else { 0.0 };
         let itl: Vec<f64> = completed
             .iter()
@@ -180,8 +197,9 @@ impl Summary {
             ),
             input_sequence_length: Stat::of(
                 "tokens",
-                measured.iter().map(|r| f64::from(r.input_tokens)),
+                completed.iter().map(|r| f64::from(r.input_tokens)),
             ),
+            error_isl: Stat::of("tokens", failed.iter().map(|r| f64::from(r.input_tokens))),
             output_token_throughput_per_user: Stat::of(
                 "tokens/sec/user",
                 itl.iter().filter(|v| **v > 0.0).map(|v| 1e3 / v),
@@ -190,13 +208,12 @@ impl Summary {
             request_throughput: Scalar::new("requests/sec", per_s(completed.len() as f64)),
             benchmark_duration: Scalar::new("sec", duration),
             request_count: Scalar::new("requests", completed.len() as f64),
-            error_request_count: Scalar::new(
-                "requests",
-                (measured.len() - completed.len() - n_cancelled) as f64,
-            ),
+            error_request_count: Scalar::new("requests", failed.len() as f64),
             cancelled_request_count: Scalar::new("requests", n_cancelled as f64),
-            total_isl: Scalar::new("tokens", total_isl as f64),
+            total_isl: Scalar::new("tokens", isl(&completed) as f64),
             total_osl: Scalar::new("tokens", total_osl as f64),
+            total_error_isl: (!failed.is_empty())
+                .then(|| Scalar::new("tokens", isl(&failed) as f64)),
             errors_by_kind,
             warmup_excluded: (records.len() - measured.len()) as u64,
             arrivals_skipped: 0,
@@ -256,7 +273,7 @@ impl Summary {
             (
                 "benchmark_duration",
                 &self.benchmark_duration,
-                "first measured send to last measured response",
+                "first send to last response of the completed requests",
             ),
             (
                 "request_count",
@@ -381,6 +398,7 @@ mod tests {
             kind: ErrorKind::Http,
             status: Some(503),
             message: String::new(),
+            retry_after_s: None,
         });
         failed.ttft_ms = None;
         let records = vec![
@@ -404,10 +422,11 @@ mod tests {
         assert_eq!((ttft.min, ttft.max), (100.0, 200.0));
         let itl = s.inter_token_latency.unwrap();
         assert!((itl.avg - 100.0).abs() < 1e-9 && itl.std < 1e-9);
-        // Profiling window: first measured send (1 s) to last measured end (6 s) = 5 s.
-        assert_eq!(s.benchmark_duration.avg, 5.0);
-        assert!((s.output_token_throughput.avg - 29.0 / 5.0).abs() < 1e-12);
-        assert!((s.request_throughput.avg - 2.0 / 5.0).abs() < 1e-12);
+        // Profiling window: first completed send (1 s) to last completed end (5 s) = 4 s; the
+        // failure ending at 6 s does not stretch it.
+        assert_eq!(s.benchmark_duration.avg, 4.0);
+        assert!((s.output_token_throughput.avg - 29.0 / 4.0).abs() < 1e-12);
+        assert!((s.request_throughput.avg - 2.0 / 4.0).abs() < 1e-12);
         assert!(!s.was_cancelled);
     }
 
@@ -418,6 +437,7 @@ mod tests {
             kind: ErrorKind::Cancelled,
             status: None,
             message: "cancelled at the end of the run".into(),
+            retry_after_s: None,
         });
         cut.ttft_ms = None;
         let records = vec![rec(1, false, 1.0, 3.0, 100.0, 10), cut];
@@ -439,12 +459,14 @@ mod tests {
             kind: ErrorKind::Connect,
             status: None,
             message: "connection refused".into(),
+            retry_after_s: None,
         });
         let mut cut = rec(3, false, 1.0, 30.0, 0.0, 0);
         cut.error = Some(RequestError {
             kind: ErrorKind::Cancelled,
             status: None,
             message: "cancelled at the end of the run".into(),
+            retry_after_s: None,
         });
         let records = vec![
             rec(0, true, 0.0, 1.0, 50.0, 5),
@@ -480,6 +502,57 @@ mod tests {
             row("cancelled_request_count").contains("cancelled"),
             "{table}"
         );
+    }
+
+    #[test]
+    fn prompt_lengths_and_the_window_cover_the_completed_requests_as_request_count_does() {
+        let with_isl = |mut r: RequestRecord, isl: u32, kind: Option<ErrorKind>| {
+            r.input_tokens = isl;
+            if let Some(kind) = kind {
+                r.error = Some(RequestError {
+                    kind,
+                    status: None,
+                    message: String::new(),
+                    retry_after_s: None,
+                });
+                r.ttft_ms = None;
+            }
+            r
+        };
+        let records = vec![
+            // A cancelled request sent first and a failed one ending last: neither is in the
+            // window, the prompt lengths or total_isl.
+            with_isl(
+                rec(9, false, 0.5, 30.0, 0.0, 0),
+                9_000,
+                Some(ErrorKind::Cancelled),
+            ),
+            with_isl(rec(1, false, 1.0, 2.0, 100.0, 10), 100, None),
+            with_isl(rec(2, false, 2.0, 4.0, 100.0, 10), 300, None),
+            with_isl(
+                rec(3, false, 3.0, 9.0, 0.0, 0),
+                7_000,
+                Some(ErrorKind::Connect),
+            ),
+            with_isl(rec(0, true, 0.0, 1.0, 50.0, 5), 5_000, None),
+        ];
+        let s = Summary::from_records(&records, StopReason::Duration, 31.0, None, info());
+        assert_eq!(s.request_count.avg, 2.0);
+        let isl = s.input_sequence_length.as_ref().expect("isl");
+        assert_eq!((isl.min, isl.max, isl.avg), (100.0, 300.0, 200.0));
+        assert_eq!(s.total_isl.avg, 400.0);
+        assert_eq!(s.total_osl.avg, 20.0);
+        assert_eq!(s.error_request_count.avg, 1.0);
+        assert_eq!(s.error_isl.as_ref().map(|e| e.avg), Some(7_000.0));
+        assert_eq!(s.total_error_isl.as_ref().map(|t| t.avg), Some(7_000.0));
+        assert_eq!(s.benchmark_duration.avg, 3.0, "1 s to 4 s");
+        assert!((s.request_throughput.avg - 2.0 / 3.0).abs() < 1e-12);
+
+        // With no failure there is no error_isl at all, as in AIPerf's export.
+        let clean = Summary::from_records(&records[1..3], StopReason::Duration, 5.0, None, info());
+        let json = serde_json::to_value(&clean).unwrap();
+        assert!(json.get("error_isl").is_none() && json.get("total_error_isl").is_none());
+        assert_eq!(json["total_isl"]["avg"], 400.0);
     }
 
     #[test]

@@ -89,6 +89,17 @@ fn compare_shows_completed_failed_and_cancelled_requests_as_separate_rows() {
     assert_eq!(row(&cmp, "completed requests/s"), (Some(0.4), Some(0.45)));
     let table = render(&cmp, "a.json", "b.json");
     assert!(table.contains("requests cancelled at end"), "{table}");
+    // Version 2 timed its throughputs over a window that spanned failed and cancelled
+    // requests too; version 3 over the completed ones only, so the table says so.
+    assert_eq!(cmp.notes.len(), 2, "{:?}", cmp.notes);
+    assert!(cmp
+        .notes
+        .iter()
+        .all(|n| n.contains("throughputs as written")));
+    let mut current = counts(40.0, 1.0, 50.0);
+    current["loadgen_summary_version"] = json!(3);
+    let cmp = compare_values(&current, &current);
+    assert!(cmp.notes.is_empty(), "{:?}", cmp.notes);
 }
 
 #[test]
@@ -210,7 +221,7 @@ async fn the_binary_writes_summary_and_records_and_compares_two_runs() {
         serde_json::from_str(&std::fs::read_to_string(&a_json).expect("summary file"))
             .expect("summary JSON");
     assert_eq!(summary["request_count"]["avg"], 6.0);
-    assert_eq!(summary["loadgen_summary_version"], 2);
+    assert_eq!(summary["loadgen_summary_version"], 3);
     assert_eq!(summary["time_to_first_token"]["unit"], "ms");
     for key in ["avg", "p50", "p90", "p99", "min", "max", "std"] {
         assert!(summary["time_to_first_token"][key].is_number(), "{key}");

@@ -1,6 +1,8 @@
 //! How a run ends for the shell: a run that measured no completed request exits non-zero
-//! with a message that says why (its summary still written), a server that is not there or a
-//! URL that is not one is named as such, and the model defaults to the one the server lists.
+//! with a message that says why (its summary still written), a server that is not there is
+//! named as such before anything is sent (with or without --model), so is a URL that is not
+//! one, an OpenAI base URL (`…/v1`) reaches the same routes as the root, and the model
+//! defaults to the one the server lists.
 
 mod common;
 
@@ -63,6 +65,34 @@ async fn without_model_the_servers_listed_model_is_sent() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_openai_base_url_ending_in_v1_reaches_the_same_routes_as_the_root() {
+    let mock = common::start(|_| Behavior::stream(0, 0), None).await;
+    let out = loadgen(args(&[
+        "--url",
+        &format!("{}/v1/", mock.url()),
+        "--fixed",
+        "8,4",
+        "--concurrency",
+        "1",
+        "--max-requests",
+        "2",
+        "--no-progress",
+    ]))
+    .await;
+    // The mock answers /v1/models and /v1/completions only: /v1/v1/… would be a 404.
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let seen = mock.seen();
+    assert_eq!(seen.len(), 2);
+    assert!(seen
+        .iter()
+        .all(|s| s.path == "/v1/completions" && s.body["model"] == "mock"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_url_that_does_not_parse_is_refused_with_the_expected_form() {
     let out = loadgen(args(&[
         "--url",
@@ -106,8 +136,10 @@ async fn without_model_a_closed_port_is_reported_as_unreachable_not_as_a_missing
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_model_a_run_against_a_closed_port_says_no_request_could_connect() {
+async fn with_model_a_closed_port_is_refused_before_the_run_starts() {
     let url = common::closed_port_url().await;
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("run.json");
     let out = loadgen(args(&[
         "--url",
         &url,
@@ -119,9 +151,9 @@ async fn with_model_a_run_against_a_closed_port_says_no_request_could_connect() 
         "1",
         "--duration",
         "300ms",
-        "--send-jitter",
-        "20ms",
         "--no-progress",
+        "--json",
+        json.to_str().unwrap(),
     ]))
     .await;
     assert!(!out.status.success(), "exit status {}", out.status);
@@ -132,8 +164,9 @@ async fn with_model_a_run_against_a_closed_port_says_no_request_could_connect() 
         )),
         "{err}"
     );
-    assert!(err.contains("could connect"), "{err}");
     assert!(!err.contains("--duration"), "{err}");
+    assert!(!json.exists(), "no run, so no summary");
+    assert!(String::from_utf8_lossy(&out.stdout).is_empty(), "no table");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

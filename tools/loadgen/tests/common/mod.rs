@@ -34,6 +34,8 @@ pub enum Behavior {
     },
     /// Answer with this HTTP status and an error body.
     Status(u16),
+    /// Answer with this HTTP status, an error body and `Retry-After: <seconds>`.
+    StatusRetryAfter(u16, u64),
     /// Stream this many content chunks, then break the connection.
     DropAfter(u32),
     /// Never answer.
@@ -199,6 +201,15 @@ fn respond(m: Mock, path: &str, headers: &HeaderMap, body: Value, chat: bool) ->
             return (
                 status,
                 Json(json!({"error": {"message": "mock failure", "code": code}})),
+            )
+                .into_response();
+        }
+        Behavior::StatusRetryAfter(code, secs) => {
+            let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            return (
+                status,
+                [("retry-after", secs.to_string())],
+                Json(json!({"error": {"message": "mock refusal", "code": code}})),
             )
                 .into_response();
         }
