@@ -13,10 +13,11 @@ use serde_json::{Map, Value};
 
 use super::error::ApiError;
 use super::request::Endpoint;
+use super::unsupported;
 
-/// Every top-level field the server reads (implements, range-checks or refuses) on either
-/// endpoint: `request.rs`, `params.rs`, `unsupported.rs` and `arrival.rs` read these names.
-const READ: &[&str] = &[
+/// Every top-level field the server implements (`request.rs`, `params.rs`, `arrival.rs`);
+/// the ones it refuses unless neutral are `unsupported::names()`.
+const IMPLEMENTED: &[&str] = &[
     "model",
     "prompt",
     "messages",
@@ -32,50 +33,12 @@ const READ: &[&str] = &[
     "seed",
     "stop",
     "arrival_time",
-    // Refused unless neutral (unsupported.rs).
-    "n",
-    "best_of",
-    "logprobs",
-    "top_logprobs",
-    "echo",
-    "suffix",
-    "logit_bias",
-    "presence_penalty",
-    "frequency_penalty",
-    "repetition_penalty",
-    "min_p",
-    "tools",
-    "functions",
-    "tool_choice",
-    "function_call",
-    "response_format",
-    "stop_token_ids",
-    "allowed_token_ids",
-    "bad_words",
-    "logits_processors",
-    "truncate_prompt_tokens",
-    "guided_json",
-    "guided_regex",
-    "guided_choice",
-    "guided_grammar",
-    "structured_outputs",
-    "prompt_logprobs",
-    "prediction",
-    "audio",
-    "web_search_options",
-    "reasoning_effort",
-    "chat_template",
-    "chat_template_kwargs",
-    "use_beam_search",
-    "include_stop_str_in_output",
-    "continue_final_message",
-    "add_generation_prompt",
-    "return_tokens_as_token_ids",
-    "return_token_ids",
-    "skip_special_tokens",
-    "spaces_between_special_tokens",
-    "modalities",
 ];
+
+/// Every top-level field the server reads, on either endpoint.
+fn read() -> impl Iterator<Item = &'static str> {
+    IMPLEMENTED.iter().copied().chain(unsupported::names())
+}
 
 /// Known fields that change nothing this server computes (bookkeeping, routing, options of
 /// features it refuses elsewhere). Never taken for a misspelling: `store` is not `stop`.
@@ -119,10 +82,10 @@ pub fn refuse_misnamed(endpoint: Endpoint, body: &Map<String, Value>) -> Result<
                 format!("`{name}` is a field of {there}; {here} reads `{meant}`"),
             ));
         }
-        if READ.contains(&name.as_str()) || NEUTRAL.contains(&name.as_str()) {
+        if read().any(|k| k == name) || NEUTRAL.contains(&name.as_str()) {
             continue;
         }
-        if let Some(meant) = meant(name, READ) {
+        if let Some(meant) = meant(name, read()) {
             return Err(misnamed(
                 name,
                 format!("unknown parameter `{name}`; did you mean `{meant}`?"),
@@ -134,7 +97,7 @@ pub fn refuse_misnamed(endpoint: Endpoint, body: &Map<String, Value>) -> Result<
             if STREAM_OPTIONS.contains(&name.as_str()) {
                 continue;
             }
-            if let Some(meant) = meant(name, STREAM_OPTIONS) {
+            if let Some(meant) = meant(name, STREAM_OPTIONS.iter().copied()) {
                 return Err(misnamed(
                     name,
                     format!("unknown parameter `stream_options.{name}`; did you mean `{meant}`?"),
@@ -167,14 +130,15 @@ fn other_endpoints(endpoint: Endpoint, name: &str) -> Option<&'static str> {
 /// from a name of at least four characters (one edit for names of under eight, where two
 /// reach other words; none for `n`, which one edit turns into any letter). The closest
 /// wins; a tie goes to the earlier in `known`.
-fn meant(name: &str, known: &[&'static str]) -> Option<&'static str> {
+fn meant(name: &str, known: impl Iterator<Item = &'static str>) -> Option<&'static str> {
     let norm = name.to_ascii_lowercase().replace('-', "_");
+    let known: Vec<&'static str> = known.collect();
     if let Some(&(_, meant)) = ALIASES.iter().find(|(alias, _)| *alias == norm) {
         return known.contains(&meant).then_some(meant);
     }
     known
-        .iter()
-        .map(|&k| (strsim::damerau_levenshtein(&norm, k), k))
+        .into_iter()
+        .map(|k| (strsim::damerau_levenshtein(&norm, k), k))
         .filter(|&(d, k)| k.len() >= 4 && d <= if k.len() < 8 { 1 } else { 2 })
         .min_by_key(|&(d, _)| d)
         .map(|(_, k)| k)
@@ -259,7 +223,7 @@ mod tests {
 
     #[test]
     fn every_field_the_server_reads_is_itself_and_not_a_misspelling() {
-        for &name in READ.iter().chain(NEUTRAL) {
+        for name in read().chain(NEUTRAL.iter().copied()) {
             let endpoint = if name == "prompt" {
                 Endpoint::Completions
             } else {

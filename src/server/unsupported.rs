@@ -9,6 +9,79 @@ use super::error::ApiError;
 use super::fields::{shown, Fields};
 use super::request::Endpoint;
 
+/// Refused when a non-empty list.
+const REFUSED_LISTS: &[&str] = &[
+    "tools",
+    "functions",
+    "stop_token_ids",
+    "allowed_token_ids",
+    "bad_words",
+    "logits_processors",
+];
+/// Tool calling: refused unless `"none"`.
+const TOOL_CHOICES: &[&str] = &["tool_choice", "function_call"];
+/// vLLM's extensions and newer OpenAI features that change the answer when set at all.
+const REFUSED_WHEN_SET: &[&str] = &[
+    "guided_json",
+    "guided_regex",
+    "guided_choice",
+    "guided_grammar",
+    "structured_outputs",
+    "prompt_logprobs",
+    "prediction",
+    "audio",
+    "web_search_options",
+    "reasoning_effort",
+    "chat_template",
+    "chat_template_kwargs",
+    "truncate_prompt_tokens",
+];
+/// Refused when true.
+const REFUSED_WHEN_TRUE: &[&str] = &[
+    "use_beam_search",
+    "include_stop_str_in_output",
+    "continue_final_message",
+    "return_tokens_as_token_ids",
+    "return_token_ids",
+];
+/// They default to true; false changes the prompt or the text.
+const REFUSED_WHEN_FALSE: &[&str] = &[
+    "add_generation_prompt",
+    "skip_special_tokens",
+    "spaces_between_special_tokens",
+];
+/// The fields read one by one below.
+const SINGLES: &[&str] = &[
+    "n",
+    "best_of",
+    "logprobs",
+    "top_logprobs",
+    "echo",
+    "suffix",
+    "logit_bias",
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+    "min_p",
+    "response_format",
+    "modalities",
+];
+
+/// Every field this module reads (so none of them is taken for a misspelling).
+pub fn names() -> impl Iterator<Item = &'static str> {
+    [
+        SINGLES,
+        REFUSED_LISTS,
+        TOOL_CHOICES,
+        REFUSED_WHEN_SET,
+        REFUSED_WHEN_TRUE,
+        REFUSED_WHEN_FALSE,
+    ]
+    .into_iter()
+    .flatten()
+    .copied()
+}
+
 fn invalid(param: &'static str, message: String) -> ApiError {
     ApiError::invalid("invalid_value", Some(param), message)
 }
@@ -86,14 +159,7 @@ pub fn refuse_unsupported(endpoint: Endpoint, f: &Fields) -> Result<(), ApiError
             return Err(ApiError::unsupported("min_p", "`min_p` other than 0"));
         }
     }
-    for name in [
-        "tools",
-        "functions",
-        "stop_token_ids",
-        "allowed_token_ids",
-        "bad_words",
-        "logits_processors",
-    ] {
+    for &name in REFUSED_LISTS {
         match f.get(name) {
             None => {}
             Some(Value::Array(a)) if a.is_empty() => {}
@@ -107,7 +173,7 @@ pub fn refuse_unsupported(endpoint: Endpoint, f: &Fields) -> Result<(), ApiError
             }
         }
     }
-    for name in ["tool_choice", "function_call"] {
+    for &name in TOOL_CHOICES {
         match f.get(name) {
             None => {}
             Some(Value::String(s)) if s == "none" => {}
@@ -129,43 +195,17 @@ pub fn refuse_unsupported(endpoint: Endpoint, f: &Fields) -> Result<(), ApiError
             ))
         }
     }
-    // vLLM's extensions and newer OpenAI features that change the answer when set.
-    for name in [
-        "guided_json",
-        "guided_regex",
-        "guided_choice",
-        "guided_grammar",
-        "structured_outputs",
-        "prompt_logprobs",
-        "prediction",
-        "audio",
-        "web_search_options",
-        "reasoning_effort",
-        "chat_template",
-        "chat_template_kwargs",
-        "truncate_prompt_tokens",
-    ] {
+    for &name in REFUSED_WHEN_SET {
         if f.get(name).is_some() {
             return Err(ApiError::unsupported(name, &format!("`{name}`")));
         }
     }
-    for name in [
-        "use_beam_search",
-        "include_stop_str_in_output",
-        "continue_final_message",
-        "return_tokens_as_token_ids",
-        "return_token_ids",
-    ] {
+    for &name in REFUSED_WHEN_TRUE {
         if f.bool(name)? == Some(true) {
             return Err(ApiError::unsupported(name, &format!("`{name}`")));
         }
     }
-    // Defaults true; false changes the prompt or the text.
-    for name in [
-        "add_generation_prompt",
-        "skip_special_tokens",
-        "spaces_between_special_tokens",
-    ] {
+    for &name in REFUSED_WHEN_FALSE {
         if f.bool(name)? == Some(false) {
             return Err(ApiError::unsupported(name, &format!("`{name}: false`")));
         }
