@@ -257,6 +257,10 @@ fn the_reference_output_scale_applies_to_an_azure_trace_only_when_asked_and_is_s
     let (text, v) = ran(&[&run[..], &shape[..]].concat());
     assert_eq!(output_tokens(&v), 250.0, "{v}");
     assert!(
+        v.get("output_scale").is_none(),
+        "a scale of 1 is not written: {v}"
+    );
+    assert!(
         text.contains("output scale 1: the preset's 2.6 is fitted to the Weka traces' outputs"),
         "{text}"
     );
@@ -266,6 +270,7 @@ fn the_reference_output_scale_applies_to_an_azure_trace_only_when_asked_and_is_s
     );
     let (text, v) = ran(&[&run[..], &shape[..], &["--output-scale", "2.6"][..]].concat());
     assert_eq!(output_tokens(&v), 650.0, "{v}");
+    assert_eq!(v["output_scale"], 2.6, "{v}");
     assert!(
         text.contains("== open loop, preset reference, output scale 2.6, 1 seeds"),
         "{text}"

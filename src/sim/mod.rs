@@ -64,6 +64,10 @@ pub struct ExperimentResult {
     pub duration_s: f64,
     pub warmup_s: f64,
     pub preset: String,
+    /// The recorded outputs' multiplier in effect (the reference preset's 2.6 on the Weka
+    /// and synthetic sessions), present only where it is not 1, as in the run's header.
+    #[serde(skip_serializing_if = "is_one")]
+    pub output_scale: f64,
     /// X's window and percentile (SPEC §4.2), present only where they differ from the
     /// defaults (1000 waited TTFTs, p90).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -286,6 +290,7 @@ pub fn run_experiment(exp: &Experiment) -> Result<ExperimentResult, String> {
         duration_s: exp.base.duration_s,
         warmup_s: exp.base.warmup_s,
         preset: exp.base.plant.name.clone(),
+        output_scale: exp.base.plant.output_scale,
         target_window: Some(exp.base.admission.target_window)
             .filter(|&w| w != AdmissionParams::default().target_window),
         ttft_percentile: Some(exp.base.admission.ttft_percentile)
@@ -317,4 +322,8 @@ pub fn run_experiment(exp: &Experiment) -> Result<ExperimentResult, String> {
             })
             .collect(),
     })
+}
+
+fn is_one(x: &f64) -> bool {
+    *x == 1.0
 }
