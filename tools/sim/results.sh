@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerates every simulator result behind docs/results.md §1–3 (the calibration of §1.3
-# included) from scratch with the release binary, building it first. About 3 minutes on
+# included) from scratch with the release binary, building it first. About 1½–3 minutes on
 # a 2-core machine. Usage: tools/sim/results.sh [OUTDIR] (default docs, overwriting its files)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
