@@ -424,3 +424,18 @@ fn bench_times_the_experiment_the_asked_number_of_times_and_writes_no_tables() {
     let err = refused(&["--bench", "0"]);
     assert!(err.contains("--bench must be at least 1"), "{err}");
 }
+
+#[test]
+fn seeds_are_a_count_from_one_to_the_configs_bound() {
+    for (seeds, says) in [
+        ("0", "--seeds must be at least 1, got 0"),
+        ("99999999", "--seeds must be at most 1048576, got 99999999"),
+    ] {
+        let out = genslot()
+            .args(["sim", "--quiet", "--seeds", seeds])
+            .output()
+            .expect("run genslot sim");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(says), "{err}");
+    }
+}

@@ -264,9 +264,9 @@ fn run_shape(args: &SimArgs, recording: Option<&Recording>) -> anyhow::Result<(f
             args.seeds.unwrap_or(16),
         ),
     };
-    if seeds == 0 {
-        bail!("--seeds must be at least 1");
-    }
+    // Each seed is a run of every arm, its records kept for the tables: bounded like the
+    // config's counts.
+    flag("--seeds", rule::count(seeds, MAX_ENTRIES))?;
     if args.duration.is_none() && rule::seconds(duration).is_err() {
         bail!(
             "the recording spans {duration} s, beyond the {MAX_SECONDS} s a run may last: \
