@@ -27,6 +27,18 @@ pub fn finite_within(v: f64, min: f64, max: f64) -> Result<(), String> {
     }
 }
 
+/// A finite number above 0 (a scale factor).
+pub fn above_zero(v: f64) -> Result<(), String> {
+    if v.is_finite() && v > 0.0 {
+        Ok(())
+    } else {
+        Err(format!(
+            "must be a finite number above 0, got {}",
+            number(v)
+        ))
+    }
+}
+
 /// A duration in seconds: finite, above 0, at most [`MAX_SECONDS`].
 pub fn seconds(v: f64) -> Result<(), String> {
     if v.is_finite() && v > 0.0 && v <= MAX_SECONDS {
@@ -88,6 +100,11 @@ mod tests {
         assert!(finite_within(f64::NAN, 0.0, 1.0).is_err());
         assert!(tpot_budget(1.0).is_ok() && tpot_budget(0.0).is_err());
         assert!(target_output_tps(f64::INFINITY).is_err());
+        assert_eq!(
+            above_zero(0.0).unwrap_err(),
+            "must be a finite number above 0, got 0"
+        );
+        assert!(above_zero(f64::NAN).is_err() && above_zero(0.5).is_ok());
         assert!(seconds(1e300).unwrap_err().ends_with("got 1e300"));
         assert!(seconds(-1e-300).unwrap_err().ends_with("got -1e-300"));
         assert!(seconds(-10.0).unwrap_err().ends_with("got -10"));

@@ -295,9 +295,7 @@ fn check_load(args: &SimArgs) -> anyhow::Result<()> {
         flag("--sweep", lanes(c))?;
     }
     if let Some(r) = args.rate_scale {
-        if !(r.is_finite() && r > 0.0) {
-            bail!("--rate-scale must be a finite number above 0, got {r}");
-        }
+        flag("--rate-scale", rule::above_zero(r))?;
     }
     Ok(())
 }
@@ -426,9 +424,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         bail!("--rate-scale applies to Mooncake and Azure traces; a replay keeps the recorded arrivals");
     }
     if let Some(x) = args.output_scale {
-        if !(x > 0.0 && x.is_finite()) {
-            bail!("--output-scale must be a finite number above 0, got {x}");
-        }
+        flag("--output-scale", rule::above_zero(x))?;
         plant.output_scale = x;
     }
     if let Some(x) = args.idle_cap {
