@@ -212,8 +212,11 @@ fn step_backend_emits_the_prefill_token_then_decodes() {
     let p = prompt(30, 9);
     let pages: Vec<u32> = (10..14).collect();
     let (want_first, _) = b.prefill(99, &p, &pages).unwrap();
-    b.context_arrival(&arrival(1, p.clone(), pages.clone()))
+    let arrived = b
+        .context_arrival(&arrival(1, p.clone(), pages.clone()))
         .unwrap();
+    // The prefill's token is given at arrival and again by the first step.
+    assert_eq!(arrived.first_token, Some(want_first));
     let out = b.step(&[row(1, p.len(), 0, &pages)]).unwrap();
     assert_eq!(out.tokens, vec![vec![want_first]]);
     let out2 = b.step(&[row(1, p.len(), want_first, &pages)]).unwrap();
@@ -870,9 +873,12 @@ fn transfer_arrival_takes_the_bandwidth_time_and_the_first_step_decodes() {
     let p = prompt(1500, 1);
     let pages: Vec<u32> = (0..95).collect();
     let t0 = Instant::now();
-    let s = lane
+    let arrived = lane
         .context_arrival(&arrival(3, p.clone(), pages.clone()))
         .unwrap();
+    // A transfer has no first token yet: the first step computes it.
+    assert_eq!(arrived.first_token, None);
+    let s = arrived.seconds;
     let want = transfer_time(
         transfer_bytes(p.len(), b.shape().kv_bytes_per_token()),
         gbps,

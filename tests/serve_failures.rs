@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use genslot::actors::{ActorEngine, StartOptions};
 use genslot::gpu::{
-    BackendCapacity, BackendError, ContextArrival, StepBackend, StepOutput, StepRow,
+    Arrived, BackendCapacity, BackendError, ContextArrival, StepBackend, StepOutput, StepRow,
 };
 use genslot::ids::RequestId;
 use genslot::server::engine::{Engine, EngineEvent, GenRequest};
@@ -22,8 +22,11 @@ struct Broken {
 }
 
 impl StepBackend for Broken {
-    fn context_arrival(&mut self, _: &ContextArrival) -> Result<f64, BackendError> {
-        Ok(0.0)
+    fn context_arrival(&mut self, _: &ContextArrival) -> Result<Arrived, BackendError> {
+        Ok(Arrived {
+            seconds: 0.0,
+            first_token: None,
+        })
     }
     fn step(&mut self, _: &[StepRow]) -> Result<StepOutput, BackendError> {
         if self.panic {

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use genslot::actors::{ActorEngine, StartOptions};
 use genslot::gpu::{
-    BackendCapacity, BackendError, ContextArrival, StepBackend, StepOutput, StepRow,
+    Arrived, BackendCapacity, BackendError, ContextArrival, StepBackend, StepOutput, StepRow,
 };
 use genslot::ids::RequestId;
 use genslot::server::engine::{Engine, EngineEvent, GenRequest};
@@ -25,7 +25,7 @@ struct SlotStrict {
 }
 
 impl StepBackend for SlotStrict {
-    fn context_arrival(&mut self, req: &ContextArrival) -> Result<f64, BackendError> {
+    fn context_arrival(&mut self, req: &ContextArrival) -> Result<Arrived, BackendError> {
         if let Some(&other) = self.holders.get(&req.slot) {
             if other != req.id {
                 return Err(BackendError::Failed(format!(
@@ -35,7 +35,11 @@ impl StepBackend for SlotStrict {
             }
         }
         self.holders.insert(req.slot, req.id);
-        Ok(0.0)
+        // The first step computes the first token, as a KV transfer's does.
+        Ok(Arrived {
+            seconds: 0.0,
+            first_token: None,
+        })
     }
     fn step(&mut self, rows: &[StepRow]) -> Result<StepOutput, BackendError> {
         std::thread::sleep(std::time::Duration::from_millis(1));

@@ -4,7 +4,7 @@
 use actix::Message;
 use tokio::sync::mpsc::UnboundedSender;
 
-use crate::gpu::{BackendError, ContextArrival, StepOutput, StepRow};
+use crate::gpu::{Arrived, BackendError, ContextArrival, StepOutput, StepRow};
 use crate::ids::RequestId;
 use crate::server::engine::{EngineEvent, GenRequest};
 use crate::worker::{PassInputs, PassOutput};
@@ -41,7 +41,7 @@ pub struct StepDone {
 #[rtype(result = "()")]
 pub struct KvArrived {
     pub id: RequestId,
-    pub result: Result<f64, BackendError>,
+    pub result: Result<Arrived, BackendError>,
 }
 
 /// The GPU-step actor stopped for good (its thread ended or panicked).

@@ -38,6 +38,18 @@ pub struct ContextArrival {
     pub min_tokens: u32,
 }
 
+/// A context that is resident on this worker.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Arrived {
+    /// Seconds the arrival took.
+    pub seconds: f64,
+    /// The request's first token, when the backend has it before the request's first step
+    /// (a prefill draws it; the timing model knows it). The executor streams it when the
+    /// request is first scheduled (SPEC §4.6) instead of with that step's tokens. `None`: it
+    /// comes with the first step (a KV transfer whose first step computes it).
+    pub first_token: Option<u32>,
+}
+
 /// One row of a decode step.
 #[derive(Debug, Clone)]
 pub struct StepRow {
@@ -75,10 +87,10 @@ pub struct BackendCapacity {
 /// The step backend (SPEC §6): context arrival, one decode step, release, capacity.
 /// Calls block; the GPU-step actor runs them on its own OS thread.
 pub trait StepBackend: Send {
-    /// Context arrival for an admitted request (KV transfer or real prefill).
-    /// Returns the seconds it took. The backend also returns the first token's id
-    /// through the next `step` that includes the request.
-    fn context_arrival(&mut self, req: &ContextArrival) -> Result<f64, BackendError>;
+    /// Context arrival for an admitted request (KV transfer or real prefill). The backend
+    /// also returns the first token's id as the first of the tokens of the next `step` that
+    /// includes the request, whether or not [`Arrived::first_token`] gave it already.
+    fn context_arrival(&mut self, req: &ContextArrival) -> Result<Arrived, BackendError>;
     /// One decode step over `rows` (never more than `max_batch_size`).
     fn step(&mut self, rows: &[StepRow]) -> Result<StepOutput, BackendError>;
     /// [`step`](Self::step) into `out`, every field overwritten. The caller hands the same
@@ -106,6 +118,6 @@ pub trait StepBackend: Send {
 
 /// Context arrivals that run beside the decode steps, from any thread.
 pub trait ContextLane: Send + Sync + std::fmt::Debug {
-    /// Blocks until the request's context is resident; returns the seconds it took.
-    fn context_arrival(&self, req: &ContextArrival) -> Result<f64, BackendError>;
+    /// Blocks until the request's context is resident.
+    fn context_arrival(&self, req: &ContextArrival) -> Result<Arrived, BackendError>;
 }

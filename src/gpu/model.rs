@@ -5,14 +5,16 @@
 //! instead.
 //!
 //! Token ids are deterministic: a hash of (request id, position) into the vocabulary, so a
-//! rerun of the same requests streams the same text. The first step that includes a request
-//! returns its first token too (the context's token) ahead of the step's own tokens.
+//! rerun of the same requests streams the same text. The first token (the context's, at
+//! position 0) is known at arrival; the first step that includes a request returns it too,
+//! ahead of the step's own tokens.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::{
-    BackendCapacity, BackendError, ContextArrival, ContextLane, StepBackend, StepOutput, StepRow,
+    Arrived, BackendCapacity, BackendError, ContextArrival, ContextLane, StepBackend, StepOutput,
+    StepRow,
 };
 use crate::config::Config;
 use crate::ids::RequestId;
@@ -37,14 +39,18 @@ pub fn token_id(id: RequestId, position: u32, vocab: u32) -> u32 {
 pub struct ModelTransfer {
     transfer: TransferModel,
     clock: Arc<dyn Clock>,
+    vocab: u32,
 }
 
 impl ContextLane for ModelTransfer {
-    fn context_arrival(&self, req: &ContextArrival) -> Result<f64, BackendError> {
+    fn context_arrival(&self, req: &ContextArrival) -> Result<Arrived, BackendError> {
         let ctx = u32::try_from(req.prompt.len()).unwrap_or(u32::MAX);
         let s = self.transfer.transfer_s(ctx);
         self.clock.pass(s);
-        Ok(s)
+        Ok(Arrived {
+            seconds: s,
+            first_token: Some(token_id(req.id, 0, self.vocab)),
+        })
     }
 }
 
@@ -79,6 +85,7 @@ impl ModelBackend {
             lane: ModelTransfer {
                 transfer,
                 clock: clock.clone(),
+                vocab: DEFAULT_VOCAB,
             },
             clock,
             capacity,
@@ -105,6 +112,7 @@ impl ModelBackend {
 
     pub fn with_vocab(mut self, vocab: u32) -> Self {
         self.vocab = vocab.max(1);
+        self.lane.vocab = self.vocab;
         self
     }
 
@@ -116,7 +124,7 @@ impl ModelBackend {
 }
 
 impl StepBackend for ModelBackend {
-    fn context_arrival(&mut self, req: &ContextArrival) -> Result<f64, BackendError> {
+    fn context_arrival(&mut self, req: &ContextArrival) -> Result<Arrived, BackendError> {
         self.lane.context_arrival(req)
     }
 
@@ -272,7 +280,28 @@ mod tests {
             .unwrap();
         let cfg = Config::default();
         let transfer = TransferModel::from_timing(&cfg.timing);
-        assert_eq!(s, transfer.transfer_s(500));
-        assert_eq!(clock.now(), s);
+        assert_eq!(s.seconds, transfer.transfer_s(500));
+        assert_eq!(clock.now(), s.seconds);
+    }
+
+    #[test]
+    fn the_first_token_given_at_arrival_is_the_one_the_first_step_returns_first() {
+        let b = backend(VirtualClock::new()).with_vocab(50);
+        let arrival = |id| ContextArrival {
+            id,
+            slot: 0,
+            prompt: vec![0; 8],
+            pages: Vec::new(),
+            sampling: Default::default(),
+            min_tokens: 0,
+        };
+        let lane = b.context_lane().unwrap();
+        let mut b = b;
+        for id in [1, 2, 77] {
+            let given = lane.context_arrival(&arrival(id)).unwrap().first_token;
+            let first_step = b.step(&[row(id, 8)]).unwrap();
+            assert_eq!(given, first_step.tokens[0].first().copied());
+            assert!(given.is_some_and(|t| t < 50));
+        }
     }
 }

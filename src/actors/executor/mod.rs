@@ -96,9 +96,32 @@ struct Live {
     last_token: u32,
     waiting: bool,
     stop: bool,
+    /// The first token as the backend gave it at the context's arrival, until it is
+    /// streamed when the request is first scheduled.
+    first_at_arrival: Option<u32>,
+    /// The first token went out at scheduling: the first step's copy of it is not sent again.
+    first_sent_early: bool,
     /// For `--record`: when the first token was streamed, and the pauses so far.
     first_token_at: Option<f64>,
     pauses: u32,
+}
+
+impl Live {
+    /// Streams `t` unless the request has its `max_tokens` or has stopped; false once it
+    /// has (the model's EOS, past `min_tokens` and unless ignored, stops it unsent).
+    fn stream(&mut self, t: u32, eos: Option<u32>) -> bool {
+        if self.stop || self.sent >= self.max_tokens {
+            return false;
+        }
+        if !self.ignore_eos && self.sent >= self.min_tokens && Some(t) == eos {
+            self.stop = true;
+            return false;
+        }
+        let _ = self.events.send(EngineEvent::Token { id: t });
+        self.sent += 1;
+        self.last_token = t;
+        true
+    }
 }
 
 pub struct ExecutorInit {
@@ -430,6 +453,7 @@ impl Executor {
                 last_token: self.live.get(&b.id).map_or(0, |l| l.last_token),
                 pages: pages.next().map(std::mem::take).unwrap_or_default(),
             }));
+            self.stream_first_tokens(&out.batch);
             let mut batch = std::mem::take(&mut self.spare_batch);
             batch.clear();
             batch.extend_from_slice(&out.batch);
@@ -477,6 +501,24 @@ impl Executor {
         }
     }
 
+    /// SPEC §4.6: a request's first token is emitted when it is first scheduled. Where the
+    /// backend gave it at arrival, the client gets it as the step starts, not with the
+    /// step's own tokens one step later.
+    fn stream_first_tokens(&mut self, batch: &[BatchRow]) {
+        for row in batch.iter().filter(|r| r.first_token) {
+            let Some(l) = self.live.get_mut(&row.id) else {
+                continue;
+            };
+            if let Some(t) = l.first_at_arrival.take() {
+                l.stream(t, self.eos_token);
+                l.first_sent_early = true;
+                if self.recorder.is_some() {
+                    l.first_token_at = Some(self.clock.now());
+                }
+            }
+        }
+    }
+
     /// Stream the step's tokens and queue its results for the next pass. The output's
     /// token vectors go back to the backend with the next step.
     fn stepped(&mut self, batch: &[BatchRow], out: StepOutput) {
@@ -486,19 +528,15 @@ impl Executor {
                 if l.first_token_at.is_none() && !tokens.is_empty() && self.recorder.is_some() {
                     l.first_token_at = Some(self.clock.now());
                 }
-                for t in tokens {
-                    if l.sent >= l.max_tokens {
+                // A first step's tokens start with the first token, already out if it was
+                // streamed at scheduling.
+                let skip = usize::from(row.first_token && l.first_sent_early);
+                for &t in tokens.iter().skip(skip) {
+                    if !l.stream(t, self.eos_token) {
                         break;
                     }
-                    if !l.ignore_eos && l.sent >= l.min_tokens && Some(*t) == self.eos_token {
-                        stop = true;
-                        l.stop = true;
-                        break;
-                    }
-                    let _ = l.events.send(EngineEvent::Token { id: *t });
-                    l.sent += 1;
-                    l.last_token = *t;
                 }
+                stop = l.stop;
             }
             // The core counted the first token when it scheduled the request.
             let counted = if row.first_token {
@@ -584,6 +622,8 @@ impl Handler<Submit> for Executor {
                 last_token: 0,
                 waiting: true,
                 stop: false,
+                first_at_arrival: None,
+                first_sent_early: false,
                 first_token_at: None,
                 pauses: 0,
             },
@@ -662,10 +702,15 @@ impl Handler<KvArrived> for Executor {
     type Result = ();
     fn handle(&mut self, msg: KvArrived, ctx: &mut Context<Self>) {
         match msg.result {
-            Ok(_) => self.pending.kv_ready.push(KvReady {
-                id: msg.id,
-                at: self.clock.now(),
-            }),
+            Ok(arrived) => {
+                if let Some(l) = self.live.get_mut(&msg.id) {
+                    l.first_at_arrival = arrived.first_token;
+                }
+                self.pending.kv_ready.push(KvReady {
+                    id: msg.id,
+                    at: self.clock.now(),
+                });
+            }
             Err(e) => self.fail(msg.id, &format!("context arrival failed: {e}")),
         }
         self.notify_if_idle();

@@ -28,7 +28,8 @@ use super::step_options::StepOptions;
 use super::transfer::{ContextMode, TransferLane};
 use super::weights::{ModelSource, Weights};
 use crate::gpu::{
-    BackendCapacity, BackendError, ContextArrival, ContextLane, StepBackend, StepOutput, StepRow,
+    Arrived, BackendCapacity, BackendError, ContextArrival, ContextLane, StepBackend, StepOutput,
+    StepRow,
 };
 use crate::ids::RequestId;
 use crate::pools::drafter::DrafterLayout;
@@ -1043,7 +1044,7 @@ impl CudaBackend {
 }
 
 impl StepBackend for CudaBackend {
-    fn context_arrival(&mut self, req: &ContextArrival) -> Result<f64, BackendError> {
+    fn context_arrival(&mut self, req: &ContextArrival) -> Result<Arrived, BackendError> {
         self.take_arrivals()?;
         self.check_room(req.id)?;
         self.check_slot(req.id, req.slot)?;
@@ -1054,16 +1055,19 @@ impl StepBackend for CudaBackend {
             )));
         }
         if let Some(lane) = self.lane.clone() {
-            let s = lane.context_arrival(req)?;
+            let arrived = lane.context_arrival(req)?;
             self.take_arrivals()?;
-            return Ok(s);
+            return Ok(arrived);
         }
         let t0 = Instant::now();
         let (st, row) = Residents::arriving(req, self.cfg.eos_token);
         let (tok, _) = self.prefill_in(req.id, Some(req.slot), &req.prompt, &req.pages, row)?;
         self.seed_window(req.slot, &[&req.prompt, &[tok]])?;
         self.reqs.prefilled(req.id, st, tok);
-        Ok(t0.elapsed().as_secs_f64())
+        Ok(Arrived {
+            seconds: t0.elapsed().as_secs_f64(),
+            first_token: Some(tok),
+        })
     }
 
     fn step(&mut self, rows: &[StepRow]) -> Result<StepOutput, BackendError> {

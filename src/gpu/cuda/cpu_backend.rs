@@ -18,7 +18,9 @@ use std::time::Instant;
 use super::cpu_ref::{CpuCache, CpuModel};
 use super::draft::{self, DraftConfig, DraftStats, HostArena};
 use super::residents::Residents;
-use crate::gpu::{BackendCapacity, BackendError, ContextArrival, StepBackend, StepOutput, StepRow};
+use crate::gpu::{
+    Arrived, BackendCapacity, BackendError, ContextArrival, StepBackend, StepOutput, StepRow,
+};
 use crate::ids::RequestId;
 use crate::pools::drafter::DrafterLayout;
 use crate::sampling::sample_row;
@@ -98,7 +100,7 @@ impl CpuRefBackend {
 }
 
 impl StepBackend for CpuRefBackend {
-    fn context_arrival(&mut self, req: &ContextArrival) -> Result<f64, BackendError> {
+    fn context_arrival(&mut self, req: &ContextArrival) -> Result<Arrived, BackendError> {
         let t0 = Instant::now();
         if req.prompt.is_empty() {
             return Err(BackendError::Failed(format!(
@@ -123,7 +125,10 @@ impl StepBackend for CpuRefBackend {
         }
         self.reqs.prefilled(req.id, st, first);
         self.caches.insert(req.id, cache);
-        Ok(t0.elapsed().as_secs_f64())
+        Ok(Arrived {
+            seconds: t0.elapsed().as_secs_f64(),
+            first_token: Some(first),
+        })
     }
 
     fn step(&mut self, rows: &[StepRow]) -> Result<StepOutput, BackendError> {

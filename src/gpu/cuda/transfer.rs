@@ -17,7 +17,7 @@ use super::device::{drv, launch_on, DevBuf, Gpu, Which, A};
 use super::forward::KvCache;
 use super::residents::ReqState;
 use super::shape::ModelShape;
-use crate::gpu::{BackendError, ContextArrival, ContextLane};
+use crate::gpu::{Arrived, BackendError, ContextArrival, ContextLane};
 use crate::ids::RequestId;
 
 /// How a request's context (its prompt's KV) arrives on this worker.
@@ -202,7 +202,7 @@ impl TransferLane {
 }
 
 impl ContextLane for TransferLane {
-    fn context_arrival(&self, req: &ContextArrival) -> Result<f64, BackendError> {
+    fn context_arrival(&self, req: &ContextArrival) -> Result<Arrived, BackendError> {
         let t0 = Instant::now();
         self.check(req)?;
         self.write_pages(req)?;
@@ -216,7 +216,11 @@ impl ContextLane for TransferLane {
         let mut st = ReqState::new(req);
         st.first_input = req.prompt.last().copied();
         lock(&self.arrived).insert(req.id, st);
-        Ok(t0.elapsed().as_secs_f64())
+        // The first step computes the first token from the last prompt token's KV.
+        Ok(Arrived {
+            seconds: t0.elapsed().as_secs_f64(),
+            first_token: None,
+        })
     }
 }
 
