@@ -103,7 +103,10 @@ async fn a_recorded_run_replayed_under_the_serving_config_reproduces_its_arrival
     let spec = RunSpec {
         plant,
         admission,
-        workload: Workload::Recorded(Arc::from(rec.timed_requests())),
+        workload: Workload::Recorded(
+            Arc::from(rec.timed_requests()),
+            vec![true; rec.records.len()].into(),
+        ),
         concurrency: 1,
         duration_s: rec.span_s() + 1e-3,
         warmup_s: 0.0,
@@ -128,6 +131,18 @@ async fn a_recorded_run_replayed_under_the_serving_config_reproduces_its_arrival
         "every replayed request finishes"
     );
     assert_eq!(out.unfinished, 0);
+
+    // A request the served run did not complete (cancelled at its end, say) is replayed
+    // but not measured: the simulated numbers cover the served ones' requests.
+    let mut completed = vec![true; rec.records.len()];
+    completed[0] = false;
+    let partial = RunSpec {
+        workload: Workload::Recorded(Arc::from(rec.timed_requests()), completed.into()),
+        ..spec
+    };
+    let out = run(&partial, &arm, true).unwrap();
+    assert_eq!(out.issued.len(), rec.records.len(), "still replayed");
+    assert_eq!(out.records.len(), rec.records.len() - 1, "not measured");
 }
 
 fn genslot() -> Command {

@@ -456,7 +456,8 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
                 r.records.len(),
                 r.span_s()
             );
-            (Workload::Recorded(Arc::from(r.timed_requests())), None)
+            let workload = Workload::Recorded(Arc::from(r.timed_requests()), r.completed().into());
+            (workload, None)
         }
         None => workload(&args, &transform).map(|(w, format)| (w, Some(format)))?,
     };

@@ -33,8 +33,11 @@ pub enum Workload {
     Timed(Arc<[TimedRequest]>, f64),
     /// Recorded served traffic (`serve --record`), open loop at the recorded arrivals. These
     /// are arrivals at the GEN worker, so they skip the context servers: each reaches the
-    /// worker at its recorded time, and the KV transfer follows its admission as usual.
-    Recorded(Arc<[TimedRequest]>),
+    /// worker at its recorded time, and the KV transfer follows its admission as usual. The
+    /// flags say which of them the served run completed: only those are measured, so the
+    /// simulated latencies and throughput cover the requests the served ones do (a run's
+    /// end cancels the longest of its requests in flight, which would bias any other set).
+    Recorded(Arc<[TimedRequest]>, Arc<[bool]>),
 }
 
 /// Everything one run needs besides the arm.
@@ -235,7 +238,7 @@ fn replay_for(spec: &RunSpec) -> Result<Box<dyn Replay>, String> {
                 .map(|r| Box::new(r) as Box<dyn Replay>)
                 .map_err(|e| e.to_string())
         }
-        Workload::Recorded(t) => OpenLoopReplay::new(t.clone(), OpenLoopRules::default())
+        Workload::Recorded(t, _) => OpenLoopReplay::new(t.clone(), OpenLoopRules::default())
             .map(|r| Box::new(r) as Box<dyn Replay>)
             .map_err(|e| e.to_string()),
     }
@@ -284,7 +287,12 @@ fn run_with(
     let mut ctx_free = plant.context.servers.max(1);
     let mut ctx_queue: VecDeque<(u64, u32)> = VecDeque::new();
     let mut prefix: HashMap<(u64, u32), PrefixHashes> = HashMap::new();
-    let direct = matches!(spec.workload, Workload::Recorded(_));
+    let direct = matches!(spec.workload, Workload::Recorded(..));
+    // Open loop, an issue's `session` is its index in the trace.
+    let served_completed = |i: usize| match &spec.workload {
+        Workload::Recorded(_, completed) => completed.get(i).copied().unwrap_or(true),
+        _ => true,
+    };
 
     let mut pending = PassInputs::default();
     // The pass's decisions; its buffers are reused by the next pass.
@@ -322,8 +330,10 @@ fn run_with(
         let wake_worker;
         if next_issue.is_some_and(|b| b <= now) {
             for is in replay.pop_due(now) {
-                let measured =
-                    !is.warmup && is.send_at >= spec.warmup_s && is.send_at < spec.duration_s;
+                let measured = !is.warmup
+                    && is.send_at >= spec.warmup_s
+                    && is.send_at < spec.duration_s
+                    && served_completed(is.session);
                 measured_open += measured as u64;
                 if keep_trace {
                     out.issued.push(Issued {

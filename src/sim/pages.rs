@@ -58,7 +58,7 @@ pub fn max_request_tokens(workload: &Workload, output_scale: f64, tokens_per_ste
             .map(|(_, r)| one(r.input_tokens, r.output_tokens))
             .max()
             .unwrap_or(0),
-        Workload::Timed(requests, _) | Workload::Recorded(requests) => requests
+        Workload::Timed(requests, _) | Workload::Recorded(requests, _) => requests
             .iter()
             .map(|r| one(r.input_tokens, r.output_tokens))
             .max()

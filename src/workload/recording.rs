@@ -213,6 +213,15 @@ impl Recording {
             })
             .collect()
     }
+
+    /// Whether the served run completed each request, in the order of
+    /// [`timed_requests`](Self::timed_requests).
+    pub fn completed(&self) -> Vec<bool> {
+        self.records
+            .iter()
+            .map(|r| r.outcome == Outcome::Completed)
+            .collect()
+    }
 }
 
 #[cfg(test)]
