@@ -128,25 +128,29 @@ async fn a_first_token_known_at_arrival_reaches_the_client_a_whole_step_before_t
     assert!(gap >= step * 2 / 3, "first-to-second token gap {gap:?}");
 }
 
-#[tokio::test]
-async fn a_first_token_the_first_step_computes_is_sent_with_that_step_and_once() {
-    let engine = start(Scripted::new(false, Duration::from_millis(2)), None);
+/// Each of `max_tokens` tokens reaches the client once, in order, whichever way the first
+/// one comes.
+async fn each_token_arrives_once(first_at_arrival: bool) {
+    let engine = start(
+        Scripted::new(first_at_arrival, Duration::from_millis(2)),
+        None,
+    );
     for max_tokens in [1, 2, 5] {
         let (tokens, reason) = run(&engine, request(max_tokens, true)).await;
         let want: Vec<u32> = (0..max_tokens).map(|p| FIRST + p).collect();
-        assert_eq!(ids(&tokens), want);
+        assert_eq!(ids(&tokens), want, "max_tokens {max_tokens}");
         assert_eq!(reason, FinishReason::Length);
     }
 }
 
 #[tokio::test]
+async fn a_first_token_the_first_step_computes_is_sent_with_that_step_and_once() {
+    each_token_arrives_once(false).await;
+}
+
+#[tokio::test]
 async fn a_first_token_sent_early_is_not_sent_again_with_the_first_steps_tokens() {
-    let engine = start(Scripted::new(true, Duration::from_millis(2)), None);
-    for max_tokens in [1, 2, 5] {
-        let (tokens, _) = run(&engine, request(max_tokens, true)).await;
-        let want: Vec<u32> = (0..max_tokens).map(|p| FIRST + p).collect();
-        assert_eq!(ids(&tokens), want, "max_tokens {max_tokens}");
-    }
+    each_token_arrives_once(true).await;
 }
 
 #[tokio::test]
