@@ -19,8 +19,10 @@ pub struct FitArgs {
     /// `transfer[]` of context_tokens, ms.
     #[arg(required = true)]
     pub grids: Vec<PathBuf>,
-    /// A recording (`serve --record`) of requests sent one at a time to an idle server:
-    /// each one's TTFT less the fitted one-row step is a transfer time.
+    /// A recording (`serve --record`) of requests sent one at a time to an idle server with
+    /// `context: transfer`, whose first step computes the first token: each one's TTFT less
+    /// the fitted one-row step is a transfer time. (A backend that has the first token at
+    /// arrival streams it at scheduling, with no step in its TTFT: not a probe for this.)
     #[arg(long, value_name = "FILE")]
     pub transfer_record: Option<PathBuf>,
     /// Fit a jump above this batch size (default: found in the data when it halves the error).
