@@ -39,6 +39,7 @@ pub fn token_id(id: RequestId, position: u32, vocab: u32) -> u32 {
 pub struct ModelTransfer {
     transfer: TransferModel,
     clock: Arc<dyn Clock>,
+    /// The backend's vocabulary (its steps read it here too).
     vocab: u32,
 }
 
@@ -69,7 +70,6 @@ pub struct ModelBackend {
     lane: ModelTransfer,
     clock: Arc<dyn Clock>,
     capacity: BackendCapacity,
-    vocab: u32,
     progress: BTreeMap<RequestId, Progress>,
 }
 
@@ -89,7 +89,6 @@ impl ModelBackend {
             },
             clock,
             capacity,
-            vocab: DEFAULT_VOCAB,
             progress: BTreeMap::new(),
         }
     }
@@ -111,8 +110,7 @@ impl ModelBackend {
     }
 
     pub fn with_vocab(mut self, vocab: u32) -> Self {
-        self.vocab = vocab.max(1);
-        self.lane.vocab = self.vocab;
+        self.lane.vocab = vocab.max(1);
         self
     }
 
@@ -155,7 +153,7 @@ impl StepBackend for ModelBackend {
             let start = p.emitted;
             p.emitted += n;
             tokens.clear();
-            tokens.extend((start..start + n).map(|pos| token_id(row.id, pos, self.vocab)));
+            tokens.extend((start..start + n).map(|pos| token_id(row.id, pos, self.lane.vocab)));
         }
         out.step_s = step_s;
         self.clock.pass(step_s);

@@ -99,8 +99,6 @@ struct Live {
     /// The first token as the backend gave it at the context's arrival, until it is
     /// streamed when the request is first scheduled.
     first_at_arrival: Option<u32>,
-    /// The first token went out at scheduling: the first step's copy of it is not sent again.
-    first_sent_early: bool,
     /// For `--record`: when the first token was streamed, and the pauses so far.
     first_token_at: Option<f64>,
     pauses: u32,
@@ -108,8 +106,9 @@ struct Live {
 
 impl Live {
     /// Streams `t` unless the request has its `max_tokens` or has stopped; false once it
-    /// has (the model's EOS, past `min_tokens` and unless ignored, stops it unsent).
-    fn stream(&mut self, t: u32, eos: Option<u32>) -> bool {
+    /// has (the model's EOS, past `min_tokens` and unless ignored, stops it unsent). `now`
+    /// (with `--record` only) stamps the first token sent.
+    fn stream(&mut self, t: u32, eos: Option<u32>, now: Option<f64>) -> bool {
         if self.stop || self.sent >= self.max_tokens {
             return false;
         }
@@ -118,6 +117,9 @@ impl Live {
             return false;
         }
         let _ = self.events.send(EngineEvent::Token { id: t });
+        if self.sent == 0 {
+            self.first_token_at = now;
+        }
         self.sent += 1;
         self.last_token = t;
         true
@@ -492,7 +494,7 @@ impl Executor {
                 context_tokens: u32::try_from(l.prompt.len()).unwrap_or(u32::MAX),
                 max_tokens: l.max_tokens,
                 output_tokens: l.sent,
-                first_token_s: l.first_token_at.filter(|_| l.sent > 0),
+                first_token_s: l.first_token_at,
                 finish_s: at,
                 pauses: l.pauses,
                 outcome,
@@ -505,34 +507,34 @@ impl Executor {
     /// backend gave it at arrival, the client gets it as the step starts, not with the
     /// step's own tokens one step later.
     fn stream_first_tokens(&mut self, batch: &[BatchRow]) {
+        let now = self.record_now();
         for row in batch.iter().filter(|r| r.first_token) {
             let Some(l) = self.live.get_mut(&row.id) else {
                 continue;
             };
             if let Some(t) = l.first_at_arrival.take() {
-                l.stream(t, self.eos_token);
-                l.first_sent_early = true;
-                if self.recorder.is_some() {
-                    l.first_token_at = Some(self.clock.now());
-                }
+                l.stream(t, self.eos_token, now);
             }
         }
+    }
+
+    /// The time `--record` stamps a first token with; `None` without a recorder.
+    fn record_now(&self) -> Option<f64> {
+        self.recorder.is_some().then(|| self.clock.now())
     }
 
     /// Stream the step's tokens and queue its results for the next pass. The output's
     /// token vectors go back to the backend with the next step.
     fn stepped(&mut self, batch: &[BatchRow], out: StepOutput) {
+        let now = self.record_now();
         for (row, tokens) in batch.iter().zip(&out.tokens) {
             let mut stop = false;
             if let Some(l) = self.live.get_mut(&row.id) {
-                if l.first_token_at.is_none() && !tokens.is_empty() && self.recorder.is_some() {
-                    l.first_token_at = Some(self.clock.now());
-                }
-                // A first step's tokens start with the first token, already out if it was
-                // streamed at scheduling.
-                let skip = usize::from(row.first_token && l.first_sent_early);
+                // A first step's tokens start with the first token: whatever was streamed
+                // before this step (it, at scheduling) is not sent again.
+                let skip = if row.first_token { l.sent as usize } else { 0 };
                 for &t in tokens.iter().skip(skip) {
-                    if !l.stream(t, self.eos_token) {
+                    if !l.stream(t, self.eos_token, now) {
                         break;
                     }
                 }
@@ -623,7 +625,6 @@ impl Handler<Submit> for Executor {
                 waiting: true,
                 stop: false,
                 first_at_arrival: None,
-                first_sent_early: false,
                 first_token_at: None,
                 pauses: 0,
             },
