@@ -279,36 +279,27 @@ fn the_reference_output_scale_applies_to_an_azure_trace_only_when_asked_and_is_s
 
 #[test]
 fn the_header_states_the_output_scale_of_the_weka_fitted_preset_on_synthetic_sessions() {
-    let (text, _) = ran(&[
-        "--synthetic-sessions",
-        "20",
-        "--concurrency",
-        "4",
-        "--duration",
-        "30",
-        "--warmup",
-        "0",
-        "--arms",
-        "control",
-    ]);
+    let header = |preset: &[&str]| {
+        let sessions = [
+            "--synthetic-sessions",
+            "20",
+            "--concurrency",
+            "4",
+            "--duration",
+            "30",
+            "--warmup",
+            "0",
+            "--arms",
+            "control",
+        ];
+        ran(&[preset, &sessions[..]].concat()).0
+    };
+    let text = header(&[]);
     assert!(
         text.contains("== c4, preset reference, output scale 2.6, 1 seeds"),
         "{text}"
     );
-    let (text, _) = ran(&[
-        "--preset",
-        "h200-llama-8b",
-        "--synthetic-sessions",
-        "20",
-        "--concurrency",
-        "4",
-        "--duration",
-        "30",
-        "--warmup",
-        "0",
-        "--arms",
-        "control",
-    ]);
+    let text = header(&["--preset", "h200-llama-8b"]);
     assert!(
         text.contains("== c4, preset h200-llama-8b, 1 seeds"),
         "{text}"
