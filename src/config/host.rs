@@ -26,17 +26,18 @@ impl Host {
         Host {
             memory_bytes: std::fs::read_to_string("/proc/meminfo")
                 .ok()
-                .and_then(|t| mem_total_bytes(&t)),
+                .and_then(|t| proc_kib_field(&t, "MemTotal:")),
             exists: |p| p.exists(),
         }
     }
 }
 
-/// `MemTotal:  24 576 000 kB` → bytes.
-fn mem_total_bytes(meminfo: &str) -> Option<u64> {
-    let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    kb.checked_mul(1024)
+/// A `/proc` file's `KEY  N kB` field in bytes, `key` with its colon: `MemTotal:` of
+/// `/proc/meminfo`, `VmHWM:` of `/proc/self/status`.
+pub fn proc_kib_field(text: &str, key: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.starts_with(key))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
 }
 
 /// Host bytes per entry of an index pool (slots): std's B-tree holds 11 `u32` keys in a
@@ -148,8 +149,8 @@ mod tests {
     #[test]
     fn mem_total_is_read_in_bytes() {
         let text = "MemTotal:       24576000 kB\nMemFree:  1 kB\n";
-        assert_eq!(mem_total_bytes(text), Some(24_576_000 * 1024));
-        assert_eq!(mem_total_bytes("nothing"), None);
+        assert_eq!(proc_kib_field(text, "MemTotal:"), Some(24_576_000 * 1024));
+        assert_eq!(proc_kib_field("nothing", "MemTotal:"), None);
     }
 
     #[test]

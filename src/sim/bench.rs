@@ -6,6 +6,7 @@
 use std::time::Instant;
 
 use super::{run_experiment, Experiment, Speed};
+use crate::config::host::proc_kib_field;
 
 /// The speeds of `runs` runs of one experiment.
 #[derive(Debug, Clone)]
@@ -90,13 +91,7 @@ pub fn summary(b: &Bench) -> String {
 /// `VmHWM` of `/proc/self/status` (Linux).
 fn peak_rss_bytes() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    parse_vm_hwm(&status)
-}
-
-fn parse_vm_hwm(status: &str) -> Option<u64> {
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
+    proc_kib_field(&status, "VmHWM:")
 }
 
 #[cfg(test)]
@@ -106,8 +101,8 @@ mod tests {
     #[test]
     fn the_peak_resident_set_is_read_from_vm_hwm_in_kib() {
         let status = "Name:\tgenslot\nVmPeak:\t  900 kB\nVmHWM:\t   2048 kB\nVmRSS:\t 1024 kB\n";
-        assert_eq!(parse_vm_hwm(status), Some(2048 * 1024));
-        assert_eq!(parse_vm_hwm("Name:\tx\n"), None);
+        assert_eq!(proc_kib_field(status, "VmHWM:"), Some(2048 * 1024));
+        assert_eq!(proc_kib_field("Name:\tx\n", "VmHWM:"), None);
     }
 
     #[test]
