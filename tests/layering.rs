@@ -9,8 +9,14 @@ use std::path::{Path, PathBuf};
 /// Bottom to top. A layer holds one or more groups of modules; a module may import its own
 /// group and every lower layer, never a higher layer nor another group of its own layer.
 const LAYERS: &[&[&[&str]]] = &[
-    // Roots: shared ids, metric names, sampling parameters, trace readers.
-    &[&["ids"], &["metrics"], &["sampling"], &["workload"]],
+    // Roots: shared ids, metric names, sampling parameters, trace readers, the GGUF reader.
+    &[
+        &["ids"],
+        &["metrics"],
+        &["sampling"],
+        &["workload"],
+        &["gguf"],
+    ],
     // The decision core; it asks about room through closures and never sees a pool.
     &[&["policy"]],
     // Pool accounting; answers the core in the core's types (`PoolReport`).
@@ -22,9 +28,11 @@ const LAYERS: &[&[&[&str]]] = &[
     &[&["worker"]],
     // The HTTP surface and the traits it serves through (`Engine`, `Tokenizer`).
     &[&["server"]],
-    // Side by side: the simulator, and the step backends with their model files and text
-    // (tokenizers, chat templates). Neither imports the other.
-    &[&["sim"], &["gpu", "gguf", "text"]],
+    // A checkpoint's text: tokenizer, chat template, EOS (the server's `Tokenizer` trait).
+    &[&["text"]],
+    // Side by side: the simulator, and the step backends with their model files. Neither
+    // imports the other.
+    &[&["sim"], &["gpu"]],
     // The runtime that wires worker, backends and server together.
     &[&["actors"]],
 ];

@@ -9,9 +9,9 @@ use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
-use genslot::gguf::llama::load_cpu_model;
 use genslot::gguf::Gguf;
 use genslot::gpu::cuda::cpu_ref::{CpuModel, RopeLayout};
+use genslot::gpu::cuda::gguf_llama::load_cpu_model;
 use genslot::gpu::cuda::model_files::ModelFiles;
 use genslot::sampling::{sample, SamplingParams};
 use genslot::server::tokenize::{ChatTurn, Tokenizer};

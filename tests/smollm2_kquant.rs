@@ -8,9 +8,9 @@
 use std::path::Path;
 use std::process::Command;
 
-use genslot::gguf::llama::load_cpu_model;
 use genslot::gguf::{GgmlType, Gguf};
 use genslot::gpu::cuda::cpu_ref::RopeLayout;
+use genslot::gpu::cuda::gguf_llama::load_cpu_model;
 use genslot::gpu::cuda::model_files::ModelFiles;
 use genslot::text::ModelTokenizer;
 

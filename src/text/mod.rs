@@ -12,8 +12,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::gguf::Gguf;
-use crate::gpu::cuda::model_files::gguf_file;
+use crate::gguf::{gguf_file, Gguf};
 use crate::server::tokenize::{render_chatml, ChatTurn, Tokenizer};
 use template::ChatTemplate;
 

@@ -512,7 +512,7 @@ fn attend(q: &[f32], k: &[f32], v: &[f32], n: usize, nh: usize, nkv: usize, hd: 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gguf::llama::test_support::llama_cpp_permute;
+    use crate::gpu::cuda::gguf_llama::test_support::llama_cpp_permute;
 
     fn tiny() -> CpuModel {
         CpuModel::seeded(&ModelShape::named("tiny").unwrap(), 1)

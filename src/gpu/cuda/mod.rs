@@ -23,6 +23,7 @@ pub mod draft_sets;
 pub mod drive;
 mod forward;
 pub mod gemv_bench;
+pub mod gguf_llama;
 pub mod init;
 pub mod model_files;
 pub mod parity;

@@ -9,11 +9,11 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use super::cpu_ref::{CpuLoadError, CpuModel};
+use super::gguf_llama::{gguf_name, shape_from_gguf};
 use super::init::{f32_to_bf16_bits, Tensor};
 use super::safetensors::{Checkpoint, DType};
 use super::shape::ModelShape;
-use crate::gguf::llama::{gguf_name, shape_from_gguf};
-use crate::gguf::Gguf;
+use crate::gguf::{gguf_file, Gguf};
 
 /// Why a checkpoint cannot be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -46,23 +46,6 @@ pub struct ModelFiles {
     pub path: PathBuf,
     pub shape: ModelShape,
     source: Source,
-}
-
-/// The GGUF file `path` names: the file itself, or the only `*.gguf` in a directory
-/// without `config.json`.
-pub fn gguf_file(path: &Path) -> Option<PathBuf> {
-    if path.is_file() {
-        return (path.extension().is_some_and(|e| e == "gguf")).then(|| path.to_path_buf());
-    }
-    if path.join("config.json").is_file() {
-        return None;
-    }
-    let mut found: Vec<PathBuf> = std::fs::read_dir(path)
-        .ok()?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|e| e == "gguf"))
-        .collect();
-    (found.len() == 1).then(|| found.remove(0))
 }
 
 impl ModelFiles {
@@ -406,9 +389,9 @@ pub fn unpermute_rows(rows: &[f32], hd: usize, row_len: usize) -> Vec<f32> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gguf::llama::test_support::{llama_cpp_permute, llama_header};
     use crate::gguf::quant::GgmlType;
     use crate::gpu::cuda::cpu_ref::RopeLayout;
+    use crate::gpu::cuda::gguf_llama::test_support::{llama_cpp_permute, llama_header};
     use crate::gpu::cuda::init::init_tensor_f32;
     use crate::gpu::cuda::safetensors::write_bf16;
 
@@ -490,7 +473,7 @@ mod tests {
         // Un-permuted Q/K with rotate-half RoPE = the permuted file with interleaved RoPE =
         // the source weights with rotate-half.
         let hf = f.cpu_model(false).unwrap();
-        let raw = crate::gguf::llama::load_cpu_model(f.gguf().unwrap()).unwrap();
+        let raw = crate::gpu::cuda::gguf_llama::load_cpu_model(f.gguf().unwrap()).unwrap();
         assert_eq!(raw.rope, RopeLayout::Interleaved);
         let src = CpuModel::from_fn(&s, |t| init_tensor_f32(&s, 9, t));
         let prompt = [3u32, 99, 512, 7, 1000, 42];

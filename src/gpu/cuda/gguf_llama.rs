@@ -3,12 +3,11 @@
 //! converter permutes Q and K rows so that RoPE rotates interleaved pairs, so the model
 //! it returns uses `RopeLayout::Interleaved`.
 
-use crate::gpu::cuda::cpu_ref::{CpuLoadError, CpuModel, RopeLayout};
-use crate::gpu::cuda::init::Tensor;
-use crate::gpu::cuda::shape::RopeScaling;
-use crate::gpu::cuda::ModelShape;
-
-use super::reader::{Gguf, GgufError};
+use super::cpu_ref::{CpuLoadError, CpuModel, RopeLayout};
+use super::init::Tensor;
+use super::shape::RopeScaling;
+use super::ModelShape;
+use crate::gguf::{Gguf, GgufError};
 
 /// Why a GGUF file is not a Llama model the CPU reference can run.
 #[derive(Debug, thiserror::Error)]
