@@ -14,7 +14,7 @@ use genslot::policy::Mode;
 use genslot::sim::arm::ArmSpec;
 use genslot::sim::cli::from_config;
 use genslot::sim::engine::{run, ResolvedArm, RunSpec, Workload};
-use genslot::timing::{Clock, RealClock};
+use genslot::timing::{Clock, RealClock, TransferModel};
 use genslot::workload::{load_recording, Outcome};
 use serde_json::{json, Value};
 use serve_support::*;
@@ -92,12 +92,31 @@ async fn a_recorded_run_replayed_under_the_serving_config_reproduces_its_arrival
         served, sent,
         "every request is recorded with what it asked for"
     );
+    // Each line splits its TTFT: queue wait (arrival → admitted), the context's arrival
+    // (admitted → KV ready: at least the modelled transfer, which the backend sleeps), and
+    // the wait for the first step that schedules it (KV ready → first token).
+    let transfer = TransferModel::from_timing(&cfg.timing);
     for r in &rec.records {
         assert_eq!(r.outcome, Outcome::Completed);
         assert_eq!(r.output_tokens, r.max_tokens);
         let first = r.first_token_s.expect("a first token");
-        assert!(r.arrival_s <= first && first <= r.finish_s);
+        let admitted = r.admitted_s.expect("an admission time");
+        let ready = r.kv_ready_s.expect("a KV-ready time");
+        assert!(
+            r.arrival_s <= admitted && admitted <= ready && ready <= first && first <= r.finish_s,
+            "{r:?}"
+        );
+        assert!(
+            ready - admitted >= transfer.transfer_s(r.context_tokens) - 1e-6,
+            "{r:?}"
+        );
     }
+    assert!(
+        rec.records
+            .iter()
+            .any(|r| r.admitted_s.unwrap() - r.arrival_s > 0.01),
+        "with two slots for ten requests some wait for one"
+    );
 
     let (plant, admission) = from_config(&cfg);
     let spec = RunSpec {

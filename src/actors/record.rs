@@ -48,6 +48,8 @@ pub struct Leaving<'a> {
     pub context_tokens: u32,
     pub max_tokens: u32,
     pub output_tokens: u32,
+    pub admitted_s: Option<f64>,
+    pub kv_ready_s: Option<f64>,
     pub first_token_s: Option<f64>,
     pub finish_s: f64,
     pub pauses: u32,
@@ -63,6 +65,15 @@ impl Recorder {
 
     /// Queues one record; a closed writer drops it (the file is already final).
     pub fn record(&self, r: Leaving<'_>) {
+        // A clock reading cannot come before the arrival it follows, but an arrival taken
+        // from upstream is rounded through unix time; and a context that arrives while the
+        // pass that ends its request is in flight is stamped after that pass's time. Keep
+        // the line's times in order: arrival ≤ admitted ≤ KV ready ≤ finish.
+        let finish_s = r.finish_s.max(r.arrival_s);
+        let admitted_s = r.admitted_s.map(|a| a.clamp(r.arrival_s, finish_s));
+        let kv_ready_s = r
+            .kv_ready_s
+            .map(|k| k.clamp(admitted_s.unwrap_or(r.arrival_s), finish_s));
         let rec = ServedRecord {
             id: r.id,
             run_start_unix: self.run_start_unix,
@@ -70,10 +81,10 @@ impl Recorder {
             context_tokens: r.context_tokens,
             max_tokens: r.max_tokens,
             output_tokens: r.output_tokens,
+            admitted_s,
+            kv_ready_s,
             first_token_s: r.first_token_s,
-            // A clock reading cannot come before the arrival it follows, but an arrival
-            // taken from upstream is rounded through unix time: keep the line valid.
-            finish_s: r.finish_s.max(r.arrival_s),
+            finish_s,
             pauses: r.pauses,
             outcome: r.outcome,
             error: r.error.map(str::to_owned),
@@ -167,6 +178,8 @@ mod tests {
             context_tokens: 100,
             max_tokens: 8,
             output_tokens: 8,
+            admitted_s: Some(1.1),
+            kv_ready_s: Some(1.3),
             first_token_s: Some(1.5),
             finish_s: 2.0,
             pauses: 0,
@@ -189,6 +202,8 @@ mod tests {
         }
         rec.record(Leaving {
             output_tokens: 0,
+            admitted_s: None,
+            kv_ready_s: None,
             first_token_s: None,
             error: Some("the waiting queue is full"),
             ..leaving(1000, Outcome::Failed)
@@ -201,5 +216,27 @@ mod tests {
         let failed = back.records.iter().find(|r| r.id == 1000).unwrap();
         assert_eq!(failed.outcome, Outcome::Failed);
         assert_eq!(failed.error.as_deref(), Some("the waiting queue is full"));
+        assert_eq!((failed.admitted_s, failed.kv_ready_s), (None, None));
+        let done = back.records.iter().find(|r| r.id == 7).unwrap();
+        assert_eq!((done.admitted_s, done.kv_ready_s), (Some(1.1), Some(1.3)));
+    }
+
+    #[test]
+    fn times_out_of_order_are_written_in_order_so_the_file_reads_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rec.jsonl");
+        let (rec, writer) = start(&path, &VirtualClock::new()).unwrap();
+        // Cancelled by a pass that began before its context arrived; admitted by a clock a
+        // hair before the upstream arrival stamp.
+        rec.record(Leaving {
+            output_tokens: 0,
+            first_token_s: None,
+            admitted_s: Some(0.999),
+            kv_ready_s: Some(2.5),
+            ..leaving(1, Outcome::Cancelled)
+        });
+        writer.finish().unwrap();
+        let r = &load_recording(&path).unwrap().records[0];
+        assert_eq!((r.admitted_s, r.kv_ready_s), (Some(1.0), Some(2.0)));
     }
 }

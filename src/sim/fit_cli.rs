@@ -19,10 +19,11 @@ pub struct FitArgs {
     /// `transfer[]` of context_tokens, ms.
     #[arg(required = true)]
     pub grids: Vec<PathBuf>,
-    /// A recording (`serve --record`) of requests sent one at a time to an idle server with
-    /// `context: transfer`, whose first step computes the first token: each one's TTFT less
-    /// the fitted one-row step is a transfer time. (A backend that has the first token at
-    /// arrival streams it at scheduling, with no step in its TTFT: not a probe for this.)
+    /// A recording (`serve --record`) whose context arrivals to fit: each line's
+    /// `kv_ready_s − admitted_s`, at any load. A recording older than those fields gives
+    /// only TTFTs: it must be of requests sent one at a time to an idle server with
+    /// `context: transfer` (whose first step computes the first token), and each TTFT less
+    /// the fitted one-row step is read as a transfer time.
     #[arg(long, value_name = "FILE")]
     pub transfer_record: Option<PathBuf>,
     /// Fit a jump above this batch size (default: found in the data when it halves the error).
@@ -91,36 +92,59 @@ fn read_grid(path: &Path) -> anyhow::Result<(GridFile, String)> {
     Ok((g, what))
 }
 
-/// Transfer times from a probe's recording: per context length, the median TTFT less the
-/// fitted step of one row (the median, so a cold first request does not pull the line).
-fn probe_points(path: &Path, step: &StepFit) -> anyhow::Result<(Vec<TransferPoint>, usize)> {
+/// Transfer times from a recording, and how they were read.
+struct RecordedTransfers {
+    points: Vec<TransferPoint>,
+    /// Requests whose lines carry admission and KV-ready times.
+    stamped: usize,
+    /// Requests read the old way, TTFT less the one-row step.
+    from_ttft: usize,
+    /// Context lengths left out: a median not above zero.
+    dropped: usize,
+}
+
+/// Transfer times from a recording: per context length, the median of its requests'
+/// transfers (the median, so a cold first request does not pull the line). A line with
+/// `admitted_s` and `kv_ready_s` gives its transfer directly, at any load. An older line
+/// has only its TTFT, which for a serial `context: transfer` probe is the transfer plus the
+/// one-row step that computed the first token: that step is taken off.
+fn transfer_points(path: &Path, step: &StepFit) -> anyhow::Result<RecordedTransfers> {
     let rec = load_recording(path)?;
     let mut by_len: std::collections::BTreeMap<u32, Vec<f64>> = Default::default();
-    for r in rec
-        .records
-        .iter()
-        .filter(|r| r.outcome == Outcome::Completed)
-    {
-        if let Some(ttft) = r.ttft_s() {
-            by_len.entry(r.context_tokens).or_default().push(ttft * 1e3);
-        }
+    let (mut stamped, mut from_ttft) = (0, 0);
+    for r in &rec.records {
+        let ms = match (r.admitted_s, r.kv_ready_s, r.ttft_s()) {
+            (Some(a), Some(k), _) => {
+                stamped += 1;
+                (k - a) * 1e3
+            }
+            (_, _, Some(ttft)) if r.outcome == Outcome::Completed => {
+                from_ttft += 1;
+                ttft * 1e3 - step.ms(1, u64::from(r.context_tokens))
+            }
+            _ => continue,
+        };
+        by_len.entry(r.context_tokens).or_default().push(ms);
     }
-    let mut points = Vec::new();
-    let mut dropped = 0;
-    for (len, mut ttfts) in by_len {
-        ttfts.sort_by(f64::total_cmp);
-        let median = ttfts[ttfts.len() / 2];
-        let ms = median - step.ms(1, u64::from(len));
-        if ms > 0.0 {
-            points.push(TransferPoint {
+    let mut out = RecordedTransfers {
+        points: Vec::new(),
+        stamped,
+        from_ttft,
+        dropped: 0,
+    };
+    for (len, mut ms) in by_len {
+        ms.sort_by(f64::total_cmp);
+        let median = ms[ms.len() / 2];
+        if median > 0.0 {
+            out.points.push(TransferPoint {
                 context_tokens: u64::from(len),
-                ms,
+                ms: median,
             });
         } else {
-            dropped += 1;
+            out.dropped += 1;
         }
     }
-    Ok((points, dropped))
+    Ok(out)
 }
 
 fn residual_table(r: &Residuals, what: &str, tokens: &str) -> String {
@@ -220,18 +244,24 @@ pub fn run(args: FitArgs) -> anyhow::Result<()> {
     }
     print!("{}", residual_table(&step_res, "step", "ΣL"));
     if let Some(path) = &args.transfer_record {
-        let (points, dropped) = probe_points(path, &step)?;
+        let t = transfer_points(path, &step)?;
+        let mut how = Vec::new();
+        if t.stamped > 0 {
+            how.push(format!("{} admitted → KV-ready times", t.stamped));
+        }
+        if t.from_ttft > 0 {
+            how.push(format!("{} TTFTs less the one-row step", t.from_ttft));
+        }
+        if t.dropped > 0 {
+            how.push(format!("{} lengths dropped: median not above 0", t.dropped));
+        }
         println!(
-            "transfer probe: {} context lengths (median TTFT each) from {}{}",
-            points.len(),
+            "recorded transfers: {} context lengths (the median of each) from {} ({})",
+            t.points.len(),
             path.display(),
-            if dropped > 0 {
-                format!(" ({dropped} dropped: median TTFT not above the one-row step)")
-            } else {
-                String::new()
-            }
+            how.join("; ")
         );
-        transfer.extend(points);
+        transfer.extend(t.points);
     }
     let transfer_fit = if transfer.is_empty() {
         None
@@ -293,5 +323,47 @@ mod tests {
         assert_eq!(cfg.timing.per_kv_token_ns, 31.0);
         assert_eq!(cfg.timing.transfer_per_token_us, 0.03);
         assert_eq!(cfg.timing.jump_above, None);
+    }
+
+    #[test]
+    fn recorded_transfers_come_from_the_stamps_where_a_line_has_them_else_from_the_ttft() {
+        let step = StepFit {
+            base_ms: 5.0,
+            per_request_ms: 0.0,
+            per_kv_token_ns: 0.0,
+            jump: None,
+        };
+        let line = |id: u64, ctx: u32, stamps: Option<(f64, f64)>, ttft: f64| {
+            let mut v = serde_json::json!({
+                "id": id, "run_start_unix": 0.0, "arrival_s": 1.0, "context_tokens": ctx,
+                "max_tokens": 4, "output_tokens": 4, "first_token_s": 1.0 + ttft,
+                "finish_s": 2.0 + ttft, "pauses": 0, "outcome": "completed",
+            });
+            if let Some((a, k)) = stamps {
+                v["admitted_s"] = a.into();
+                v["kv_ready_s"] = k.into();
+            }
+            v.to_string()
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.jsonl");
+        let lines = [
+            // Stamped, under load: a long queue wait in the TTFT does not matter.
+            line(0, 1000, Some((3.0, 3.010)), 9.0),
+            line(1, 1000, Some((4.0, 4.012)), 9.0),
+            line(2, 1000, Some((5.0, 5.011)), 9.0),
+            // Unstamped (an older serial probe): TTFT 25 ms less the 5 ms step.
+            line(3, 4000, None, 0.025),
+            // A transfer the one-row step covers: dropped.
+            line(4, 8000, None, 0.004),
+        ];
+        std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+        let t = transfer_points(&path, &step).unwrap();
+        assert_eq!((t.stamped, t.from_ttft, t.dropped), (3, 2, 1));
+        assert_eq!(t.points.len(), 2);
+        assert_eq!(t.points[0].context_tokens, 1000);
+        assert!((t.points[0].ms - 11.0).abs() < 1e-6, "{}", t.points[0].ms);
+        assert_eq!(t.points[1].context_tokens, 4000);
+        assert!((t.points[1].ms - 20.0).abs() < 1e-6, "{}", t.points[1].ms);
     }
 }

@@ -160,6 +160,8 @@ mod tests {
             context_tokens: 1000,
             max_tokens: out,
             output_tokens: out,
+            admitted_s: None,
+            kv_ready_s: None,
             first_token_s: Some(arrival + ttft),
             finish_s: arrival + ttft + 0.01 * f64::from(out - 1),
             pauses: 1,

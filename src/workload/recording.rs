@@ -11,11 +11,15 @@
 //! # The line
 //! ```json
 //! {"id":7,"run_start_unix":1764500000.25,"arrival_s":12.5,"context_tokens":2224,
-//!  "max_tokens":169,"output_tokens":169,"first_token_s":12.71,"finish_s":15.9,
-//!  "pauses":1,"outcome":"completed"}
+//!  "max_tokens":169,"output_tokens":169,"admitted_s":12.6,"kv_ready_s":12.68,
+//!  "first_token_s":12.71,"finish_s":15.9,"pauses":1,"outcome":"completed"}
 //! ```
-//! `output_tokens` are the tokens the client received; `first_token_s` is when the first of
-//! them was streamed (absent when none was); `finish_s` is when the request left the worker;
+//! `output_tokens` are the tokens the client received. `admitted_s` is when the scheduler
+//! gave the request a slot and `kv_ready_s` when its context (transfer or prefill) had
+//! arrived, so a TTFT splits into queue wait, context arrival and the wait for the first
+//! step; both are absent for a request that never got that far (and in recordings older
+//! than them). `first_token_s` is when the first token was streamed (absent when none was);
+//! `finish_s` is when the request left the worker;
 //! `pauses` counts the times the scheduler paused it in place. `outcome`: `completed`
 //! (`max_tokens` reached, or a stop: EOS or a stop string), `cancelled` (the client went away,
 //! or the engine ended it) or `failed` (refused by a full queue, a backend error, or the
@@ -48,6 +52,10 @@ pub struct ServedRecord {
     pub context_tokens: u32,
     pub max_tokens: u32,
     pub output_tokens: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admitted_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_ready_s: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_token_s: Option<f64>,
     pub finish_s: f64,
@@ -89,6 +97,8 @@ impl ServedRecord {
         let finite = [self.run_start_unix, self.arrival_s, self.finish_s]
             .into_iter()
             .chain(self.first_token_s)
+            .chain(self.admitted_s)
+            .chain(self.kv_ready_s)
             .all(f64::is_finite);
         if !finite {
             return Err("a time is not a finite number".into());
@@ -115,6 +125,28 @@ impl ServedRecord {
                     self.arrival_s, self.finish_s
                 ));
             }
+        }
+        match (self.admitted_s, self.kv_ready_s) {
+            (None, Some(_)) => return Err("kv_ready_s needs admitted_s".into()),
+            (Some(a), k) if a < self.arrival_s || a > k.unwrap_or(self.finish_s) => {
+                return Err(format!(
+                    "admitted_s {a} lies outside [arrival_s {}, {} {}]",
+                    self.arrival_s,
+                    if k.is_some() {
+                        "kv_ready_s"
+                    } else {
+                        "finish_s"
+                    },
+                    k.unwrap_or(self.finish_s)
+                ));
+            }
+            (_, Some(k)) if k > self.finish_s => {
+                return Err(format!(
+                    "kv_ready_s {k} is after finish_s {}",
+                    self.finish_s
+                ));
+            }
+            _ => {}
         }
         if self.output_tokens > 0 && self.first_token_s.is_none() {
             return Err("a request with output_tokens needs first_token_s".into());
@@ -281,6 +313,40 @@ mod tests {
         );
 
         assert!(matches!(parse("\n\n"), Err(WorkloadError::Empty { .. })));
+    }
+
+    #[test]
+    fn admission_and_kv_ready_times_are_optional_but_must_lie_in_order() {
+        let stamped = |a: &str, k: &str| {
+            LINE.replace(
+                "\"first_token_s\"",
+                &format!("\"admitted_s\":{a},\"kv_ready_s\":{k},\"first_token_s\""),
+            )
+        };
+        let r = parse(&stamped("12.6", "12.7")).unwrap();
+        assert_eq!(
+            (r.records[0].admitted_s, r.records[0].kv_ready_s),
+            (Some(12.6), Some(12.7))
+        );
+        assert_eq!(
+            serde_json::to_string(&r.records[0]).unwrap(),
+            stamped("12.6", "12.7")
+        );
+        for (a, k, why) in [
+            (
+                "12.4",
+                "12.7",
+                "admitted_s 12.4 lies outside [arrival_s 12.5, kv_ready_s 12.7]",
+            ),
+            ("12.8", "12.7", "admitted_s 12.8 lies outside"),
+            ("12.6", "17.0", "kv_ready_s 17 is after finish_s 16.95"),
+        ] {
+            let e = parse(&stamped(a, k)).unwrap_err().to_string();
+            assert!(e.contains(why), "{a} {k}: {e}");
+        }
+        let orphan = LINE.replace("\"first_token_s\"", "\"kv_ready_s\":12.7,\"first_token_s\"");
+        let e = parse(&orphan).unwrap_err().to_string();
+        assert!(e.contains("kv_ready_s needs admitted_s"), "{e}");
     }
 
     #[test]

@@ -80,7 +80,8 @@ grid() {
 
 # Transfer probe: one request at a time on an idle server (`context: transfer`), one output
 # token each, at several context lengths; `genslot fit-step --transfer-record` takes each
-# TTFT less the fitted one-row step as a transfer time.
+# request's admission → KV-ready time (a recording older than those fields: its TTFT less
+# the fitted one-row step) as a transfer time.
 probe() {
   stage "transfer probe: contexts $PROBE_CONTEXTS, $PROBE_REQUESTS requests each"
   local w=/tmp/h200-probe

@@ -99,7 +99,10 @@ struct Live {
     /// The first token as the backend gave it at the context's arrival, until it is
     /// streamed when the request is first scheduled.
     first_at_arrival: Option<u32>,
-    /// For `--record`: when the first token was streamed, and the pauses so far.
+    /// For `--record`: when the request was admitted, when its context arrived, when the
+    /// first token was streamed, and the pauses so far.
+    admitted_at: Option<f64>,
+    kv_ready_at: Option<f64>,
     first_token_at: Option<f64>,
     pauses: u32,
 }
@@ -380,6 +383,7 @@ impl Executor {
                 continue;
             };
             l.waiting = false;
+            l.admitted_at = Some(out.now);
             self.shared.queued.fetch_sub(1, Ordering::SeqCst);
             histogram!(m::REQUEST_QUEUE_TIME_SECONDS).record((out.now - l.arrival).max(0.0));
             let arrival = ContextArrival {
@@ -494,6 +498,8 @@ impl Executor {
                 context_tokens: u32::try_from(l.prompt.len()).unwrap_or(u32::MAX),
                 max_tokens: l.max_tokens,
                 output_tokens: l.sent,
+                admitted_s: l.admitted_at,
+                kv_ready_s: l.kv_ready_at,
                 first_token_s: l.first_token_at,
                 finish_s: at,
                 pauses: l.pauses,
@@ -625,6 +631,8 @@ impl Handler<Submit> for Executor {
                 waiting: true,
                 stop: false,
                 first_at_arrival: None,
+                admitted_at: None,
+                kv_ready_at: None,
                 first_token_at: None,
                 pauses: 0,
             },
@@ -704,13 +712,12 @@ impl Handler<KvArrived> for Executor {
     fn handle(&mut self, msg: KvArrived, ctx: &mut Context<Self>) {
         match msg.result {
             Ok(arrived) => {
+                let at = self.clock.now();
                 if let Some(l) = self.live.get_mut(&msg.id) {
                     l.first_at_arrival = arrived.first_token;
+                    l.kv_ready_at = Some(at);
                 }
-                self.pending.kv_ready.push(KvReady {
-                    id: msg.id,
-                    at: self.clock.now(),
-                });
+                self.pending.kv_ready.push(KvReady { id: msg.id, at });
             }
             Err(e) => self.fail(msg.id, &format!("context arrival failed: {e}")),
         }
