@@ -69,6 +69,10 @@ pub struct Record {
     pub input_tokens: u32,
     pub output_tokens: u32,
     pub decode_s: f64,
+    /// Of the TTFT: the wait for a slot (arrival as the scheduler sees it → admission), and
+    /// the context's arrival (admission → KV ready); the rest is the wait for the first pass.
+    pub queue_s: f64,
+    pub context_s: f64,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -153,6 +157,8 @@ struct Req {
     max_tokens: u32,
     measured: bool,
     first: Option<f64>,
+    admitted: f64,
+    kv_ready: f64,
 }
 
 /// Builds the worker for an arm: the same setup decision and sizing as the server, with KV
@@ -356,6 +362,8 @@ fn run_with(
                             .max(1),
                         measured,
                         first: None,
+                        admitted: is.send_at,
+                        kv_ready: is.send_at,
                     },
                 )?;
                 if direct {
@@ -409,6 +417,9 @@ fn run_with(
                 wake_worker = !stepping;
             }
             Ev::KvReady(id) => {
+                if let Some(r) = reqs.get_mut(id) {
+                    r.kv_ready = now;
+                }
                 pending.kv_ready.push(KvReady { id, at: now });
                 wake_worker = !stepping;
             }
@@ -452,6 +463,9 @@ fn run_with(
         }
         for a in &o.admitted {
             tokens.admit(a.slot, a.id);
+            if let Some(r) = reqs.get_mut(a.id) {
+                r.admitted = now;
+            }
             push(
                 &mut heap,
                 now + plant.transfer.transfer_s(a.context_tokens),
@@ -484,6 +498,8 @@ fn run_with(
                         input_tokens: r.input,
                         output_tokens: d.output_tokens,
                         decode_s: decode,
+                        queue_s: r.admitted - r.sent,
+                        context_s: r.kv_ready - r.admitted,
                     });
                 }
             }
@@ -602,5 +618,34 @@ mod tests {
         let (p, _) = worker_params(&spec, &arm);
         assert_eq!(p.kv.tokens_per_block, pages::SERVER_PAGE_TOKENS);
         assert_eq!(p.kv.total_pages, 1_000_000 / pages::SERVER_PAGE_TOKENS);
+    }
+
+    #[test]
+    fn a_records_ttft_splits_into_its_queue_wait_its_transfer_and_the_wait_for_a_pass() {
+        let spec = spec();
+        let arm = ResolvedArm {
+            spec: ArmSpec::control(),
+            mode: Mode::Off,
+        };
+        let out = run(&spec, &arm, false).unwrap();
+        // Eight rows for 24 lanes: requests queue.
+        assert!(out.records.iter().any(|r| r.queue_s > 1.0));
+        // The longest step: a full batch, every row at the longest context seen.
+        let longest = out
+            .records
+            .iter()
+            .map(|r| u64::from(r.input_tokens + r.output_tokens))
+            .max()
+            .unwrap();
+        let rows = spec.plant.max_batch_size as usize;
+        let step = spec.plant.step.step_s(rows, rows as u64 * longest);
+        for r in &out.records {
+            let transfer = spec.plant.transfer.transfer_s(r.input_tokens);
+            assert!(r.queue_s >= 0.0, "{r:?}");
+            assert!((r.context_s - transfer).abs() < 1e-9, "{r:?}");
+            // The pass after the KV arrives: at most the step in flight away.
+            let rest = r.ttft_s - r.queue_s - r.context_s;
+            assert!(rest >= -1e-9 && rest <= step + 1e-9, "{r:?} {step}");
+        }
     }
 }

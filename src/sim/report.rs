@@ -39,6 +39,9 @@ pub struct ArmSummary {
     pub ttft_p90_s: f64,
     pub ttft_p99_s: f64,
     pub ttft_mean_s: f64,
+    /// Of the mean TTFT: the wait for a slot and the context's arrival (`Record`).
+    pub mean_queue_s: f64,
+    pub mean_context_s: f64,
     pub mean_tpot_ms: f64,
     pub e2e_p90_s: f64,
     pub total_tps: f64,
@@ -89,6 +92,8 @@ pub fn summarise(
         ttft_p90_s: percentile(&ttft, 90.0),
         ttft_p99_s: percentile(&ttft, 99.0),
         ttft_mean_s: mean(ttft.iter().copied()),
+        mean_queue_s: mean(records.iter().map(|r| r.queue_s)),
+        mean_context_s: mean(records.iter().map(|r| r.context_s)),
         mean_tpot_ms: 1e3 * mean(records.iter().filter_map(|r| r.tpot_s)),
         e2e_p90_s: percentile(&e2e, 90.0),
         total_tps: tokens as f64 / (window_s * seeds),

@@ -21,6 +21,12 @@ pub struct ServedSummary {
     pub ttft_p90_s: f64,
     pub ttft_p99_s: f64,
     pub ttft_mean_s: f64,
+    /// Of the mean TTFT: the wait for a slot and the context's arrival, where the recording
+    /// stamps admission and KV-ready times on every completed request (else absent).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mean_queue_s: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mean_context_s: Option<f64>,
     pub mean_tpot_ms: f64,
     pub e2e_p90_s: f64,
     /// Context plus output tokens of the completed requests, per second of window.
@@ -62,6 +68,16 @@ pub fn summarise(rec: &Recording, warmup_s: f64, duration_s: f64) -> ServedSumma
     let window = (duration_s - warmup_s).max(1e-9);
     let out_tokens: u64 = done.iter().map(|r| u64::from(r.output_tokens)).sum();
     let in_tokens: u64 = done.iter().map(|r| u64::from(r.context_tokens)).sum();
+    let stamps: Option<Vec<(f64, f64)>> = done
+        .iter()
+        .map(|r| Some((r.admitted_s? - r.arrival_s, r.kv_ready_s? - r.admitted_s?)))
+        .collect();
+    let stamps = stamps.filter(|s| !s.is_empty());
+    let split = |f: fn(&(f64, f64)) -> f64| {
+        stamps
+            .as_ref()
+            .map(|s| mean(&s.iter().map(f).collect::<Vec<_>>()))
+    };
     ServedSummary {
         file: rec.path.display().to_string(),
         run_start_unix: rec.run_start_unix,
@@ -73,6 +89,8 @@ pub fn summarise(rec: &Recording, warmup_s: f64, duration_s: f64) -> ServedSumma
         ttft_p90_s: percentile(&ttft, 90.0),
         ttft_p99_s: percentile(&ttft, 99.0),
         ttft_mean_s: mean(&ttft),
+        mean_queue_s: split(|s| s.0),
+        mean_context_s: split(|s| s.1),
         mean_tpot_ms: 1e3 * mean(&tpot),
         e2e_p90_s: percentile(&e2e, 90.0),
         total_tps: (in_tokens + out_tokens) as f64 / window,
@@ -143,6 +161,29 @@ pub fn table(served: &ServedSummary, sim: &ArmSummary) -> String {
         "{:<34} {:>7} {:>7} {:>7} {:>7} {:>8} {:>8} {:>9}\n",
         "simulated vs served", err[0], err[1], err[2], err[3], err[4], err[5], err[6]
     );
+    if let (Some(q), Some(c)) = (served.mean_queue_s, served.mean_context_s) {
+        s += &ttft_split(
+            (q, c, served.ttft_mean_s),
+            (sim.mean_queue_s, sim.mean_context_s, sim.ttft_mean_s),
+            &sim.name,
+        );
+    }
+    s
+}
+
+/// Where the mean TTFT goes, served beside simulated: the wait for a slot, the context's
+/// arrival, and the rest (the wait for the pass that first schedules the request).
+fn ttft_split(served: (f64, f64, f64), sim: (f64, f64, f64), sim_name: &str) -> String {
+    let mut s = format!(
+        "{:<34} {:>7} {:>7} {:>10}\n",
+        "mean TTFT split (s)", "queue", "context", "first pass"
+    );
+    for (name, (q, c, t)) in [
+        ("served (recorded)".to_string(), served),
+        (format!("simulated {sim_name}"), sim),
+    ] {
+        s += &format!("{name:<34} {q:>7.3} {c:>7.3} {:>10.3}\n", t - q - c);
+    }
     s
 }
 
@@ -192,5 +233,37 @@ mod tests {
         assert!((s.mean_tpot_ms - 10.0).abs() < 1e-9);
         assert_eq!(s.pauses, 3);
         assert_eq!(s.output_tps, 32.0 / 20.0);
+        assert_eq!((s.mean_queue_s, s.mean_context_s), (None, None));
+    }
+
+    #[test]
+    fn stamped_recordings_split_the_mean_ttft_and_the_check_prints_the_split() {
+        let stamped = |id, arrival: f64, queue: f64, context: f64| ServedRecord {
+            admitted_s: Some(arrival + queue),
+            kv_ready_s: Some(arrival + queue + context),
+            ..rec(id, arrival, queue + context + 0.02, 11, Outcome::Completed)
+        };
+        let mut r = Recording {
+            path: PathBuf::from("r.jsonl"),
+            run_start_unix: 0.0,
+            records: vec![stamped(1, 1.0, 0.5, 0.1), stamped(2, 2.0, 1.5, 0.3)],
+        };
+        let s = summarise(&r, 0.0, 10.0);
+        assert!((s.mean_queue_s.unwrap() - 1.0).abs() < 1e-12);
+        assert!((s.mean_context_s.unwrap() - 0.2).abs() < 1e-12);
+        let sim = crate::sim::report::summarise("control", &[], 10.0, None, None);
+        let t = table(&s, &sim);
+        let served_split = t
+            .lines()
+            .skip_while(|l| !l.starts_with("mean TTFT split"))
+            .nth(1)
+            .unwrap();
+        let cols: Vec<&str> = served_split.split_whitespace().collect();
+        assert_eq!(cols[2..], ["1.000", "0.200", "0.020"], "{t}");
+        // One completed request without stamps (an older server): no split.
+        r.records.push(rec(3, 3.0, 1.0, 11, Outcome::Completed));
+        let s = summarise(&r, 0.0, 10.0);
+        assert_eq!((s.mean_queue_s, s.mean_context_s), (None, None));
+        assert!(!table(&s, &sim).contains("mean TTFT split"));
     }
 }
