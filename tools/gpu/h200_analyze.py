@@ -186,6 +186,23 @@ def main():
               f"{s['ttft_p90_s']:.2f} | {s['ttft_p99_s']:.2f} | {s['ttft_mean_s']:.2f} | "
               f"{s['mean_tpot_ms']:.2f} | {s['e2e_p90_s']:.2f} | {s['total_tps']:.0f} | "
               f"{c['pauses']:.0f} | {c['resumes']:.0f} | {c['forced']:.0f} |")
+    split = [r for r in runs if r["served"].get("mean_queue_s") is not None]
+    if split:
+        print("\nWhere the mean TTFT goes (measured window; recordings with admission and "
+              "KV-ready stamps): the wait for a slot, the context's arrival, and the wait for "
+              "the pass that first schedules the request; served, then the replay's arm of "
+              "the same setting.\n")
+        print("| run | TTFT mean | queue | context | first pass | replay: queue | context | "
+              "first pass |")
+        print("|---|---|---|---|---|---|---|---|")
+        for r in split:
+            s = r["served"]
+            sim = r["replay"]["control" if r["run"]["arm"] == "control" else PREEMPT_ARM]
+            parts = lambda x, q, c: (q, c, x - q - c)
+            served_parts = parts(s["ttft_mean_s"], s["mean_queue_s"], s["mean_context_s"])
+            sim_parts = parts(sim["ttft_mean_s"], sim["mean_queue_s"], sim["mean_context_s"])
+            print(f"| {r['name']} | {s['ttft_mean_s']:.3f} | "
+                  + " | ".join(f"{v:.3f}" for v in served_parts + sim_parts) + " |")
     timed = [r for r in runs if r["counters"].get("step_ms") is not None]
     if timed:
         print("\nThe inter-token interval split (measured window, means): the backend's step, "
