@@ -240,21 +240,7 @@ mod tests {
         let mut shape = ModelShape::named("tiny").unwrap();
         shape.tied_embeddings = true;
         let mut b = llama_header(&shape);
-        let mut tensors = vec![Tensor::Embed, Tensor::FinalNorm];
-        for i in 0..shape.layers {
-            tensors.extend([
-                Tensor::AttnNorm(i),
-                Tensor::Q(i),
-                Tensor::K(i),
-                Tensor::V(i),
-                Tensor::O(i),
-                Tensor::FfnNorm(i),
-                Tensor::Gate(i),
-                Tensor::Up(i),
-                Tensor::Down(i),
-            ]);
-        }
-        for t in tensors {
+        for t in crate::gpu::cuda::model_files::model_tensors(&shape) {
             let name = gguf_name(t);
             if drop == Some(name.as_str()) {
                 continue;
