@@ -147,3 +147,16 @@ async fn the_supervisor_turns_preemption_off_at_run_time_and_says_why() {
     assert_eq!(d["supervisor"]["reason"]["reason"], "disabled");
     s.shutdown().await.unwrap();
 }
+
+#[tokio::test]
+async fn the_configs_initial_gain_is_where_the_served_controller_starts() {
+    for (extra, g) in [("", 1.0), (", initial_gain: 0.5", 0.5)] {
+        let cfg = config(&format!(
+            "scheduler_config:\n  gen_preemption: {{ tpot_budget: 0.1{extra} }}\n"
+        ));
+        let s = Server::start(&cfg).await;
+        let d = s.debug().await;
+        assert_eq!(d["worker"]["preemption"]["g"], json!(g), "{d}");
+        s.shutdown().await.unwrap();
+    }
+}

@@ -430,3 +430,57 @@ fn seeds_are_a_count_from_one_to_the_configs_bound() {
         assert!(!out.status.success() && err.contains(says), "{err}");
     }
 }
+
+#[test]
+fn a_configs_initial_gain_starts_every_tpot_budget_arm_that_names_no_g0() {
+    let cfg = |gain: &str| {
+        format!(
+            "max_batch_size: 8\nscheduler_config:\n  gen_admission: {{ min_samples: 20, target_window: 100 }}\n  gen_preemption: {{ tpot_budget: 0.1{gain} }}\n"
+        )
+    };
+    let (_a, with) = written("with.yaml", &cfg(", initial_gain: 0.25"));
+    let (_b, without) = written("without.yaml", &cfg(""));
+    let load = [
+        "--synthetic-sessions",
+        "60",
+        "--concurrency",
+        "32",
+        "--duration",
+        "600",
+        "--warmup",
+        "60",
+    ];
+    let run = |config: &std::path::Path, arms: &str| {
+        let head = ["--config", config.to_str().unwrap(), "--arms", arms];
+        ran(&[&head[..], &load[..]].concat())
+    };
+    let (text, from_config) = run(&with, "control,tpot_budget=0.10");
+    assert!(text.contains(", g starts at 0.25 (config)"), "{text}");
+    let (text, explicit) = run(&without, "tpot_budget=0.10+g0=0.25,tpot_budget=0.10");
+    assert!(!text.contains("g starts at"), "{text}");
+    // An arm's numbers by its name, the name left out.
+    let numbers = |v: &serde_json::Value, name: &str| {
+        let mut a = v["arms"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["name"] == name)
+            .unwrap_or_else(|| panic!("no arm {name} in {v}"))
+            .clone();
+        a.as_object_mut().unwrap().remove("name");
+        a
+    };
+    let started_low = numbers(&from_config, "tpot_budget=0.10");
+    assert_eq!(started_low, numbers(&explicit, "tpot_budget=0.10+g0=0.25"));
+    assert_ne!(
+        started_low,
+        numbers(&explicit, "tpot_budget=0.10"),
+        "g's start changes this saturated run"
+    );
+    // `g0=` in the arm still wins over the config's start.
+    let (_, overridden) = run(&with, "tpot_budget=0.10+g0=1");
+    assert_eq!(
+        numbers(&overridden, "tpot_budget=0.10+g0=1"),
+        numbers(&explicit, "tpot_budget=0.10")
+    );
+}

@@ -270,6 +270,11 @@ pub struct GenPreemptionConfig {
     /// Per-request output rate (tokens/s) that about 80% of requests keep.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub target_output_tps: Option<f64>,
+    /// With `tpot_budget`: where its window gain g starts, in [0.25, 2] (default 1). SPEC
+    /// §4.3 leaves it open; a start below 1 bounds the TPOT cost of the first minutes, while
+    /// g has no completed paused request to learn from (docs/results.md §3, `g0`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub initial_gain: Option<f64>,
 }
 
 /// The preemption mode after validation (SPEC §4.3); the core's `Mode`.

@@ -38,6 +38,7 @@ pub const MAX_CONNECTIONS: u64 = 1 << 20;
 
 const TPOT_BUDGET: &str = "scheduler_config.gen_preemption.tpot_budget";
 const TARGET_TPS: &str = "scheduler_config.gen_preemption.target_output_tps";
+const INITIAL_GAIN: &str = "scheduler_config.gen_preemption.initial_gain";
 
 /// Every rule `cfg` breaks; empty when it is valid.
 pub(crate) fn issues(cfg: &Config) -> Vec<Issue> {
@@ -351,6 +352,26 @@ fn preemption(cfg: &Config, out: &mut Vec<Issue>) {
             return;
         }
     };
+    if let Some(g) = cfg.scheduler_config.gen_preemption.initial_gain {
+        use crate::policy::preemption::controller::{G_MAX, G_MIN};
+        let issue = match mode {
+            Preemption::TpotBudget(_) => rule::finite_within(g, G_MIN, G_MAX)
+                .err()
+                .map(|why| Issue::new(INITIAL_GAIN, why)),
+            _ => Some(
+                Issue::new(
+                    INITIAL_GAIN,
+                    "is where `tpot_budget`'s window gain starts: set it with `tpot_budget` only",
+                )
+                .with_related(if mode == Preemption::Off {
+                    TPOT_BUDGET
+                } else {
+                    TARGET_TPS
+                }),
+            ),
+        };
+        out.extend(issue);
+    }
     let on_field = match mode {
         Preemption::Off => return,
         Preemption::TpotBudget(_) => TPOT_BUDGET,
@@ -609,6 +630,38 @@ mod tests {
             [(tp(), vec!["backend".to_owned()])]
         );
         assert_eq!(fields(Backend::Model, 0), [(tp(), vec![])]);
+    }
+
+    #[test]
+    fn an_initial_gain_needs_tpot_budget_and_a_value_within_gs_range() {
+        let issue = |budget: Option<f64>, target: Option<f64>, gain: f64| {
+            let mut cfg = Config::default();
+            let p = &mut cfg.scheduler_config.gen_preemption;
+            (p.tpot_budget, p.target_output_tps, p.initial_gain) = (budget, target, Some(gain));
+            issues(&cfg)
+                .into_iter()
+                .map(|i| (i.field, i.related, i.message))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(issue(Some(0.1), None, 0.25), []);
+        assert_eq!(issue(Some(0.1), None, 2.0), []);
+        for bad in [0.2, 2.5, f64::NAN] {
+            let found = issue(Some(0.1), None, bad);
+            assert_eq!(found.len(), 1, "{bad}: {found:?}");
+            assert_eq!(found[0].0, INITIAL_GAIN);
+            assert!(found[0].2.contains("[0.25, 2]"), "{found:?}");
+        }
+        let off = issue(None, None, 0.5);
+        assert_eq!(
+            (off[0].0.as_str(), off[0].1.clone()),
+            (INITIAL_GAIN, vec![TPOT_BUDGET.to_owned()])
+        );
+        let target = issue(None, Some(20.0), 0.5);
+        assert_eq!(target[0].1, [TARGET_TPS]);
+        assert!(
+            target[0].2.contains("with `tpot_budget` only"),
+            "{target:?}"
+        );
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context};
 
-use super::arm::ArmSpec;
+use super::arm::{ArmSpec, ModeSpec};
 use super::engine::{RunSpec, Workload};
 use super::plant::Plant;
 use super::{
@@ -361,7 +361,7 @@ fn svg_path(base: &Path, c: usize, sweep: bool) -> PathBuf {
 }
 
 pub fn run(args: SimArgs) -> anyhow::Result<()> {
-    let arms = ArmSpec::parse_list(&args.arms)?;
+    let mut arms = ArmSpec::parse_list(&args.arms)?;
     if arms.is_empty() {
         bail!("--arms names no arm: list one or more, e.g. control,tpot_budget=0.10");
     }
@@ -390,8 +390,21 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         None => None,
     };
     let (duration, warmup, seeds) = run_shape(&args, recording.as_ref())?;
-    let (plant, admission) = match &args.config {
-        Some(path) => from_config(&Config::from_file(path)?),
+    let config = args.config.as_deref().map(Config::from_file).transpose()?;
+    // A config's start for g is every tpot_budget arm's that names none (`g0=` overrides).
+    let config_g0 = config
+        .as_ref()
+        .and_then(|c| c.scheduler_config.gen_preemption.initial_gain);
+    if let Some(g) = config_g0 {
+        for a in arms
+            .iter_mut()
+            .filter(|a| matches!(a.mode, ModeSpec::TpotBudget(_)))
+        {
+            a.g0 = a.g0.or(Some(g));
+        }
+    }
+    let (plant, admission) = match &config {
+        Some(c) => from_config(c),
         None => {
             let p = presets::preset(&args.preset).with_context(|| {
                 format!(
@@ -534,8 +547,14 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         } else {
             format!(", output scale {}", plant.output_scale)
         };
+        let g_start = config_g0
+            .filter(|_| {
+                arms.iter()
+                    .any(|a| matches!(a.mode, ModeSpec::TpotBudget(_)))
+            })
+            .map_or(String::new(), |g| format!(", g starts at {g} (config)"));
         println!(
-            "\n== {load}, preset {}{outputs}, {} seeds x {} s (first {} s unmeasured){queue}{} ==",
+            "\n== {load}, preset {}{outputs}, {} seeds x {} s (first {} s unmeasured){queue}{g_start}{} ==",
             r.preset,
             r.seeds,
             seconds(r.duration_s),

@@ -94,7 +94,11 @@ pub fn resolve(cfg: &Config) -> Result<(WorkerParams, SetupDecision), SetupError
         },
         mode: decision.mode,
         victim_key: Default::default(),
-        g0: crate::policy::preemption::controller::G_START,
+        g0: cfg
+            .scheduler_config
+            .gen_preemption
+            .initial_gain
+            .unwrap_or(crate::policy::preemption::controller::G_START),
         headroom,
         kv: kv_config(cfg, rows, headroom),
         recurrent_state_bytes: cfg
