@@ -25,7 +25,10 @@ ROOT = Path(__file__).resolve().parents[2]
 CONTROL_YAML = ROOT / "tools/gpu/h200-llama-8b-control.yaml"
 TRACE = ROOT / "../shared/traces/weka_cc_agentic/weka_traces_runs.jsonl.gz"
 PREEMPT_ARM = "tpot_budget=0.10"
-ARM_OF = {"control": "control", "tpot": PREEMPT_ARM, "target": "target_output_tps"}
+# The tpot-g05 runs' config starts the window gain at 0.5 (`initial_gain`): this arm.
+G05_ARM = PREEMPT_ARM + "+g0=0.5"
+# A run's arm (h200_experiment.sh) -> the simulator's arm of the same setting.
+ARM_OF = {"control": "control", "tpot": PREEMPT_ARM, "tpot-g05": G05_ARM}
 
 
 def sh(cmd, **kw):
@@ -67,7 +70,8 @@ def served_run(genslot, tarball, cfg, work):
     w, m = run["warmup_s"], run["measure_s"]
     out = d / "replay.json"
     sh([genslot, "sim", "--quiet", "--replay", d / "served.jsonl", "--config", cfg,
-        "--warmup", w, "--duration", w + m, "--arms", f"control,{PREEMPT_ARM}", "--json", out])
+        "--warmup", w, "--duration", w + m, "--arms", f"control,{PREEMPT_ARM},{G05_ARM}",
+        "--json", out])
     rep = json.loads(out.read_text())
     # The counters' snapshots a run kept ("" where it has none): at the end of the warm-up,
     # at the end of the measured window (h200_experiment.sh since 2026-12-04), and after the
@@ -186,7 +190,8 @@ def main():
               f"{s['ttft_p90_s']:.2f} | {s['ttft_p99_s']:.2f} | {s['ttft_mean_s']:.2f} | "
               f"{s['mean_tpot_ms']:.2f} | {s['e2e_p90_s']:.2f} | {s['total_tps']:.0f} | "
               f"{c['pauses']:.0f} | {c['resumes']:.0f} | {c['forced']:.0f} |")
-    split = [r for r in runs if r["served"].get("mean_queue_s") is not None]
+    split = [r for r in runs if r["served"].get("mean_queue_s") is not None
+             and ARM_OF.get(r["run"]["arm"]) in r["replay"]]
     if split:
         print("\nWhere the mean TTFT goes (measured window; recordings with admission and "
               "KV-ready stamps): the wait for a slot, the context's arrival, and the wait for "
@@ -197,7 +202,7 @@ def main():
         print("|---|---|---|---|---|---|---|---|")
         for r in split:
             s = r["served"]
-            sim = r["replay"]["control" if r["run"]["arm"] == "control" else PREEMPT_ARM]
+            sim = r["replay"][ARM_OF[r["run"]["arm"]]]
             parts = lambda x, q, c: (q, c, x - q - c)
             served_parts = parts(s["ttft_mean_s"], s["mean_queue_s"], s["mean_context_s"])
             sim_parts = parts(sim["ttft_mean_s"], sim["mean_queue_s"], sim["mean_context_s"])
@@ -249,19 +254,24 @@ def main():
                       f"{c['step_ms']:.2f} ({c['step_span']}) |")
 
     by = {(r["run"]["repeat"], r["run"]["arm"]): r for r in runs}
-    pairs = [(by[(k, "control")], by[(k, "tpot")])
-             for k in sorted({k for k, _ in by}) if (k, "control") in by and (k, "tpot") in by]
-    d90, d50, dtpot, dtps = [], [], [], []
-    for c, b in pairs:
-        sc, sb = c["served"], b["served"]
-        d90.append(sb["ttft_p90_s"] - sc["ttft_p90_s"])
-        d50.append(sb["ttft_p50_s"] - sc["ttft_p50_s"])
-        dtpot.append(100 * (sb["mean_tpot_ms"] / sc["mean_tpot_ms"] - 1))
-        dtps.append(100 * (sb["total_tps"] / sc["total_tps"] - 1))
-    if pairs:
-        print(f"\nPaired deltas, {PREEMPT_ARM} − control, mean [min, max] over {len(pairs)} "
-              f"repeat(s): TTFT p90 {fmt_spread(d90, ' s')}, TTFT p50 {fmt_spread(d50, ' s')}, "
-              f"mean TPOT {fmt_spread(dtpot, '%')}, total tok/s {fmt_spread(dtps, '%')}")
+    paired = {}
+    for arm in ("tpot", "tpot-g05"):
+        pairs = [(by[(k, "control")], by[(k, arm)])
+                 for k in sorted({k for k, _ in by}) if (k, "control") in by and (k, arm) in by]
+        d90, d50, dtpot, dtps = [], [], [], []
+        for c, b in pairs:
+            sc, sb = c["served"], b["served"]
+            d90.append(sb["ttft_p90_s"] - sc["ttft_p90_s"])
+            d50.append(sb["ttft_p50_s"] - sc["ttft_p50_s"])
+            dtpot.append(100 * (sb["mean_tpot_ms"] / sc["mean_tpot_ms"] - 1))
+            dtps.append(100 * (sb["total_tps"] / sc["total_tps"] - 1))
+        if pairs:
+            print(f"\nPaired deltas, {ARM_OF[arm]} − control, mean [min, max] over {len(pairs)} "
+                  f"repeat(s): TTFT p90 {fmt_spread(d90, ' s')}, TTFT p50 "
+                  f"{fmt_spread(d50, ' s')}, mean TPOT {fmt_spread(dtpot, '%')}, total tok/s "
+                  f"{fmt_spread(dtps, '%')}")
+        paired[arm] = {"ttft_p90_s": d90, "ttft_p50_s": d50, "mean_tpot_pct": dtpot,
+                       "total_tps_pct": dtps}
 
     # The simulator, two ways.
     print("\n## Simulator prediction\n")
@@ -269,8 +279,8 @@ def main():
     rows = []
     for r in controls:
         p = r["replay"]
-        sim_c, sim_b = p["control"], p[PREEMPT_ARM]
-        rows.append(("replay of " + r["name"], sim_c, sim_b, r["served"]))
+        rows.append(("replay of " + r["name"], p["control"], p[PREEMPT_ARM], r["served"]))
+        rows.append(("replay of " + r["name"] + ", g0 0.5", p["control"], p[G05_ARM], r["served"]))
     if controls:
         r0 = controls[0]["run"]
         w, m = r0["warmup_s"], r0["measure_s"]
@@ -278,11 +288,12 @@ def main():
         sh([a.genslot, "sim", "--quiet", "--config", cfg, "--trace", a.trace,
             "--context-scale", r0["context_scale"], "--max-context", r0["max_context"],
             "--concurrency", r0["concurrency"], "--duration", w + m, "--warmup", w,
-            "--seeds", a.seeds, "--arms", f"control,{PREEMPT_ARM}", "--json", out])
+            "--seeds", a.seeds, "--arms", f"control,{PREEMPT_ARM},{G05_ARM}", "--json", out])
         closed = json.loads(out.read_text())
         arms = {x["name"]: x for x in closed["arms"]}
-        rows.insert(0, (f"closed loop c{r0['concurrency']}, {a.seeds} seeds", arms["control"],
-                        arms[PREEMPT_ARM], None))
+        closed_name = f"closed loop c{r0['concurrency']}, {a.seeds} seeds"
+        rows[:0] = [(closed_name, arms["control"], arms[PREEMPT_ARM], None),
+                    (closed_name + ", g0 0.5", arms["control"], arms[G05_ARM], None)]
     served_c = [r["served"] for r in controls]
     mean_served = {k: statistics.fmean(s[k] for s in served_c)
                    for k in ("ttft_p50_s", "ttft_p90_s", "mean_tpot_ms")} if served_c else {}
@@ -309,8 +320,7 @@ def main():
             print(f"\ntarget_output_tps=auto from the served control runs: "
                   f"{statistics.fmean(rates) / 1.10:.1f} tok/s (TARGET_OUTPUT_TPS for staging)")
     if a.json:
-        a.json.write_text(json.dumps({"fit": fit, "runs": runs, "paired": {
-            "ttft_p90_s": d90, "ttft_p50_s": d50, "mean_tpot_pct": dtpot, "total_tps_pct": dtps},
+        a.json.write_text(json.dumps({"fit": fit, "runs": runs, "paired": paired,
             "predictions": [{"name": n, "control": c, "preempt": b} for n, c, b, _ in rows]},
             indent=1) + "\n")
 
