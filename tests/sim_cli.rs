@@ -85,7 +85,11 @@ fn a_number_outside_its_flags_rule_is_refused_naming_the_flag_and_the_rule() {
         ),
         (
             &["--output-scale", "-1"],
-            "--output-scale must be a finite number above 0, got -1",
+            "--output-scale must be a finite number in (0, 100], got -1",
+        ),
+        (
+            &["--output-scale", "1e12"],
+            "--output-scale must be a finite number in (0, 100], got 1000000000000",
         ),
         (&["--idle-cap", "-1"], "--idle-cap must be >= 0"),
         (&["--context-scale", "2"], "--context-scale: "),

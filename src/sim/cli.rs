@@ -94,9 +94,9 @@ pub struct SimArgs {
         default_value = "control,tpot_budget=0.10,target_output_tps=auto"
     )]
     pub arms: String,
-    /// Recorded outputs × this. Without it, the preset's scale applies to Weka and synthetic
-    /// sessions (the traces it was fitted to) and 1 to Mooncake and Azure traces and
-    /// recordings. The run's header states any scale but 1.
+    /// Recorded outputs × this, in (0, 100]. Without it, the preset's scale applies to Weka
+    /// and synthetic sessions (the traces it was fitted to) and 1 to Mooncake and Azure traces
+    /// and recordings. The run's header states any scale but 1.
     #[arg(long)]
     pub output_scale: Option<f64>,
     /// Override the preset's AgentX idle cap on gaps, seconds (inf: no cap).
@@ -437,7 +437,12 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         bail!("--rate-scale applies to Mooncake and Azure traces; a replay keeps the recorded arrivals");
     }
     if let Some(x) = args.output_scale {
-        flag("--output-scale", rule::above_zero(x))?;
+        // Past this a recorded output of a few thousand tokens no longer fits u32 tokens and
+        // nothing completes; the reference's own scale is 2.6.
+        const MAX_OUTPUT_SCALE: f64 = 100.0;
+        if !(x.is_finite() && x > 0.0 && x <= MAX_OUTPUT_SCALE) {
+            bail!("--output-scale must be a finite number in (0, {MAX_OUTPUT_SCALE}], got {x}");
+        }
         plant.output_scale = x;
     }
     if let Some(x) = args.idle_cap {
