@@ -134,6 +134,19 @@ impl Config {
         self.max_num_active_requests.unwrap_or(self.max_batch_size)
     }
 
+    /// The admission queue's parameters (SPEC §4.2), as the server and `sim --config` run it.
+    pub fn admission(&self) -> crate::policy::AdmissionParams {
+        let a = &self.scheduler_config.gen_admission;
+        crate::policy::AdmissionParams {
+            policy: a.policy,
+            ttft_percentile: a.ttft_percentile,
+            target_window: a.target_window as usize,
+            min_samples: a.min_samples as usize,
+            max_waiting: a.max_waiting as usize,
+            fixed_target: None,
+        }
+    }
+
     /// The preemption mode; an error when the two exclusive fields are both set or a value
     /// is out of range.
     pub fn preemption(&self) -> Result<Preemption, ConfigError> {

@@ -225,15 +225,7 @@ fn workload(
 /// The plant (the `model` backend's timing, batch and KV) and the admission settings a
 /// serving config describes: what `--config` simulates.
 pub fn from_config(c: &Config) -> (Plant, AdmissionParams) {
-    let a = &c.scheduler_config.gen_admission;
-    let admission = AdmissionParams {
-        policy: a.policy,
-        ttft_percentile: a.ttft_percentile,
-        target_window: a.target_window as usize,
-        min_samples: a.min_samples as usize,
-        max_waiting: a.max_waiting as usize,
-        fixed_target: None,
-    };
+    let admission = c.admission();
     let plant = Plant::from_timing(
         "config",
         &c.timing,

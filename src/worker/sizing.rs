@@ -2,7 +2,6 @@
 //! and only a worker that will preempt reserves the paused cap as headroom.
 
 use crate::config::Config;
-use crate::policy::admission::AdmissionParams;
 use crate::policy::setup::{self, SetupDecision, SetupError, SetupInputs};
 use crate::pools::{KvConfig, PoolReport};
 
@@ -84,14 +83,7 @@ pub fn resolve(cfg: &Config) -> Result<(WorkerParams, SetupDecision), SetupError
         max_active,
         max_num_tokens: cfg.max_num_tokens,
         tokens_per_step: tokens_per_step(cfg),
-        admission: AdmissionParams {
-            policy: adm.policy,
-            ttft_percentile: adm.ttft_percentile,
-            target_window: adm.target_window as usize,
-            min_samples: adm.min_samples as usize,
-            max_waiting: adm.max_waiting as usize,
-            fixed_target: None,
-        },
+        admission: cfg.admission(),
         mode: decision.mode,
         victim_key: Default::default(),
         g0: cfg
