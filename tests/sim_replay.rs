@@ -237,6 +237,7 @@ async fn serve_with_record_then_sim_replay_end_to_end() {
     assert_eq!(lines.lines().count(), REQUESTS.len());
 
     let json = dir.path().join("replay.json");
+    let svg = dir.path().join("replay.svg");
     let out = genslot()
         .args([
             "sim",
@@ -250,6 +251,8 @@ async fn serve_with_record_then_sim_replay_end_to_end() {
         .arg(&cfg)
         .arg("--json")
         .arg(&json)
+        .arg("--svg")
+        .arg(&svg)
         .output()
         .expect("run genslot sim");
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -269,6 +272,12 @@ async fn serve_with_record_then_sim_replay_end_to_end() {
         assert_eq!(a["requests"], REQUESTS.len(), "{}", a["name"]);
     }
     assert_eq!(v["paired"][0]["arm"], "tpot_budget=0.10");
+    // The picture holds the served run's curve beside the arms', each in the legend.
+    let picture = std::fs::read_to_string(&svg).unwrap();
+    for name in ["served (recorded)", "control", "tpot_budget=0.10"] {
+        assert!(picture.contains(&format!(">{name}</text>")), "{name}");
+    }
+    assert_eq!(picture.matches("<polyline").count(), 3, "{picture}");
 }
 
 #[test]

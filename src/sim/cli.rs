@@ -587,7 +587,13 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         if let Some(base) = &args.svg {
             let path = svg_path(base, c, loads.len() > 1);
             let title = format!("TTFT CDF, {load}, preset {}, {} seeds", r.preset, r.seeds);
-            std::fs::write(&path, svg::ttft_cdf(&title, &r.ttft_samples))
+            let mut curves = r.ttft_samples.clone();
+            if let Some(rec) = &recording {
+                // The replay check as a picture: the served run's own curve beside the arms'.
+                let served = served::window_ttfts(rec, warmup, duration);
+                curves.insert(0, ("served (recorded)".to_string(), served));
+            }
+            std::fs::write(&path, svg::ttft_cdf(&title, &curves))
                 .with_context(|| format!("writing {}", path.display()))?;
         }
         match &args.timeline {

@@ -4,7 +4,7 @@
 use serde::Serialize;
 
 use super::report::{percentile, ArmSummary};
-use crate::workload::recording::{Outcome, Recording};
+use crate::workload::recording::{Outcome, Recording, ServedRecord};
 
 /// The served run over the replay's measurement window: requests that arrived in
 /// `[first arrival + warmup, first arrival + duration)`.
@@ -44,24 +44,40 @@ fn mean(v: &[f64]) -> f64 {
     }
 }
 
-/// Summarises `rec` over the window `[warmup_s, duration_s)` after its first arrival.
-pub fn summarise(rec: &Recording, warmup_s: f64, duration_s: f64) -> ServedSummary {
+/// The requests of `rec` that arrived in the window `[warmup_s, duration_s)` after its first
+/// arrival.
+fn in_window(rec: &Recording, warmup_s: f64, duration_s: f64) -> Vec<&ServedRecord> {
     let t0 = rec.first_arrival_s();
-    let in_window: Vec<_> = rec
-        .records
+    rec.records
         .iter()
         .filter(|r| {
             let t = r.arrival_s - t0;
             t >= warmup_s && t < duration_s
         })
+        .collect()
+}
+
+/// The TTFTs of the window's completed requests, sorted: the served curve beside the
+/// simulated ones in `sim --replay --svg`.
+pub fn window_ttfts(rec: &Recording, warmup_s: f64, duration_s: f64) -> Vec<f64> {
+    let mut ttft: Vec<f64> = in_window(rec, warmup_s, duration_s)
+        .into_iter()
+        .filter(|r| r.outcome == Outcome::Completed)
+        .filter_map(ServedRecord::ttft_s)
         .collect();
+    ttft.sort_by(f64::total_cmp);
+    ttft
+}
+
+/// Summarises `rec` over the window `[warmup_s, duration_s)` after its first arrival.
+pub fn summarise(rec: &Recording, warmup_s: f64, duration_s: f64) -> ServedSummary {
+    let in_window = in_window(rec, warmup_s, duration_s);
     let done: Vec<_> = in_window
         .iter()
         .filter(|r| r.outcome == Outcome::Completed)
         .collect();
     let count = |o: Outcome| in_window.iter().filter(|r| r.outcome == o).count();
-    let mut ttft: Vec<f64> = done.iter().filter_map(|r| r.ttft_s()).collect();
-    ttft.sort_by(f64::total_cmp);
+    let ttft = window_ttfts(rec, warmup_s, duration_s);
     let mut e2e: Vec<f64> = done.iter().map(|r| r.finish_s - r.arrival_s).collect();
     e2e.sort_by(f64::total_cmp);
     let tpot: Vec<f64> = done.iter().filter_map(|r| r.tpot_s()).collect();
@@ -190,7 +206,6 @@ fn ttft_split(served: (f64, f64, f64), sim: (f64, f64, f64), sim_name: &str) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::workload::recording::ServedRecord;
     use std::path::PathBuf;
 
     fn rec(id: u64, arrival: f64, ttft: f64, out: u32, outcome: Outcome) -> ServedRecord {
