@@ -144,6 +144,9 @@ pub async fn serve_recorded(
         listener.local_addr().map_or(addr, |a| a.to_string()),
         cfg.backend
     );
+    if let Ok((params, _)) = crate::worker::sizing::resolve(&cfg) {
+        tracing::info!("{}", params.summary());
+    }
     let mut app = App::new(Arc::new(engine), metrics, cfg.served_model_name())
         .with_model_aliases(cfg.server.model_aliases.clone())
         .with_limits(Limits::from_config(&cfg.server));

@@ -87,6 +87,42 @@ impl WorkerParams {
     pub fn residents_capacity(&self) -> u32 {
         self.max_active + self.headroom
     }
+
+    /// One line on what this worker runs, for the server's start: slots, batch limits, the
+    /// queue and its target X, the preemption mode (with its paused cap), the KV pool.
+    pub fn summary(&self) -> String {
+        use crate::policy::names::name;
+        let a = &self.admission;
+        let x = match (a.policy, a.fixed_target) {
+            (crate::policy::AdmissionPolicy::Fcfs, _) => "no X".to_string(),
+            (_, Some(x)) => format!("X fixed at {x} s"),
+            (_, None) => format!(
+                "X = p{} of the last {} waited TTFTs (from {})",
+                a.ttft_percentile, a.target_window, a.min_samples
+            ),
+        };
+        let preemption = match self.mode {
+            Mode::Off => "off".to_string(),
+            Mode::TpotBudget(b) => format!(
+                "tpot_budget {b} (g starts at {}), paused cap {}",
+                self.g0, self.headroom
+            ),
+            Mode::TargetOutputTps(t) => {
+                format!("target_output_tps {t}, paused cap {}", self.headroom)
+            }
+        };
+        format!(
+            "scheduler: {} slots; batch up to {} rows and {} tokens; queue {}, {x}, up to {} \
+             waiting; preemption {preemption}; KV {} pages of {} tokens",
+            self.max_active,
+            self.max_batch_size,
+            self.max_num_tokens,
+            name(&a.policy),
+            a.max_waiting,
+            self.kv.total_pages,
+            self.kv.tokens_per_block,
+        )
+    }
 }
 
 /// The worker's part of a resident's record; the controller's part is its `Resident` row

@@ -585,3 +585,30 @@ fn the_worker_starts_tpot_budgets_window_gain_where_its_params_say() {
     p.g0 = 0.5;
     assert_eq!(LocalPorts::new(&p).preempt.g(), Some(0.5));
 }
+
+#[test]
+fn the_start_summary_names_the_limits_the_queue_the_mode_and_the_pool() {
+    let mut p = WorkerParams::simple(128, Mode::TpotBudget(0.1), 48, 4_000_000);
+    p.g0 = 0.5;
+    let s = p.summary();
+    for part in [
+        "scheduler: 128 slots; batch up to 128 rows and 8192 tokens",
+        "queue auto, X = p90 of the last 1000 waited TTFTs (from 200), up to 4096 waiting",
+        "preemption tpot_budget 0.1 (g starts at 0.5), paused cap 48",
+        "KV 125000 pages of 32 tokens",
+    ] {
+        assert!(s.contains(part), "{part:?} not in {s:?}");
+    }
+    p.mode = Mode::TargetOutputTps(35.0);
+    p.admission.fixed_target = Some(2.0);
+    let s = p.summary();
+    assert!(s.contains("target_output_tps 35, paused cap 48"), "{s}");
+    assert!(s.contains("X fixed at 2 s"), "{s}");
+    p.mode = Mode::Off;
+    p.admission.policy = AdmissionPolicy::Fcfs;
+    let s = p.summary();
+    assert!(
+        s.contains("queue fcfs, no X") && s.contains("preemption off"),
+        "{s}"
+    );
+}
