@@ -13,7 +13,7 @@ use genslot::gpu::{
     Arrived, BackendCapacity, BackendError, ContextArrival, StepBackend, StepOutput, StepRow,
 };
 use genslot::ids::RequestId;
-use genslot::server::engine::{Engine, EngineEvent, FinishReason, GenRequest};
+use genslot::server::engine::{Engine, FinishReason, GenRequest};
 use genslot::timing::{Clock, RealClock};
 use serve_support::*;
 
@@ -96,19 +96,7 @@ fn request(max_tokens: u32, ignore_eos: bool) -> GenRequest {
 
 /// Every token the request streams with when it reached the test, and how it ended.
 async fn run(engine: &ActorEngine, req: GenRequest) -> (Vec<(u32, Instant)>, FinishReason) {
-    let mut sub = engine.submit(req).expect("accepted");
-    let mut tokens = Vec::new();
-    loop {
-        let ev = tokio::time::timeout(WAIT, sub.recv())
-            .await
-            .expect("the request ends")
-            .expect("an event");
-        match ev {
-            EngineEvent::Token { id } => tokens.push((id, Instant::now())),
-            EngineEvent::Finished { reason } => return (tokens, reason),
-            EngineEvent::Failed { message } => panic!("the request failed: {message}"),
-        }
-    }
+    stream_to_end(engine.submit(req).expect("accepted")).await
 }
 
 fn ids(tokens: &[(u32, Instant)]) -> Vec<u32> {

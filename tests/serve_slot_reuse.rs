@@ -14,7 +14,7 @@ use genslot::gpu::{
     Arrived, BackendCapacity, BackendError, ContextArrival, StepBackend, StepOutput, StepRow,
 };
 use genslot::ids::RequestId;
-use genslot::server::engine::{Engine, EngineEvent, GenRequest};
+use genslot::server::engine::{Engine, GenRequest};
 use genslot::timing::{Clock, RealClock};
 use serve_support::*;
 
@@ -84,17 +84,7 @@ async fn a_departed_requests_slot_is_released_in_the_backend_before_the_next_arr
         };
         subs.push(engine.submit(req).expect("accepted"));
     }
-    for (i, mut sub) in subs.into_iter().enumerate() {
-        loop {
-            let ev = tokio::time::timeout(WAIT, sub.recv())
-                .await
-                .expect("the request ends")
-                .expect("an event");
-            match ev {
-                EngineEvent::Finished { .. } => break,
-                EngineEvent::Failed { message } => panic!("request {i} failed: {message}"),
-                _ => {}
-            }
-        }
+    for sub in subs {
+        stream_to_end(sub).await;
     }
 }

@@ -179,3 +179,26 @@ pub fn capturing(buf: &Captured) -> impl tracing::Subscriber {
         .with_ansi(false)
         .finish()
 }
+
+/// Every token a submitted request streams, with when it reached the test, and how it
+/// ended; a failure panics with its message.
+pub async fn stream_to_end(
+    mut sub: genslot::server::engine::Submission,
+) -> (
+    Vec<(u32, std::time::Instant)>,
+    genslot::server::engine::FinishReason,
+) {
+    use genslot::server::engine::EngineEvent;
+    let mut tokens = Vec::new();
+    loop {
+        let ev = tokio::time::timeout(WAIT, sub.recv())
+            .await
+            .expect("the request ends")
+            .expect("an event");
+        match ev {
+            EngineEvent::Token { id } => tokens.push((id, std::time::Instant::now())),
+            EngineEvent::Finished { reason } => return (tokens, reason),
+            EngineEvent::Failed { message } => panic!("request {} failed: {message}", sub.id),
+        }
+    }
+}
