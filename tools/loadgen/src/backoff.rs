@@ -6,11 +6,12 @@
 //! for a reason that says "not now", the lane waits before its next send:
 //!
 //! - a connection-level failure ([`ErrorKind::Connect`]: refused, reset before the response
-//!   head, DNS) or a 429 / 503 response without `Retry-After`: the `k`-th such failure in a
-//!   row waits a seeded draw from `[d/2, d]`, `d = FLOOR × 2^(k−1)` capped at [`CAP`];
-//! - a 429 or 503 with `Retry-After`: the time the server asked for (at most
+//!   head, DNS), a 429, or a server error (5xx: a failing server answers those as fast as a
+//!   closed port refuses) without `Retry-After`: the `k`-th such failure in a row waits a
+//!   seeded draw from `[d/2, d]`, `d = FLOOR × 2^(k−1)` capped at [`CAP`];
+//! - a 429 or 5xx with `Retry-After`: the time the server asked for (at most
 //!   [`MAX_RETRY_AFTER`]);
-//! - anything else (a completion, another HTTP status, a broken stream, a timeout, a run-end
+//! - anything else (a completion, a 4xx other than 429, a broken stream, a timeout, a run-end
 //!   cancellation): no wait, and the streak starts again.
 //!
 //! Every attempt is still a measured request and counts as failed. Open-loop arrivals follow
@@ -52,7 +53,7 @@ impl Cause {
         };
         match (e.kind, e.status) {
             (ErrorKind::Connect, _) => Cause::Backoff,
-            (ErrorKind::Http, Some(429 | 503)) => match e.retry_after_s {
+            (ErrorKind::Http, Some(429 | 500..=599)) => match e.retry_after_s {
                 Some(s) if !s.is_nan() => {
                     Cause::RetryAfter(s.clamp(0.0, MAX_RETRY_AFTER.as_secs_f64()))
                 }
@@ -176,7 +177,7 @@ mod tests {
         let first_again = b.after(3, Some(&refused));
         assert!(first_again <= FLOOR.as_secs_f64(), "{first_again}");
         for other in [
-            err(ErrorKind::Http, Some(500), None),
+            err(ErrorKind::Http, Some(404), None),
             err(ErrorKind::Http, Some(400), Some(5.0)),
             err(ErrorKind::DroppedStream, None, None),
             err(ErrorKind::StreamError, None, None),
@@ -188,9 +189,9 @@ mod tests {
     }
 
     #[test]
-    fn a_429_or_503_waits_what_retry_after_asks_else_backs_off() {
+    fn a_429_or_a_server_error_waits_what_retry_after_asks_else_backs_off() {
         let mut b = Backoff::new(0);
-        for status in [429, 503] {
+        for status in [429, 500, 502, 503, 504] {
             let asked = err(ErrorKind::Http, Some(status), Some(1.0));
             assert_eq!(b.after(0, Some(&asked)), 1.0);
             let silent = err(ErrorKind::Http, Some(status), None);

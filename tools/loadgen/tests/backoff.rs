@@ -102,11 +102,12 @@ async fn lanes_facing_a_refused_connection_back_off_instead_of_hammering_the_por
 }
 
 #[tokio::test]
-async fn a_429_with_retry_after_delays_the_lanes_next_send_and_a_503_without_it_backs_off() {
+async fn a_429_with_retry_after_delays_the_lanes_next_send_and_a_5xx_without_it_backs_off() {
     let mock = common::start(
         |n| match n {
             0 => Behavior::StatusRetryAfter(429, 1),
             1 => Behavior::Status(503),
+            2 => Behavior::Status(502),
             _ => Behavior::stream(0, 0),
         },
         None,
@@ -115,12 +116,12 @@ async fn a_429_with_retry_after_delays_the_lanes_next_send_and_a_503_without_it_
     let mut source = FixedLanes::new(1, 8, 4, 0.0, false);
     let out = run(
         &mut source,
-        &common::config(&mock.url(), Duration::from_secs(60), Some(3)),
+        &common::config(&mock.url(), Duration::from_secs(60), Some(4)),
     )
     .await
     .expect("run");
     let lane = by_lane(&out.records).remove(&0).expect("lane 0");
-    assert_eq!(lane.len(), 3);
+    assert_eq!(lane.len(), 4);
     let throttled = lane[0].error.as_ref().expect("429");
     assert_eq!(throttled.key(), "http_429");
     assert_eq!(throttled.retry_after_s, Some(1.0));
@@ -138,5 +139,15 @@ async fn a_429_with_retry_after_delays_the_lanes_next_send_and_a_503_without_it_
         "sent {} s after a 503",
         lane[2].start_s - lane[1].end_s
     );
-    assert!(lane[2].ok());
+    // A gateway's 502 right after: the second failure in a row waits at least FLOOR.
+    assert_eq!(
+        lane[2].error.as_ref().map(|e| e.key()).as_deref(),
+        Some("http_502")
+    );
+    assert!(
+        lane[3].start_s >= lane[2].end_s + FLOOR.as_secs_f64() - 1e-3,
+        "sent {} s after a 502",
+        lane[3].start_s - lane[2].end_s
+    );
+    assert!(lane[3].ok());
 }
