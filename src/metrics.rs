@@ -27,6 +27,9 @@ pub const TIME_TO_FIRST_TOKEN_SECONDS: &str = "genslot_time_to_first_token_secon
 pub const TIME_PER_OUTPUT_TOKEN_SECONDS: &str = "genslot_time_per_output_token_seconds";
 /// Histogram (s): arrival → admission into a slot. Engine.
 pub const REQUEST_QUEUE_TIME_SECONDS: &str = "genslot_request_queue_time_seconds";
+/// Histogram (s): admission → the request's context on this worker (KV transfer or
+/// prefill), what the scheduler's s2f learns. Engine.
+pub const CONTEXT_ARRIVAL_SECONDS: &str = "genslot_context_arrival_seconds";
 /// Histogram (s): arrival → last token. HTTP layer.
 pub const E2E_REQUEST_LATENCY_SECONDS: &str = "genslot_e2e_request_latency_seconds";
 /// Gauge, label [`LABEL_POOL`]: units of the pool in use. Engine.
@@ -110,6 +113,7 @@ fn builder() -> Result<PrometheusBuilder, BuildError> {
             Matcher::Full(REQUEST_QUEUE_TIME_SECONDS.into()),
             REQUEST_LATENCY_BUCKETS,
         )?
+        .set_buckets_for_metric(Matcher::Full(CONTEXT_ARRIVAL_SECONDS.into()), TTFT_BUCKETS)?
         .set_buckets_for_metric(
             Matcher::Full(E2E_REQUEST_LATENCY_SECONDS.into()),
             REQUEST_LATENCY_BUCKETS,
@@ -177,6 +181,11 @@ fn describe_all() {
         REQUEST_QUEUE_TIME_SECONDS,
         Unit::Seconds,
         "Arrival to admission into a slot."
+    );
+    describe_histogram!(
+        CONTEXT_ARRIVAL_SECONDS,
+        Unit::Seconds,
+        "Admission to the request's context (KV transfer or prefill) on this worker."
     );
     describe_histogram!(
         E2E_REQUEST_LATENCY_SECONDS,
@@ -257,7 +266,10 @@ mod tests {
             TIME_TO_FIRST_TOKEN_SECONDS,
             TIME_PER_OUTPUT_TOKEN_SECONDS,
             REQUEST_QUEUE_TIME_SECONDS,
+            CONTEXT_ARRIVAL_SECONDS,
             E2E_REQUEST_LATENCY_SECONDS,
+            STEP_SECONDS,
+            STEP_GAP_SECONDS,
             POOL_USED,
             POOL_CAPACITY,
             REQUEST_SUCCESS_TOTAL,
@@ -267,7 +279,12 @@ mod tests {
             GENERATION_TOKENS_TOTAL,
         ];
         assert!(all.iter().all(|n| n.starts_with("genslot_")));
-        for bounds in [TTFT_BUCKETS, TPOT_BUCKETS, REQUEST_LATENCY_BUCKETS] {
+        for bounds in [
+            TTFT_BUCKETS,
+            TPOT_BUCKETS,
+            REQUEST_LATENCY_BUCKETS,
+            STEP_BUCKETS,
+        ] {
             assert!(
                 bounds.windows(2).all(|w| w[0] < w[1]),
                 "buckets must ascend"

@@ -81,6 +81,18 @@ async fn under_a_full_slot_load_requests_pause_and_every_one_resumes_with_all_it
     );
     assert!(steps > 100, "{steps} steps timed");
     assert!(gaps > 0 && gaps < steps, "{gaps} gaps for {steps} steps");
+    // Every request's wait for a slot and its context's arrival after it.
+    let requests = (LANES * ROUNDS) as u64;
+    for name in [
+        "genslot_request_queue_time_seconds",
+        "genslot_context_arrival_seconds",
+    ] {
+        assert!(
+            count(name) >= requests,
+            "{name}: {} of {requests}",
+            count(name)
+        );
+    }
     let used = s.pools_used().await;
     assert!(used.iter().all(|(_, u)| *u == 0), "{used:?}");
 }

@@ -99,8 +99,9 @@ struct Live {
     /// The first token as the backend gave it at the context's arrival, until it is
     /// streamed when the request is first scheduled.
     first_at_arrival: Option<u32>,
-    /// For `--record`: when the request was admitted, when its context arrived, when the
-    /// first token was streamed, and the pauses so far.
+    /// When the request was admitted and when its context arrived (the context-arrival
+    /// histogram; `--record`), when the first token was streamed, and the pauses so far
+    /// (`--record`).
     admitted_at: Option<f64>,
     kv_ready_at: Option<f64>,
     first_token_at: Option<f64>,
@@ -716,6 +717,9 @@ impl Handler<KvArrived> for Executor {
                 if let Some(l) = self.live.get_mut(&msg.id) {
                     l.first_at_arrival = arrived.first_token;
                     l.kv_ready_at = Some(at);
+                    if let Some(a) = l.admitted_at {
+                        histogram!(m::CONTEXT_ARRIVAL_SECONDS).record((at - a).max(0.0));
+                    }
                 }
                 self.pending.kv_ready.push(KvReady { id: msg.id, at });
             }
