@@ -106,9 +106,17 @@ pub struct RecordWriter {
 pub fn start(path: &Path, clock: &dyn Clock) -> std::io::Result<(Recorder, RecordWriter)> {
     let file = File::create(path)?;
     let (tx, rx) = crossbeam_channel::unbounded();
+    let shown = path.display().to_string();
     let thread = std::thread::Builder::new()
         .name("genslot-record".into())
-        .spawn(move || write_loop(BufWriter::with_capacity(1 << 16, file), rx))?;
+        .spawn(move || {
+            let written = write_loop(BufWriter::with_capacity(1 << 16, file), rx);
+            // Said when it happens (a full disk, say), not only when the server stops.
+            if let Err(e) = &written {
+                tracing::error!("--record {shown}: {e}; no further lines are written");
+            }
+            written
+        })?;
     let recorder = Recorder {
         tx: tx.clone(),
         run_start_unix: now_unix_s() - clock.now(),
@@ -219,6 +227,25 @@ mod tests {
         assert_eq!((failed.admitted_s, failed.kv_ready_s), (None, None));
         let done = back.records.iter().find(|r| r.id == 7).unwrap();
         assert_eq!((done.admitted_s, done.kv_ready_s), (Some(1.1), Some(1.3)));
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_write_error_ends_the_writer_and_finish_reports_it() {
+        // /dev/full takes the open and fails every write with ENOSPC, as a full disk would.
+        let full = Path::new("/dev/full");
+        if !full.exists() {
+            eprintln!("skipping: this machine has no /dev/full");
+            return;
+        }
+        let (rec, writer) = start(full, &VirtualClock::new()).unwrap();
+        for id in 0..2000 {
+            rec.record(leaving(id, Outcome::Completed));
+        }
+        let e = writer.finish().expect_err("a full device");
+        assert_eq!(e.raw_os_error(), Some(28), "{e}"); // ENOSPC
+                                                       // Records after the failure are dropped, never a panic or a block.
+        rec.record(leaving(5000, Outcome::Completed));
     }
 
     #[test]
