@@ -193,3 +193,34 @@ async fn a_request_without_max_tokens_is_bounded_by_the_configured_default() {
     assert_eq!(v["choices"][0]["finish_reason"], "length");
     s.shutdown().await.unwrap();
 }
+
+#[tokio::test]
+async fn debug_shows_the_transfer_line_s2f_learned_from_the_contexts_arrivals() {
+    // Transfers of 20 ms + 10 µs a context token, one request at a time.
+    let mut cfg = config("");
+    (
+        cfg.timing.transfer_base_ms,
+        cfg.timing.transfer_per_token_us,
+    ) = (20.0, 10.0);
+    let s = Server::start(&cfg).await;
+    for k in 1..=20u32 {
+        let prompt: Vec<u32> = (0..100 * k).map(|i| 100 + i % 500).collect();
+        let r = s
+            .post(
+                "/v1/completions",
+                &json!({"prompt": prompt, "max_tokens": 1, "ignore_eos": true}),
+            )
+            .await;
+        assert_eq!(r.status(), 200);
+    }
+    let t = &s.debug().await["worker"]["queue"]["transfer"];
+    assert!(t["samples"].as_u64().unwrap() >= 20, "{t}");
+    let (base, per_token) = (
+        t["base_s"].as_f64().unwrap(),
+        t["per_token_us"].as_f64().unwrap(),
+    );
+    // The actor messages around each arrival add a little; the fit still finds the line.
+    assert!((0.015..0.04).contains(&base), "{t}");
+    assert!((5.0..20.0).contains(&per_token), "{t}");
+    s.shutdown().await.unwrap();
+}

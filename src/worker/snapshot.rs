@@ -18,6 +18,15 @@ pub struct QueueView {
     pub tiers: TierCounts,
     pub head: Option<Head>,
     pub mean_step_s: f64,
+    /// s2f's transfer part: the line fitted to observed admit → KV-ready times.
+    pub transfer: TransferView,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct TransferView {
+    pub base_s: f64,
+    pub per_token_us: f64,
+    pub samples: u64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -70,6 +79,14 @@ impl QueueView {
                 .head()
                 .filter(|h| h.tier != Tier::NoTarget || q.target().is_none()),
             mean_step_s: q.mean_step(),
+            transfer: {
+                let (line, samples) = q.transfer_estimate();
+                TransferView {
+                    base_s: line.intercept,
+                    per_token_us: line.slope * 1e6,
+                    samples,
+                }
+            },
         }
     }
 }

@@ -198,6 +198,11 @@ impl AdmissionQueue {
         self.step.mean().unwrap_or(0.0)
     }
 
+    /// The transfer line s2f uses now, and how many admit → KV-ready times it has seen.
+    pub fn transfer_estimate(&self) -> (TransferLine, u64) {
+        (self.transfer.line(), self.transfer.samples())
+    }
+
     /// Estimated admission → first token for a context of this length.
     pub fn s2f(&self, context_tokens: u32) -> f64 {
         self.transfer.line().at(context_tokens) + self.mean_step()
