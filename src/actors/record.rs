@@ -243,8 +243,9 @@ mod tests {
             rec.record(leaving(id, Outcome::Completed));
         }
         let e = writer.finish().expect_err("a full device");
-        assert_eq!(e.raw_os_error(), Some(28), "{e}"); // ENOSPC
-                                                       // Records after the failure are dropped, never a panic or a block.
+        // ENOSPC.
+        assert_eq!(e.raw_os_error(), Some(28), "{e}");
+        // Records after the failure are dropped, never a panic or a block.
         rec.record(leaving(5000, Outcome::Completed));
     }
 

@@ -57,16 +57,21 @@ fn in_window(rec: &Recording, warmup_s: f64, duration_s: f64) -> Vec<&ServedReco
         .collect()
 }
 
-/// The TTFTs of the window's completed requests, sorted: the served curve beside the
-/// simulated ones in `sim --replay --svg`.
-pub fn window_ttfts(rec: &Recording, warmup_s: f64, duration_s: f64) -> Vec<f64> {
-    let mut ttft: Vec<f64> = in_window(rec, warmup_s, duration_s)
+/// The TTFTs of the completed requests among `records`, sorted.
+fn completed_ttfts<'a>(records: impl IntoIterator<Item = &'a ServedRecord>) -> Vec<f64> {
+    let mut ttft: Vec<f64> = records
         .into_iter()
         .filter(|r| r.outcome == Outcome::Completed)
         .filter_map(ServedRecord::ttft_s)
         .collect();
     ttft.sort_by(f64::total_cmp);
     ttft
+}
+
+/// The TTFTs of the window's completed requests, sorted: the served curve beside the
+/// simulated ones in `sim --replay --svg`.
+pub fn window_ttfts(rec: &Recording, warmup_s: f64, duration_s: f64) -> Vec<f64> {
+    completed_ttfts(in_window(rec, warmup_s, duration_s))
 }
 
 /// Summarises `rec` over the window `[warmup_s, duration_s)` after its first arrival.
@@ -77,7 +82,7 @@ pub fn summarise(rec: &Recording, warmup_s: f64, duration_s: f64) -> ServedSumma
         .filter(|r| r.outcome == Outcome::Completed)
         .collect();
     let count = |o: Outcome| in_window.iter().filter(|r| r.outcome == o).count();
-    let ttft = window_ttfts(rec, warmup_s, duration_s);
+    let ttft = completed_ttfts(in_window.iter().copied());
     let mut e2e: Vec<f64> = done.iter().map(|r| r.finish_s - r.arrival_s).collect();
     e2e.sort_by(f64::total_cmp);
     let tpot: Vec<f64> = done.iter().filter_map(|r| r.tpot_s()).collect();

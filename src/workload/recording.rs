@@ -126,27 +126,27 @@ impl ServedRecord {
                 ));
             }
         }
-        match (self.admitted_s, self.kv_ready_s) {
-            (None, Some(_)) => return Err("kv_ready_s needs admitted_s".into()),
-            (Some(a), k) if a < self.arrival_s || a > k.unwrap_or(self.finish_s) => {
+        if self.kv_ready_s.is_some() && self.admitted_s.is_none() {
+            return Err("kv_ready_s needs admitted_s".into());
+        }
+        if let Some(a) = self.admitted_s {
+            // Admission comes before the context's arrival, or before the finish without one.
+            let (name, bound) = match self.kv_ready_s {
+                Some(k) => ("kv_ready_s", k),
+                None => ("finish_s", self.finish_s),
+            };
+            if a < self.arrival_s || a > bound {
                 return Err(format!(
-                    "admitted_s {a} lies outside [arrival_s {}, {} {}]",
-                    self.arrival_s,
-                    if k.is_some() {
-                        "kv_ready_s"
-                    } else {
-                        "finish_s"
-                    },
-                    k.unwrap_or(self.finish_s)
+                    "admitted_s {a} lies outside [arrival_s {}, {name} {bound}]",
+                    self.arrival_s
                 ));
             }
-            (_, Some(k)) if k > self.finish_s => {
-                return Err(format!(
-                    "kv_ready_s {k} is after finish_s {}",
-                    self.finish_s
-                ));
-            }
-            _ => {}
+        }
+        if let Some(k) = self.kv_ready_s.filter(|&k| k > self.finish_s) {
+            return Err(format!(
+                "kv_ready_s {k} is after finish_s {}",
+                self.finish_s
+            ));
         }
         if self.output_tokens > 0 && self.first_token_s.is_none() {
             return Err("a request with output_tokens needs first_token_s".into());
