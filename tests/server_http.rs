@@ -279,6 +279,34 @@ async fn bad_requests_get_400_with_openai_error_json() {
     s.shutdown().await.unwrap();
 }
 
+/// A body past 64 KiB is parsed on the blocking pool instead of the async worker; what the
+/// client gets is the same, an answer or an error.
+#[tokio::test]
+async fn a_large_prompt_is_served_and_refused_the_same_as_a_small_one() {
+    let cfg = MockConfig {
+        max_context_tokens: 30_000,
+        ..fast()
+    };
+    let s = Server::start(cfg).await;
+    let r = s
+        .post(
+            "/v1/completions",
+            &json!({"prompt": prompt_of(20_000), "max_tokens": 2}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["usage"]["prompt_tokens"], 20_000);
+    let r = s
+        .post(
+            "/v1/completions",
+            &json!({"prompt": prompt_of(40_000), "max_tokens": 2}),
+        )
+        .await;
+    assert_openai_error(r, 400, "context_length_exceeded").await;
+    s.shutdown().await.unwrap();
+}
+
 #[tokio::test]
 async fn oversized_bodies_get_413_with_error_json() {
     let s = Server::start_with(fast(), |app| app.with_max_body_bytes(1024)).await;

@@ -101,6 +101,95 @@ async fn a_body_that_stalls_gets_408_with_a_json_error() {
     s.shutdown().await.unwrap();
 }
 
+/// The deadline is for the whole body: a byte every 50 ms never stalls long enough for a gap
+/// timeout, and would otherwise hold one of `max_connections` for as long as it likes.
+#[tokio::test]
+async fn a_body_dripped_a_byte_at_a_time_gets_408_at_the_deadline() {
+    let s = Server::start_with(
+        fast(),
+        limits(|l| l.body_read_timeout = Duration::from_millis(300)),
+    )
+    .await;
+    let mut conn = raw(&s).await;
+    conn.write_all(
+        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n\
+          content-length: 100\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let t0 = Instant::now();
+    let (mut rd, mut wr) = conn.into_split();
+    let drip = tokio::spawn(async move {
+        for _ in 0..100 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            if wr.write_all(b" ").await.is_err() {
+                break;
+            }
+        }
+    });
+    let mut buf = vec![0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(5), rd.read(&mut buf))
+        .await
+        .expect("an answer before the drip ends")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&buf[..n]);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("\"code\":\"body_timeout\""), "{answer}");
+    assert!(
+        t0.elapsed() >= Duration::from_millis(250),
+        "{:?}",
+        t0.elapsed()
+    );
+    assert!(s.engine.submitted().is_empty());
+    drip.abort();
+    s.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_announced_body_past_the_limit_gets_413_before_it_is_sent() {
+    let s = Server::start_with(fast(), |app| app.with_max_body_bytes(1024)).await;
+    let mut conn = raw(&s).await;
+    conn.write_all(
+        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n\
+          content-length: 99999999999\r\n\r\n{}",
+    )
+    .await
+    .unwrap();
+    // The default body deadline is a minute: an answer within seconds did not wait for it.
+    let mut buf = vec![0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(5), conn.read(&mut buf))
+        .await
+        .expect("an answer without the body")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&buf[..n]);
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert!(answer.contains("server.max_body_bytes"), "{answer}");
+    s.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_chunked_body_past_the_limit_gets_413() {
+    let s = Server::start_with(fast(), |app| app.with_max_body_bytes(1024)).await;
+    let mut conn = raw(&s).await;
+    let mut req = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n\
+                    transfer-encoding: chunked\r\n\r\n"
+        .to_vec();
+    for _ in 0..3 {
+        req.extend_from_slice(format!("200\r\n{}\r\n", " ".repeat(0x200)).as_bytes());
+    }
+    conn.write_all(&req).await.unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(5), conn.read(&mut buf))
+        .await
+        .expect("an answer")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&buf[..n]);
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert!(answer.contains("\"code\":\"invalid_body\""), "{answer}");
+    assert!(s.engine.submitted().is_empty());
+    s.shutdown().await.unwrap();
+}
+
 #[tokio::test]
 async fn past_max_connections_a_new_client_waits_until_one_closes() {
     let s = Server::start_with(

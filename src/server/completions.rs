@@ -1,8 +1,7 @@
 //! `POST /v1/completions` and `POST /v1/chat/completions`: parse, submit, answer (streaming or
 //! whole), recording per-request metrics on the way.
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
+use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -10,6 +9,7 @@ use axum::Json;
 
 use crate::metrics as m;
 
+use super::body;
 use super::error::ApiError;
 use super::latency::{now_unix_s, record_rejection, RecordedRequest};
 use super::output::{timeout_message, End, Output};
@@ -24,7 +24,7 @@ pub const ARRIVAL_HEADER: &str = "x-arrival-time";
 pub(super) async fn completions(
     State(app): State<App>,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: Body,
 ) -> Response {
     handle(app, Endpoint::Completions, headers, body).await
 }
@@ -32,19 +32,14 @@ pub(super) async fn completions(
 pub(super) async fn chat_completions(
     State(app): State<App>,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: Body,
 ) -> Response {
     handle(app, Endpoint::ChatCompletions, headers, body).await
 }
 
-async fn handle(
-    app: App,
-    endpoint: Endpoint,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
+async fn handle(app: App, endpoint: Endpoint, headers: HeaderMap, body: Body) -> Response {
     let received = now_unix_s();
-    let s = match submit(&app, endpoint, &headers, body, received) {
+    let s = match accept(&app, endpoint, headers, body, received).await {
         Ok(s) => s,
         Err(e) => {
             record_rejection(e.code);
@@ -81,48 +76,43 @@ struct Submitted {
     continuous_usage: bool,
 }
 
-/// A request body that could not be read: too large (413), or stalled past
-/// `server.body_read_timeout_s` (408).
-fn body_error(r: BytesRejection) -> ApiError {
-    let timed_out = {
-        let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&r);
-        let mut found = false;
-        while let Some(e) = cause {
-            if e.is::<tower_http::timeout::TimeoutError>() {
-                found = true;
-                break;
-            }
-            cause = e.source();
-        }
-        found
-    };
-    if timed_out {
-        return ApiError {
-            status: StatusCode::REQUEST_TIMEOUT,
-            message: "the request body did not arrive in time (server.body_read_timeout_s)".into(),
+/// Bodies up to this size are parsed and tokenized on the async worker that read them; a
+/// larger one (up to `server.max_body_bytes`) takes milliseconds and goes to the blocking pool,
+/// so that it delays no other connection.
+const PARSE_INLINE_BYTES: usize = 64 * 1024;
+
+async fn accept(
+    app: &App,
+    endpoint: Endpoint,
+    headers: HeaderMap,
+    body: Body,
+    received: f64,
+) -> Result<Submitted, ApiError> {
+    if app.is_shutting_down() {
+        return Err(ApiError::shutting_down());
+    }
+    let body = body::read(&headers, body, &app.limits).await?;
+    if body.len() <= PARSE_INLINE_BYTES {
+        return submit(app, endpoint, &headers, &body, received);
+    }
+    let app = app.clone();
+    tokio::task::spawn_blocking(move || submit(&app, endpoint, &headers, &body, received))
+        .await
+        .map_err(|e| ApiError {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            message: format!("parsing the request failed: {e}"),
             param: None,
-            code: "body_timeout",
-        };
-    }
-    ApiError {
-        status: r.status(),
-        message: r.body_text(),
-        param: None,
-        code: "invalid_body",
-    }
+            code: "internal_error",
+        })?
 }
 
 fn submit(
     app: &App,
     endpoint: Endpoint,
     headers: &HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: &[u8],
     received: f64,
 ) -> Result<Submitted, ApiError> {
-    if app.is_shutting_down() {
-        return Err(ApiError::shutting_down());
-    }
-    let body = body.map_err(body_error)?;
     // Read only when trusted: otherwise the header is ignored like the body's field.
     let arrival_header = match headers.get(ARRIVAL_HEADER) {
         Some(v) if app.limits.arrival.trust => Some(v.to_str().map_err(|_| {
@@ -149,7 +139,7 @@ fn submit(
         include_usage,
         continuous_usage,
         ..
-    } = parse_request(endpoint, &body, arrival_header, &ctx)?;
+    } = parse_request(endpoint, body, arrival_header, &ctx)?;
     let (arrival, prompt_tokens, min_tokens) =
         (gen.arrival_unix_s, gen.prompt_tokens.len(), gen.min_tokens);
     let stop = gen.stop.clone();

@@ -16,7 +16,7 @@ pub struct Limits {
     /// A connection must send a request's header within this; it is also how long a
     /// kept-alive connection may sit idle.
     pub header_read_timeout: Duration,
-    /// A request body that sends nothing for this long is refused (408).
+    /// A request body not whole this long after its header is refused (408).
     pub body_read_timeout: Duration,
     pub max_connections: usize,
     pub max_body_bytes: usize,

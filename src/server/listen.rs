@@ -1,9 +1,11 @@
 //! Serving connections with their limits, and the graceful drain (SPEC §7).
 //!
-//! The limits are hyper's and tower-http's own: hyper's header-read timeout (which also
-//! closes a connection that sends nothing, fresh or kept alive; HTTP/1.1 only, see below), tower-http's request-body timeout,
-//! axum's body-size limit, and a semaphore of `max_connections` permits in front of
-//! `accept` (past it, new connections wait in the kernel's backlog until one closes).
+//! The limits: hyper's header-read timeout (which also closes a connection that sends
+//! nothing, fresh or kept alive; HTTP/1.1 only, see below), the body's size and deadline
+//! (`body.rs`), and a semaphore of `max_connections` permits in front of `accept` (past it,
+//! new connections wait in the kernel's backlog until one closes). A request hyper cannot
+//! parse (a garbage request line, a header past its limits) gets hyper's own status with an
+//! empty body, since it never reaches the router.
 //! hyper-util's `GracefulShutdown` closes idle connections and lets busy ones finish.
 //!
 //! Shutdown, once the signal resolves: the listener closes (new connections are refused),

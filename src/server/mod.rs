@@ -1,10 +1,12 @@
 //! The OpenAI-compatible HTTP front end (SPEC §7), built against the [`engine::Engine`] seam.
 //!
 //! Routes: `POST /v1/completions`, `POST /v1/chat/completions`, `GET /v1/models`,
-//! `GET /health`, `GET /metrics`, `GET /debug/actors`. Every error, 404 and 405 included, is
-//! an OpenAI-style JSON body.
+//! `GET /health`, `GET /metrics`, `GET /debug/actors`. Every error the router gives, 404 and
+//! 405 included, is an OpenAI-style JSON body (HTTP that hyper cannot parse never reaches it:
+//! `listen.rs`).
 
 pub mod arrival;
+mod body;
 pub mod chat;
 pub mod completions;
 pub mod engine;
@@ -29,7 +31,7 @@ pub mod unsupported;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -119,10 +121,6 @@ impl App {
             .route("/debug/actors", get(debug_actors))
             .fallback(not_found)
             .method_not_allowed_fallback(method_not_allowed)
-            .layer(DefaultBodyLimit::max(self.limits.max_body_bytes))
-            .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
-                self.limits.body_read_timeout,
-            ))
             .with_state(self.clone())
     }
 }
