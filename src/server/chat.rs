@@ -67,7 +67,9 @@ fn turn(i: usize, m: &Value) -> Result<ChatTurn, ApiError> {
             ROLES.join(", ")
         )));
     }
-    if m.get("tool_calls").is_some_and(|v| !v.is_null()) {
+    // An empty list says "no tool calls", like `tools: []` at the top level.
+    let no_calls = |v: &Value| v.is_null() || v.as_array().is_some_and(|a| a.is_empty());
+    if m.get("tool_calls").is_some_and(|v| !no_calls(v)) {
         return Err(ApiError::unsupported(
             "messages",
             &format!("`tool_calls` (tool calling; messages[{i}])"),
@@ -184,5 +186,17 @@ mod tests {
             code(json!([{"role": "user", "content": [{"type": "image_url"}]}])),
             "not_supported"
         );
+    }
+
+    #[test]
+    fn an_empty_tool_call_list_means_no_tool_calls() {
+        for calls in [json!([]), Value::Null] {
+            let turns = chat_turns(Some(&json!([
+                {"role": "user", "content": "x"},
+                {"role": "assistant", "content": "y", "tool_calls": calls},
+            ])))
+            .unwrap();
+            assert_eq!(turns[1].content, "y");
+        }
     }
 }

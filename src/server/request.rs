@@ -116,10 +116,14 @@ pub fn parse_request(
     }
 
     let requested_max = match endpoint {
-        Endpoint::ChatCompletions => match f.int("max_completion_tokens")? {
-            Some(m) => Some((m, "max_completion_tokens")),
-            None => f.int("max_tokens")?.map(|m| (m, "max_tokens")),
-        },
+        // Both are type-checked; the newer name wins when both are given, as at OpenAI.
+        Endpoint::ChatCompletions => {
+            let legacy = f.int("max_tokens")?;
+            match f.int("max_completion_tokens")? {
+                Some(m) => Some((m, "max_completion_tokens")),
+                None => legacy.map(|m| (m, "max_tokens")),
+            }
+        }
         Endpoint::Completions => f.int("max_tokens")?.map(|m| (m, "max_tokens")),
     };
     let max_tokens = max_tokens(requested_max, prompt_tokens.len(), endpoint, ctx)?;
@@ -612,6 +616,15 @@ mod tests {
         ]));
         assert_eq!(p.gen.prompt_tokens, expected);
         assert_eq!(p.gen.max_tokens, 5);
+    }
+
+    #[test]
+    fn a_max_tokens_beside_max_completion_tokens_is_still_type_checked() {
+        let e = chat(
+            r#"{"messages":[{"role":"user","content":"a"}],"max_completion_tokens":3,"max_tokens":"x"}"#,
+        )
+        .unwrap_err();
+        assert_eq!(e.param(), Some("max_tokens"));
     }
 
     #[test]
