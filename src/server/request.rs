@@ -514,6 +514,9 @@ mod tests {
                 r#"{"prompt":"a","skip_special_tokens":false}"#,
                 "skip_special_tokens",
             ),
+            (r#"{"prompt":"a","typical_p":0.2}"#, "typical_p"),
+            (r#"{"prompt":"a","mirostat":2}"#, "mirostat"),
+            (r#"{"prompt":"a","top_a":0.1}"#, "top_a"),
         ] {
             let r = completion(body);
             let e = r.expect_err(body);
@@ -530,7 +533,8 @@ mod tests {
                 "tools":[],"tool_choice":"none","response_format":{"type":"text"},
                 "frequency_penalty":0,"presence_penalty":0.0,"logit_bias":{},
                 "user":"u","metadata":{"k":"v"},"unknown_extra":1,"allowed_token_ids":[],
-                "skip_special_tokens":true,"return_tokens_as_token_ids":false}"#
+                "skip_special_tokens":true,"return_tokens_as_token_ids":false,
+                "typical_p":1.0,"mirostat":0,"length_penalty":1}"#
         )
         .is_ok());
         assert_eq!(

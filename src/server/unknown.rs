@@ -213,7 +213,7 @@ mod tests {
             "kv_transfer_params",
             "my_router_tag",
             "x",
-            "top_ab",
+            "top_qr",
         ] {
             for endpoint in [Endpoint::Completions, Endpoint::ChatCompletions] {
                 check(endpoint, json!({name: 1})).unwrap_or_else(|e| panic!("{name}: {e}"));

@@ -50,6 +50,18 @@ const REFUSED_WHEN_FALSE: &[&str] = &[
     "skip_special_tokens",
     "spaces_between_special_tokens",
 ];
+/// Other servers' samplers (TGI's, llama.cpp's, vLLM's beam search): a number, refused
+/// unless at the value that turns the sampler off.
+const REFUSED_UNLESS_OFF: &[(&str, f64)] = &[
+    ("typical_p", 1.0),
+    ("tfs_z", 1.0),
+    ("top_a", 0.0),
+    ("mirostat", 0.0),
+    ("dynatemp_range", 0.0),
+    ("xtc_probability", 0.0),
+    ("dry_multiplier", 0.0),
+    ("length_penalty", 1.0),
+];
 /// The fields read one by one below.
 const SINGLES: &[&str] = &[
     "n",
@@ -80,6 +92,7 @@ pub fn names() -> impl Iterator<Item = &'static str> {
     .into_iter()
     .flatten()
     .copied()
+    .chain(REFUSED_UNLESS_OFF.iter().map(|&(name, _)| name))
 }
 
 fn invalid(param: &'static str, message: String) -> ApiError {
@@ -193,6 +206,14 @@ pub fn refuse_unsupported(endpoint: Endpoint, f: &Fields) -> Result<(), ApiError
                 "response_format",
                 "`response_format` other than `{\"type\": \"text\"}` (structured output)",
             ))
+        }
+    }
+    for &(name, off) in REFUSED_UNLESS_OFF {
+        if f.number(name)?.is_some_and(|v| v != off) {
+            return Err(ApiError::unsupported(
+                name,
+                &format!("`{name}` other than {off}"),
+            ));
         }
     }
     for &name in REFUSED_WHEN_SET {
