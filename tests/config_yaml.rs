@@ -461,6 +461,10 @@ fn check_config_prints_the_resolved_config_or_the_error() {
         Preemption::TpotBudget(0.10)
     );
     assert!(yaml.contains("max_num_active_requests: 128"), "{yaml}");
+    assert!(
+        yaml.contains("initial_gain: 1"),
+        "tpot_budget's start for g: {yaml}"
+    );
 
     let err =
         check_config(repo("tests/fixtures/config/invalid-both.yaml"), &host).expect_err("invalid");

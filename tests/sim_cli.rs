@@ -461,7 +461,10 @@ fn a_configs_initial_gain_starts_every_tpot_budget_arm_that_names_no_g0() {
     let (text, from_config) = run(&with, "control,tpot_budget=0.10");
     assert!(text.contains(", g starts at 0.25 (config)"), "{text}");
     let (text, explicit) = run(&without, "tpot_budget=0.10+g0=0.25,tpot_budget=0.10");
-    assert!(!text.contains("g starts at"), "{text}");
+    assert!(
+        text.contains(", g starts at 1 (config)"),
+        "the default, resolved: {text}"
+    );
     // An arm's numbers by its name, the name left out.
     let numbers = |v: &serde_json::Value, name: &str| {
         let mut a = v["arms"]

@@ -114,10 +114,16 @@ impl Config {
     }
 
     /// Fills the defaults that derive from other fields: `max_num_active_requests` from
-    /// `max_batch_size`, and the model shape when neither shape nor path is given.
+    /// `max_batch_size`, `tpot_budget`'s `initial_gain`, and the model shape when neither
+    /// shape nor path is given.
     pub fn resolve(&mut self) {
         self.max_num_active_requests
             .get_or_insert(self.max_batch_size);
+        let p = &mut self.scheduler_config.gen_preemption;
+        if p.tpot_budget.is_some() {
+            p.initial_gain
+                .get_or_insert(crate::policy::preemption::controller::G_START);
+        }
         if self.model.shape.is_none() && self.model.path.is_none() {
             self.model.shape = Some(DEFAULT_MODEL_SHAPE.to_owned());
         }

@@ -6,7 +6,8 @@
 //! τ = 3000 completions is the time constant.
 
 pub const G_MIN: f64 = 0.25;
-/// Where g starts (SPEC §4.3 leaves it open; the simulator's `g0=` arm moves it).
+/// Where g starts by default (SPEC §4.3 leaves it open); `gen_preemption.initial_gain` and
+/// the simulator's `g0=` arm move it.
 pub const G_START: f64 = 1.0;
 pub const G_MAX: f64 = 2.0;
 pub const TIME_CONSTANT: f64 = 3000.0;
