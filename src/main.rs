@@ -100,18 +100,23 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         None => (DEFAULT_YAML.to_owned(), EMBEDDED_ORIGIN.to_owned()),
     };
     let mut cfg = Config::from_yaml_str(&text, &origin)?;
+    let mut flags = Vec::new();
     if let Some(h) = args.host {
         cfg.server.host = h;
+        flags.push(("server.host", "--host"));
     }
     if let Some(p) = args.port {
         cfg.server.port = p;
+        flags.push(("server.port", "--port"));
     }
-    match args.backend {
-        Some(BackendArg::Model) => cfg.backend = Backend::Model,
-        Some(BackendArg::Cuda) => cfg.backend = Backend::Cuda,
-        None => {}
+    if let Some(b) = args.backend {
+        cfg.backend = match b {
+            BackendArg::Model => Backend::Model,
+            BackendArg::Cuda => Backend::Cuda,
+        };
+        flags.push(("backend", "--backend"));
     }
-    for w in cfg.check_for_serving(&text, &origin, &Host::current())? {
+    for w in cfg.check_for_serving(&text, &origin, &Host::current(), &flags)? {
         tracing::warn!("{}", genslot::config::fmt_warning(&origin, &w));
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -241,7 +241,7 @@ proptest! {
     fn any_config_fails_with_a_position_or_starts_the_worker(text in configs()) {
         let host = Host { memory_bytes: Some(16 << 30), exists: |_| false };
         let checked = Config::from_yaml_str(&text, "gen.yaml")
-            .and_then(|cfg| cfg.check_for_serving(&text, "gen.yaml", &host).map(|_| cfg));
+            .and_then(|cfg| cfg.check_for_serving(&text, "gen.yaml", &host, &[]).map(|_| cfg));
         match checked {
             Err(e) => prop_assert!(every_issue_is_positioned(&e), "{text}\n{e}"),
             Ok(cfg) => {

@@ -533,3 +533,23 @@ fn remaining_bounds_reject_the_bad_side_and_accept_the_edge() {
         2,
     );
 }
+
+/// `serve --backend cuda` on a file that says `backend: model`: the error names the flag,
+/// not the file's line, whose value is not the one that broke the rule.
+#[test]
+fn a_field_set_by_a_flag_is_named_by_its_flag_not_pointed_at_in_the_file() {
+    let path = repo("config/tp2-model.yaml");
+    let text = std::fs::read_to_string(&path).expect("read");
+    let mut cfg = Config::from_yaml_str(&text, "tp2-model.yaml").expect("valid");
+    cfg.backend = Backend::Cuda;
+    let host = genslot::config::Host::current();
+    let err = cfg
+        .check_for_serving(&text, "tp2-model.yaml", &host, &[("backend", "--backend")])
+        .expect_err("tensor parallel on cuda");
+    let issue = &err.issues()[0];
+    assert_eq!(issue.related, vec!["backend".to_owned()]);
+    assert_eq!(issue.related_at, vec![None]);
+    let text = err.to_string();
+    assert!(text.contains("[backend from --backend]"), "{text}");
+    assert!(!text.contains("backend at line"), "{text}");
+}

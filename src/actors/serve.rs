@@ -140,9 +140,9 @@ pub async fn serve_recorded(
         .await
         .with_context(|| format!("cannot listen on {addr}"))?;
     tracing::info!(
-        "genslot serving on http://{} (backend: {:?})",
+        "genslot serving on http://{} (backend: {})",
         listener.local_addr().map_or(addr, |a| a.to_string()),
-        cfg.backend
+        crate::policy::names::name(&cfg.backend)
     );
     if let Ok((params, _)) = crate::worker::sizing::resolve(&cfg) {
         tracing::info!("{}", params.summary());

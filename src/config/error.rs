@@ -17,6 +17,9 @@ pub struct Issue {
     pub at: Option<Position>,
     /// Where each of `related` is written, in the same order.
     pub related_at: Vec<Option<Position>>,
+    /// Fields of this issue set on the command line, each with its flag: the text's
+    /// value is not the one checked, so it is not pointed at.
+    pub from_flags: Vec<(String, &'static str)>,
 }
 
 impl Issue {
@@ -27,6 +30,7 @@ impl Issue {
             related: Vec::new(),
             at: None,
             related_at: Vec::new(),
+            from_flags: Vec::new(),
         }
     }
 
@@ -36,10 +40,22 @@ impl Issue {
         self
     }
 
-    /// Fills positions from the text the config was parsed from.
-    pub(crate) fn locate(&mut self, keys: &KeyLocations) {
-        self.at = keys.get(&self.field);
-        self.related_at = self.related.iter().map(|f| keys.get(f)).collect();
+    /// Fills positions from the text the config was parsed from; a field in `flags` (field,
+    /// flag) was set on the command line instead.
+    pub(crate) fn locate(&mut self, keys: &KeyLocations, flags: &[(&str, &'static str)]) {
+        let flag = |field: &str| {
+            flags
+                .iter()
+                .find(|(f, _)| *f == field)
+                .map(|&(_, flag)| flag)
+        };
+        let at = |field: &str| flag(field).map_or_else(|| keys.get(field), |_| None);
+        self.at = at(&self.field);
+        self.related_at = self.related.iter().map(|f| at(f)).collect();
+        self.from_flags = std::iter::once(&self.field)
+            .chain(&self.related)
+            .filter_map(|f| flag(f).map(|flag| (f.clone(), flag)))
+            .collect();
     }
 
     /// Where to point the reader: the field itself, else the first related field written.
@@ -65,6 +81,9 @@ impl fmt::Display for Issue {
             .collect();
         if !placed.is_empty() {
             write!(f, " [see {}]", placed.join("; "))?;
+        }
+        for (field, flag) in &self.from_flags {
+            write!(f, " [{field} from {flag}]")?;
         }
         Ok(())
     }

@@ -109,6 +109,11 @@ impl KeyLocations {
         })
     }
 
+    /// Every key's dotted path, in order.
+    pub fn paths(&self) -> impl Iterator<Item = &str> {
+        self.keys.keys().map(String::as_str)
+    }
+
     /// Position of the key at `path` (dotted), if the text has it.
     pub fn get(&self, path: &str) -> Option<Position> {
         self.keys.get(path).copied()

@@ -40,7 +40,7 @@ impl Config {
         let mut issues = validate::issues(&cfg);
         if !issues.is_empty() {
             let keys = KeyLocations::scan(text);
-            issues.iter_mut().for_each(|i| i.locate(&keys));
+            issues.iter_mut().for_each(|i| i.locate(&keys, &[]));
             return Err(ConfigError::Invalid {
                 origin: Some(origin.to_owned()),
                 issues,
@@ -64,26 +64,28 @@ impl Config {
     /// The checks for serving this config on this machine, after command-line overrides:
     /// every rule again (an override may break one), the host's memory against what the
     /// config sizes, and the model path where the backend reads it. `text` is the YAML the
-    /// config came from (for positions). Returns the warnings: fields set that change nothing
-    /// on the chosen backend, positioned.
+    /// config came from (for positions); `flags` names the fields set on the command line
+    /// (field, flag), which an issue names instead of pointing into the text. Returns the
+    /// warnings: fields set that change nothing on the chosen backend, positioned.
     pub fn check_for_serving(
         &self,
         text: &str,
         origin: &str,
         host: &Host,
+        flags: &[(&str, &'static str)],
     ) -> Result<Vec<Issue>, ConfigError> {
         let keys = KeyLocations::scan(text);
         let mut issues = validate::issues(self);
         issues.extend(host::issues(self, host));
         if !issues.is_empty() {
-            issues.iter_mut().for_each(|i| i.locate(&keys));
+            issues.iter_mut().for_each(|i| i.locate(&keys, flags));
             return Err(ConfigError::Invalid {
                 origin: Some(origin.to_owned()),
                 issues,
             });
         }
         let mut warnings = effect::warnings(self);
-        warnings.iter_mut().for_each(|i| i.locate(&keys));
+        warnings.iter_mut().for_each(|i| i.locate(&keys, flags));
         Ok(warnings)
     }
 
@@ -197,7 +199,7 @@ pub fn check_config(path: impl AsRef<Path>, host: &Host) -> Result<Checked, Conf
     let text = read(path)?;
     let origin = path.display().to_string();
     let cfg = Config::from_yaml_str(&text, &origin)?;
-    let warnings = cfg.check_for_serving(&text, &origin, host)?;
+    let warnings = cfg.check_for_serving(&text, &origin, host, &[])?;
     Ok(Checked {
         yaml: cfg.to_yaml()?,
         warnings: warnings
@@ -261,4 +263,31 @@ fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
             message,
         }
     })
+}
+
+#[cfg(test)]
+mod default_file_tests {
+    use super::*;
+
+    /// `config/default.yaml` is where a user reads what can be set: it writes every field
+    /// the resolved default prints, or shows it in a comment (`# field:`) where its default
+    /// derives from another.
+    #[test]
+    fn the_default_file_writes_every_field() {
+        let printed = Config::default().resolved().to_yaml().expect("prints");
+        let written = KeyLocations::scan(DEFAULT_YAML);
+        let commented = |path: &str| {
+            let name = path.rsplit('.').next().unwrap_or(path);
+            DEFAULT_YAML.contains(&format!("# {name}:"))
+        };
+        let printed = KeyLocations::scan(&printed);
+        let missing: Vec<&str> = printed
+            .paths()
+            .filter(|p| written.get(p).is_none() && !commented(p))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "not in config/default.yaml: {missing:?}"
+        );
+    }
 }
