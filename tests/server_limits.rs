@@ -10,7 +10,7 @@ use genslot::server::mock::{MockConfig, MockShutdown, SHUTDOWN_MESSAGE};
 use genslot::server::Limits;
 use serde_json::{json, Value};
 use server_support::*;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
@@ -37,6 +37,19 @@ async fn read_to_close(conn: &mut TcpStream, within: Duration) -> Option<String>
         Ok(_) => Some(String::from_utf8_lossy(&buf).into_owned()),
         Err(_) => None,
     }
+}
+
+/// A completions request's line and headers, before its body's framing.
+const POST: &str = "POST /v1/completions HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n";
+
+/// The first bytes the server answers with (within 5 s, else the test fails).
+async fn answer(conn: &mut (impl AsyncRead + Unpin)) -> String {
+    let mut buf = vec![0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(5), conn.read(&mut buf))
+        .await
+        .expect("an answer within 5 s")
+        .unwrap();
+    String::from_utf8_lossy(&buf[..n]).into_owned()
 }
 
 #[tokio::test]
@@ -83,18 +96,9 @@ async fn a_body_that_stalls_gets_408_with_a_json_error() {
     )
     .await;
     let mut conn = raw(&s).await;
-    conn.write_all(
-        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n\
-          content-length: 100\r\n\r\n{\"prompt\":",
-    )
-    .await
-    .unwrap();
-    let mut buf = vec![0u8; 4096];
-    let n = tokio::time::timeout(Duration::from_secs(5), conn.read(&mut buf))
-        .await
-        .expect("an answer")
-        .unwrap();
-    let answer = String::from_utf8_lossy(&buf[..n]);
+    let head = format!("{POST}content-length: 100\r\n\r\n{{\"prompt\":");
+    conn.write_all(head.as_bytes()).await.unwrap();
+    let answer = answer(&mut conn).await;
     assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
     assert!(answer.contains("\"code\":\"body_timeout\""), "{answer}");
     assert!(s.engine.submitted().is_empty());
@@ -111,12 +115,8 @@ async fn a_body_dripped_a_byte_at_a_time_gets_408_at_the_deadline() {
     )
     .await;
     let mut conn = raw(&s).await;
-    conn.write_all(
-        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n\
-          content-length: 100\r\n\r\n",
-    )
-    .await
-    .unwrap();
+    let head = format!("{POST}content-length: 100\r\n\r\n");
+    conn.write_all(head.as_bytes()).await.unwrap();
     let t0 = Instant::now();
     let (mut rd, mut wr) = conn.into_split();
     let drip = tokio::spawn(async move {
@@ -127,12 +127,7 @@ async fn a_body_dripped_a_byte_at_a_time_gets_408_at_the_deadline() {
             }
         }
     });
-    let mut buf = vec![0u8; 4096];
-    let n = tokio::time::timeout(Duration::from_secs(5), rd.read(&mut buf))
-        .await
-        .expect("an answer before the drip ends")
-        .unwrap();
-    let answer = String::from_utf8_lossy(&buf[..n]);
+    let answer = answer(&mut rd).await;
     assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
     assert!(answer.contains("\"code\":\"body_timeout\""), "{answer}");
     assert!(
@@ -149,19 +144,10 @@ async fn a_body_dripped_a_byte_at_a_time_gets_408_at_the_deadline() {
 async fn an_announced_body_past_the_limit_gets_413_before_it_is_sent() {
     let s = Server::start_with(fast(), |app| app.with_max_body_bytes(1024)).await;
     let mut conn = raw(&s).await;
-    conn.write_all(
-        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n\
-          content-length: 99999999999\r\n\r\n{}",
-    )
-    .await
-    .unwrap();
+    let head = format!("{POST}content-length: 99999999999\r\n\r\n{{}}");
+    conn.write_all(head.as_bytes()).await.unwrap();
     // The default body deadline is a minute: an answer within seconds did not wait for it.
-    let mut buf = vec![0u8; 4096];
-    let n = tokio::time::timeout(Duration::from_secs(5), conn.read(&mut buf))
-        .await
-        .expect("an answer without the body")
-        .unwrap();
-    let answer = String::from_utf8_lossy(&buf[..n]);
+    let answer = answer(&mut conn).await;
     assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
     assert!(answer.contains("server.max_body_bytes"), "{answer}");
     s.shutdown().await.unwrap();
@@ -171,19 +157,12 @@ async fn an_announced_body_past_the_limit_gets_413_before_it_is_sent() {
 async fn a_chunked_body_past_the_limit_gets_413() {
     let s = Server::start_with(fast(), |app| app.with_max_body_bytes(1024)).await;
     let mut conn = raw(&s).await;
-    let mut req = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n\
-                    transfer-encoding: chunked\r\n\r\n"
-        .to_vec();
+    let mut req = format!("{POST}transfer-encoding: chunked\r\n\r\n");
     for _ in 0..3 {
-        req.extend_from_slice(format!("200\r\n{}\r\n", " ".repeat(0x200)).as_bytes());
+        req += &format!("200\r\n{}\r\n", " ".repeat(0x200));
     }
-    conn.write_all(&req).await.unwrap();
-    let mut buf = vec![0u8; 4096];
-    let n = tokio::time::timeout(Duration::from_secs(5), conn.read(&mut buf))
-        .await
-        .expect("an answer")
-        .unwrap();
-    let answer = String::from_utf8_lossy(&buf[..n]);
+    conn.write_all(req.as_bytes()).await.unwrap();
+    let answer = answer(&mut conn).await;
     assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
     assert!(answer.contains("\"code\":\"invalid_body\""), "{answer}");
     assert!(s.engine.submitted().is_empty());
