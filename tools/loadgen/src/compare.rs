@@ -158,7 +158,9 @@ fn window_note(v: &Value, counted: &Value) -> Option<&'static str> {
         .iter()
         .any(|k| lookup(counted, &[k, "avg"]).is_some_and(|n| n > 0.0));
     (loadgen && version < 3 && others).then_some(
-        "its throughputs as written, over a window from its first measured send to its last          completion or failure (today's runs from the first completed request's send to the          last one's end)",
+        "its throughputs as written, over a window from its first measured send to its last \
+         completion or failure (today's runs from the first completed request's send to the \
+         last one's end)",
     )
 }
 
