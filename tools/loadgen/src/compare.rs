@@ -12,6 +12,10 @@
 //! terms, and the table says so under a note. Summaries before version 3 timed their
 //! throughputs over a window that also spanned failed and cancelled requests; that cannot be
 //! recomputed, so when such a run had any, a note says its throughputs are as written.
+//!
+//! Latencies and throughputs cover a run's completed requests (`request_count`). When a side
+//! completed fewer than [`FEW_REQUESTS`], a warning above the table says so; when it completed
+//! none, its latencies and throughputs are shown as absent (`-`), not as 0 or a −100 % change.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -32,6 +36,10 @@ pub enum CompareError {
         source: serde_json::Error,
     },
 }
+
+/// Below this many completed requests on a side, its percentiles rest on a handful of
+/// requests, and the table warns that its changes are not reliable.
+pub const FEW_REQUESTS: f64 = 30.0;
 
 /// The compared metrics: (label, JSON path).
 const METRICS: &[(&str, &[&str])] = &[
@@ -77,15 +85,47 @@ pub struct CompareRow {
     pub delta_pct: Option<f64>,
 }
 
-/// The rows, and a note for each summary read from an older loadgen format.
+/// The rows, a warning for each side that completed few or no requests, and a note for each
+/// summary read from an older loadgen format.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Comparison {
     pub rows: Vec<CompareRow>,
+    pub warnings: Vec<String>,
     pub notes: Vec<String>,
 }
 
 fn lookup(v: &Value, path: &[&str]) -> Option<f64> {
     path.iter().try_fold(v, |v, k| v.get(k))?.as_f64()
+}
+
+/// Whether the metric at `path` is computed over the completed requests (so it means nothing
+/// when there were none), rather than being a count.
+fn over_completed(path: &[&str]) -> bool {
+    !matches!(
+        path.first().copied(),
+        Some(
+            "request_count" | "error_request_count" | "cancelled_request_count" | "server_metrics"
+        )
+    )
+}
+
+/// A warning when side `name` completed fewer than [`FEW_REQUESTS`] requests (`completed`, in
+/// today's terms), or does not say how many.
+fn few_requests_warning(name: &str, completed: Option<f64>) -> Option<String> {
+    match completed {
+        None => Some(format!(
+            "{name} has no request_count: how many requests its numbers cover is unknown"
+        )),
+        Some(0.0) => Some(format!(
+            "{name} completed no measured request: it measured nothing, so its latencies and \
+             throughputs are shown as -, not compared"
+        )),
+        Some(n) if n < FEW_REQUESTS => Some(format!(
+            "{name} completed only {n} measured requests (fewer than {FEW_REQUESTS}): its \
+             percentiles and the changes against it are not reliable"
+        )),
+        Some(_) => None,
+    }
 }
 
 fn set_count(v: &mut Value, key: &str, n: f64) {
@@ -118,7 +158,9 @@ fn window_note(v: &Value, counted: &Value) -> Option<&'static str> {
         .iter()
         .any(|k| lookup(counted, &[k, "avg"]).is_some_and(|n| n > 0.0));
     (loadgen && version < 3 && others).then_some(
-        "its throughputs as written, over a window from its first measured send to its last          completion or failure (today's runs from the first completed request's send to the          last one's end)",
+        "its throughputs as written, over a window from its first measured send to its last \
+         completion or failure (today's runs from the first completed request's send to the \
+         last one's end)",
     )
 }
 
@@ -163,10 +205,20 @@ pub fn compare_values(a: &Value, b: &Value) -> Comparison {
             note.map(|n| format!("{name} is an older loadgen summary, read as: {n}"))
         })
         .collect();
+    let completed = |v: &Value| lookup(v, &["request_count", "avg"]);
+    let (n_a, n_b) = (completed(&a), completed(&b));
+    let warnings = [("A", n_a), ("B", n_b)]
+        .into_iter()
+        .filter_map(|(name, n)| few_requests_warning(name, n))
+        .collect();
+    // A side that completed nothing measured nothing: its zero throughputs are not values.
+    let value = |v: &Value, n: Option<f64>, path: &[&str]| {
+        lookup(v, path).filter(|_| n != Some(0.0) || !over_completed(path))
+    };
     let rows = METRICS
         .iter()
         .filter_map(|(label, path)| {
-            let (x, y) = (lookup(&a, path), lookup(&b, path));
+            let (x, y) = (value(&a, n_a, path), value(&b, n_b, path));
             if x.is_none() && y.is_none() {
                 return None;
             }
@@ -184,7 +236,11 @@ pub fn compare_values(a: &Value, b: &Value) -> Comparison {
             })
         })
         .collect();
-    Comparison { rows, notes }
+    Comparison {
+        rows,
+        warnings,
+        notes,
+    }
 }
 
 fn read(path: &Path) -> Result<Value, CompareError> {
@@ -202,12 +258,15 @@ pub fn compare_files(a: &Path, b: &Path) -> Result<Comparison, CompareError> {
     Ok(compare_values(&read(a)?, &read(b)?))
 }
 
-/// The table printed by `loadgen compare`, with its notes under it.
+/// The table printed by `loadgen compare`, its warnings above it and its notes under it.
 pub fn render(comparison: &Comparison, a_name: &str, b_name: &str) -> String {
     let rows = &comparison.rows;
     let cell = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.2}"));
     let mut out = String::new();
     let _ = writeln!(out, "A = {a_name}\nB = {b_name}");
+    for warning in &comparison.warnings {
+        let _ = writeln!(out, "warning: {warning}");
+    }
     let _ = writeln!(
         out,
         "{:<26} {:>12} {:>12} {:>12} {:>9}",

@@ -48,6 +48,17 @@ impl RequestError {
     }
 }
 
+/// How a request ended: each one lands in exactly one of the summary's three counts
+/// (`request_count`, `error_request_count`, `cancelled_request_count`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Completed,
+    /// Any error but a run-end cancellation.
+    Failed,
+    /// Still in flight when the run's grace period ended; not an error.
+    Cancelled,
+}
+
 /// Everything measured about one request. Times are seconds since the run started.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RequestRecord {
@@ -82,6 +93,14 @@ pub struct RequestRecord {
 impl RequestRecord {
     pub fn ok(&self) -> bool {
         self.error.is_none()
+    }
+
+    pub fn outcome(&self) -> Outcome {
+        match &self.error {
+            None => Outcome::Completed,
+            Some(e) if e.kind == ErrorKind::Cancelled => Outcome::Cancelled,
+            Some(_) => Outcome::Failed,
+        }
     }
 
     pub fn latency_ms(&self) -> f64 {
@@ -128,7 +147,7 @@ impl RequestRecord {
                 );
             }
         }
-        let cancelled = matches!(&self.error, Some(e) if e.kind == ErrorKind::Cancelled);
+        let cancelled = self.outcome() == Outcome::Cancelled;
         json!({
             "metadata": {
                 "x_request_id": self.id.to_string(),

@@ -19,7 +19,7 @@ use tokio::sync::{mpsc, watch};
 use crate::backoff::Backoff;
 use crate::client::{execute, Endpoint};
 use crate::jitter::SendJitter;
-use crate::record::RequestRecord;
+use crate::record::{Outcome, RequestRecord};
 use crate::scrape::{scrape, ServerDelta};
 use crate::source::Source;
 use crate::summary::StopReason;
@@ -83,6 +83,55 @@ fn progress_bar(cfg: &RunConfig) -> ProgressBar {
     bar
 }
 
+/// The progress bar's counts: measured requests by [`Outcome`], as the summary counts them,
+/// and warm-ups apart (whatever became of them), as the summary leaves them out.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct BarCounts {
+    completed: u64,
+    failed: u64,
+    cancelled: u64,
+    warmups: u64,
+}
+
+/// Where the run is, for the progress bar's message.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Phase {
+    Sending,
+    /// No more sends; in-flight requests may finish for `left` more.
+    Grace {
+        left: Duration,
+    },
+    /// The grace period is over; in-flight requests are being cancelled.
+    Cancelling,
+}
+
+impl BarCounts {
+    fn add(&mut self, rec: &RequestRecord) {
+        let n = match (rec.warmup, rec.outcome()) {
+            (true, _) => &mut self.warmups,
+            (false, Outcome::Completed) => &mut self.completed,
+            (false, Outcome::Failed) => &mut self.failed,
+            (false, Outcome::Cancelled) => &mut self.cancelled,
+        };
+        *n += 1;
+    }
+
+    fn message(&self, phase: Phase, in_flight: usize) -> String {
+        let counts = format!(
+            "completed {}, failed {}, cancelled {}, warm-ups {}",
+            self.completed, self.failed, self.cancelled, self.warmups
+        );
+        match phase {
+            Phase::Sending => format!("in flight {in_flight}, {counts}"),
+            Phase::Grace { left } => format!(
+                "grace: waiting up to {} s for {in_flight} in-flight requests; {counts}",
+                left.as_secs_f64().ceil() as u64
+            ),
+            Phase::Cancelling => format!("cancelling {in_flight} in-flight requests; {counts}"),
+        }
+    }
+}
+
 /// Runs `source` against `cfg.endpoint` until a stop condition holds.
 pub async fn run(source: &mut dyn Source, cfg: &RunConfig) -> anyhow::Result<RunOutput> {
     let http = reqwest::Client::builder()
@@ -114,7 +163,7 @@ pub async fn run(source: &mut dyn Source, cfg: &RunConfig) -> anyhow::Result<Run
     let mut records = Vec::new();
     let mut outstanding = 0usize;
     let mut measured_sent = 0u64;
-    let mut errors = 0u64;
+    let mut counts = BarCounts::default();
     let mut stop: Option<StopReason> = None;
     let mut cancelled_at: Option<Instant> = None;
     let mut abandoned = 0usize;
@@ -184,7 +233,7 @@ pub async fn run(source: &mut dyn Source, cfg: &RunConfig) -> anyhow::Result<Run
                 let mut next = Some(rec);
                 while let Some(rec) = next {
                     outstanding -= 1;
-                    errors += u64::from(!rec.ok());
+                    counts.add(&rec);
                     // The lane's gap runs from the response's end, not from when we noticed it;
                     // the jitter moves that end as a slower client would, and a failure that
                     // says "not now" (refused, 429, 503) adds the lane's back-off.
@@ -208,10 +257,14 @@ pub async fn run(source: &mut dyn Source, cfg: &RunConfig) -> anyhow::Result<Run
         if cfg.max_requests.is_none() {
             bar.set_position(t0.elapsed().as_secs().min(cfg.duration.as_secs()));
         }
-        bar.set_message(format!(
-            "in flight {outstanding}, done {}, errors {errors}",
-            records.len()
-        ));
+        let phase = match (stop, cancelled_at) {
+            (None, _) => Phase::Sending,
+            (Some(_), None) => Phase::Grace {
+                left: cancel_at.saturating_duration_since(Instant::now()),
+            },
+            (Some(_), Some(_)) => Phase::Cancelling,
+        };
+        bar.set_message(counts.message(phase, outstanding));
     }
     bar.finish_and_clear();
     let wall_time_s = t0.elapsed().as_secs_f64();
@@ -229,4 +282,115 @@ pub async fn run(source: &mut dyn Source, cfg: &RunConfig) -> anyhow::Result<Run
         abandoned,
         skipped_arrivals: source.skipped_arrivals(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{ErrorKind, RequestError};
+    use crate::summary::{RunInfo, Summary};
+
+    fn rec(id: u64, warmup: bool, error: Option<ErrorKind>) -> RequestRecord {
+        RequestRecord {
+            id,
+            lane: Some(0),
+            session: Some(0),
+            conversation: Some(0),
+            warmup,
+            input_tokens: 100,
+            max_tokens: 10,
+            scheduled_s: 1.0,
+            start_s: 1.0,
+            ack_s: Some(1.0),
+            end_s: 2.0,
+            ttft_ms: Some(100.0),
+            chunk_gaps_ms: vec![],
+            content_chunks: 10,
+            usage_output_tokens: Some(10),
+            error: error.map(|kind| RequestError {
+                kind,
+                status: (kind == ErrorKind::Http).then_some(503),
+                message: String::new(),
+                retry_after_s: None,
+            }),
+        }
+    }
+
+    #[test]
+    fn the_bar_counts_cancellations_apart_from_errors_as_the_summary_does() {
+        let records = [
+            rec(0, false, None),
+            rec(1, false, None),
+            rec(2, false, Some(ErrorKind::Http)),
+            rec(3, false, Some(ErrorKind::Cancelled)),
+            rec(4, false, Some(ErrorKind::Cancelled)),
+            rec(5, true, Some(ErrorKind::Cancelled)),
+            rec(6, true, None),
+        ];
+        let mut counts = BarCounts::default();
+        records.iter().for_each(|r| counts.add(r));
+        assert_eq!(
+            counts,
+            BarCounts {
+                completed: 2,
+                failed: 1,
+                cancelled: 2,
+                warmups: 2
+            }
+        );
+        let info = RunInfo {
+            url: "u".into(),
+            endpoint: "completions".into(),
+            model: "m".into(),
+            source: "s".into(),
+            concurrency: Some(1),
+            rate_scale: 1.0,
+            seed: 0,
+            duration_limit_s: 10.0,
+            max_requests: None,
+            send_jitter_ms: 0.0,
+            request_rate: None,
+        };
+        let s = Summary::from_records(&records, StopReason::Duration, 3.0, None, info);
+        assert_eq!(
+            [
+                s.request_count.avg,
+                s.error_request_count.avg,
+                s.cancelled_request_count.avg,
+                s.warmup_excluded as f64
+            ],
+            [
+                counts.completed,
+                counts.failed,
+                counts.cancelled,
+                counts.warmups
+            ]
+            .map(|n| n as f64),
+            "the bar's counts are the summary's"
+        );
+        assert_eq!(
+            counts.message(Phase::Sending, 3),
+            "in flight 3, completed 2, failed 1, cancelled 2, warm-ups 2"
+        );
+    }
+
+    #[test]
+    fn the_grace_period_says_how_long_it_waits_and_for_how_many() {
+        let counts = BarCounts::default();
+        let grace = counts.message(
+            Phase::Grace {
+                left: Duration::from_millis(4_200),
+            },
+            50,
+        );
+        assert!(
+            grace.starts_with("grace: waiting up to 5 s for 50 in-flight requests;"),
+            "{grace}"
+        );
+        let cancelling = counts.message(Phase::Cancelling, 7);
+        assert!(
+            cancelling.starts_with("cancelling 7 in-flight requests;"),
+            "{cancelling}"
+        );
+    }
 }

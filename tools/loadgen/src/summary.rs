@@ -23,7 +23,7 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
-use crate::record::RequestRecord;
+use crate::record::{Outcome, RequestRecord};
 use crate::scrape::ServerDelta;
 use crate::stats::{Scalar, Stat};
 
@@ -142,7 +142,7 @@ fn no_requests() -> Scalar {
 }
 
 fn cancelled(r: &RequestRecord) -> bool {
-    matches!(&r.error, Some(e) if e.kind == crate::record::ErrorKind::Cancelled)
+    r.outcome() == Outcome::Cancelled
 }
 
 impl Summary {
@@ -159,7 +159,7 @@ impl Summary {
         let failed: Vec<&RequestRecord> = measured
             .iter()
             .copied()
-            .filter(|r| !r.ok() && !cancelled(r))
+            .filter(|r| r.outcome() == Outcome::Failed)
             .collect();
         let mut errors_by_kind = BTreeMap::new();
         for e in failed.iter().filter_map(|r| r.error.as_ref()) {

@@ -151,6 +151,100 @@ fn compare_takes_aiperf_request_counts_as_they_are() {
     assert!(cmp.notes.is_empty());
 }
 
+/// A version-3 loadgen summary of `completed` requests.
+fn measured(completed: f64, ttft_p90: f64, tokens_per_s: f64) -> serde_json::Value {
+    let mut v = json!({
+        "loadgen_summary_version": 3,
+        "warmup_excluded": 64,
+        "output_token_throughput": {"unit": "tokens/sec", "avg": tokens_per_s},
+        "request_throughput": {"unit": "requests/sec", "avg": completed / 100.0},
+        "request_count": {"unit": "requests", "avg": completed},
+        "error_request_count": {"unit": "requests", "avg": 0.0},
+        "cancelled_request_count": {"unit": "requests", "avg": 3.0},
+    });
+    if completed > 0.0 {
+        v["time_to_first_token"] = json!({"unit": "ms", "avg": 100.0, "p90": ttft_p90});
+    }
+    v
+}
+
+#[test]
+fn compare_warns_when_a_side_completed_fewer_than_30_requests() {
+    let cmp = compare_values(&measured(8.0, 200.0, 900.0), &measured(10.0, 150.0, 1000.0));
+    assert_eq!(cmp.warnings.len(), 2, "{:?}", cmp.warnings);
+    assert!(cmp.warnings[0].starts_with("A completed only 8 measured requests (fewer than 30)"));
+    assert!(cmp.warnings[1].starts_with("B completed only 10 measured requests"));
+    let table = render(&cmp, "a.json", "b.json");
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("warning: A completed only 8")),
+        "{table}"
+    );
+    // The changes are still shown; the warning qualifies them.
+    assert!(table.contains("-25.0%"), "{table}");
+
+    let cmp = compare_values(&measured(40.0, 200.0, 900.0), &measured(8.0, 150.0, 1000.0));
+    assert_eq!(cmp.warnings.len(), 1, "{:?}", cmp.warnings);
+    assert!(cmp.warnings[0].starts_with("B completed only 8"));
+}
+
+#[test]
+fn compare_does_not_warn_when_both_sides_completed_30_or_more() {
+    let cmp = compare_values(
+        &measured(30.0, 200.0, 900.0),
+        &measured(500.0, 150.0, 1000.0),
+    );
+    assert!(cmp.warnings.is_empty(), "{:?}", cmp.warnings);
+    let table = render(&cmp, "a.json", "b.json");
+    assert!(!table.contains("warning"), "{table}");
+}
+
+#[test]
+fn compare_says_a_side_measured_nothing_instead_of_showing_zeros_as_changes() {
+    let cmp = compare_values(&measured(40.0, 200.0, 900.0), &measured(0.0, 0.0, 0.0));
+    assert_eq!(cmp.warnings.len(), 1, "{:?}", cmp.warnings);
+    assert!(
+        cmp.warnings[0].starts_with("B completed no measured request"),
+        "{:?}",
+        cmp.warnings
+    );
+    // B's throughputs are 0 only because it measured nothing: absent, not a -100 % change.
+    let tokens = cmp
+        .rows
+        .iter()
+        .find(|r| r.metric == "output tokens/s")
+        .expect("row");
+    assert_eq!(
+        (tokens.a, tokens.b, tokens.delta, tokens.delta_pct),
+        (Some(900.0), None, None, None)
+    );
+    assert_eq!(row(&cmp, "TTFT p90 (ms)"), (Some(200.0), None));
+    // The counts are counts: B really completed 0 and cancelled 3.
+    assert_eq!(row(&cmp, "requests completed"), (Some(40.0), Some(0.0)));
+    assert_eq!(
+        row(&cmp, "requests cancelled at end"),
+        (Some(3.0), Some(3.0))
+    );
+    let table = render(&cmp, "a.json", "b.json");
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("output tokens/s") && !l.contains('%')),
+        "{table}"
+    );
+
+    // Two empty summaries: both said, and no throughput row of zeros against zeros.
+    let empty = measured(0.0, 0.0, 0.0);
+    let cmp = compare_values(&empty, &empty);
+    assert_eq!(cmp.warnings.len(), 2, "{:?}", cmp.warnings);
+    assert!(
+        cmp.rows.iter().all(|r| r.metric.starts_with("requests ")),
+        "{:?}",
+        cmp.rows
+    );
+}
+
 #[test]
 fn compare_names_the_file_it_cannot_read() {
     let dir = std::env::temp_dir().join(format!("loadgen-compare-{}", std::process::id()));
