@@ -17,9 +17,6 @@ pub struct Issue {
     pub at: Option<Position>,
     /// Where each of `related` is written, in the same order.
     pub related_at: Vec<Option<Position>>,
-    /// Fields of this issue set on the command line, each with its flag: the text's
-    /// value is not the one checked, so it is not pointed at.
-    pub from_flags: Vec<(String, &'static str)>,
 }
 
 impl Issue {
@@ -30,7 +27,6 @@ impl Issue {
             related: Vec::new(),
             at: None,
             related_at: Vec::new(),
-            from_flags: Vec::new(),
         }
     }
 
@@ -40,22 +36,24 @@ impl Issue {
         self
     }
 
-    /// Fills positions from the text the config was parsed from; a field in `flags` (field,
-    /// flag) was set on the command line instead.
-    pub(crate) fn locate(&mut self, keys: &KeyLocations, flags: &[(&str, &'static str)]) {
+    /// Fills positions from the text the config was parsed from. A field in `flags` (field,
+    /// flag) was set on the command line: the text's value is not the one checked, so the
+    /// message names the flag instead of pointing into the text.
+    pub(crate) fn locate(&mut self, keys: &KeyLocations, flags: &[(&str, &str)]) {
         let flag = |field: &str| {
             flags
                 .iter()
                 .find(|(f, _)| *f == field)
-                .map(|&(_, flag)| flag)
+                .map(|&(_, flag)| flag.to_owned())
         };
         let at = |field: &str| flag(field).map_or_else(|| keys.get(field), |_| None);
         self.at = at(&self.field);
         self.related_at = self.related.iter().map(|f| at(f)).collect();
-        self.from_flags = std::iter::once(&self.field)
-            .chain(&self.related)
-            .filter_map(|f| flag(f).map(|flag| (f.clone(), flag)))
-            .collect();
+        for field in std::iter::once(&self.field).chain(&self.related) {
+            if let Some(flag) = flag(field) {
+                self.message += &format!(" [{field} from {flag}]");
+            }
+        }
     }
 
     /// Where to point the reader: the field itself, else the first related field written.
@@ -81,9 +79,6 @@ impl fmt::Display for Issue {
             .collect();
         if !placed.is_empty() {
             write!(f, " [see {}]", placed.join("; "))?;
-        }
-        for (field, flag) in &self.from_flags {
-            write!(f, " [{field} from {flag}]")?;
         }
         Ok(())
     }

@@ -72,7 +72,7 @@ impl Config {
         text: &str,
         origin: &str,
         host: &Host,
-        flags: &[(&str, &'static str)],
+        flags: &[(&str, &str)],
     ) -> Result<Vec<Issue>, ConfigError> {
         let keys = KeyLocations::scan(text);
         let mut issues = validate::issues(self);
