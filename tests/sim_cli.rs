@@ -488,3 +488,48 @@ fn a_configs_initial_gain_starts_every_tpot_budget_arm_that_names_no_g0() {
         numbers(&explicit, "tpot_budget=0.10")
     );
 }
+
+#[test]
+fn the_help_describes_the_output_files_every_arm_key_and_the_timelines_g() {
+    let out = genslot()
+        .args(["sim", "--help"])
+        .output()
+        .expect("run genslot sim --help");
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{help}");
+    // The line after a flag's own is its description.
+    let described = |flag: &str| {
+        let mut lines = help
+            .lines()
+            .skip_while(|l| !l.trim_start().starts_with(flag));
+        lines
+            .next()
+            .unwrap_or_else(|| panic!("no {flag} in {help}"));
+        lines.next().map(str::trim).unwrap_or_default().to_string()
+    };
+    for flag in ["--json <FILE>", "--svg <FILE>", "--timeline <FILE>"] {
+        let text = described(flag);
+        assert!(
+            !text.is_empty() && !text.starts_with("--"),
+            "{flag} has no help: {help}"
+        );
+    }
+    assert!(described("--svg").contains("X-c130.svg"), "{help}");
+    assert!(described("--timeline").contains(", g,"), "{help}");
+    assert!(
+        described("--arms").contains("max_num_active_requests=N"),
+        "{help}"
+    );
+}
+
+#[test]
+fn an_unknown_arm_key_is_refused_listing_the_valid_keys() {
+    let err = refused(&["--arms", "tpot=0.1"]);
+    assert!(
+        err.contains(
+            "unknown key `tpot` (one of tpot_budget, target_output_tps, max_batch_size, \
+             max_num_active_requests, order, victim, g0; or control alone)"
+        ),
+        "{err}"
+    );
+}

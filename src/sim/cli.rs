@@ -86,9 +86,9 @@ pub struct SimArgs {
     #[arg(long)]
     pub warmup: Option<f64>,
     /// Comma-separated arms: control, tpot_budget=B, target_output_tps=T|auto,
-    /// max_batch_size=N, combined with `+` (order=NAME, victim=NAME: a pop order or victim
-    /// rule by its name; an unknown name is refused with the valid ones listed; g0=G: where
-    /// tpot_budget's window gain starts).
+    /// max_batch_size=N, max_num_active_requests=N, combined with `+` (order=NAME,
+    /// victim=NAME: a pop order or victim rule by its name; an unknown name is refused with
+    /// the valid ones listed; g0=G: where tpot_budget's window gain starts).
     #[arg(
         long,
         default_value = "control,tpot_budget=0.10,target_output_tps=auto"
@@ -125,13 +125,19 @@ pub struct SimArgs {
     /// Worker threads (seeds run in parallel); default: every core.
     #[arg(long)]
     pub threads: Option<usize>,
-    #[arg(long)]
+    /// Write the results to this JSON file: the run's settings, each arm's summary, the
+    /// paired deltas, the speed and the warnings; with --sweep, one such object per load
+    /// under `sweep`.
+    #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
-    #[arg(long)]
+    /// Draw every arm's TTFT CDF (all seeds pooled) to this SVG; with --sweep, one file per
+    /// load, the load added to the name (X.svg -> X-c130.svg, ...).
+    #[arg(long, value_name = "FILE")]
     pub svg: Option<PathBuf>,
-    /// Also draw each arm's first-seed timeline (X, waited-TTFT p90, paused, waiting every
-    /// 30 simulated seconds) to this SVG, and put the timelines into the JSON.
-    #[arg(long)]
+    /// Also draw each arm's first-seed timeline (X, waited-TTFT p90, g, paused, waiting every
+    /// 30 simulated seconds) to this SVG, and put the timelines into the JSON; with --sweep,
+    /// one file per load as with --svg.
+    #[arg(long, value_name = "FILE")]
     pub timeline: Option<PathBuf>,
     /// No progress bar.
     #[arg(long)]
