@@ -269,14 +269,14 @@ fn the_reference_output_scale_applies_to_an_azure_trace_only_when_asked_and_is_s
         "{text}"
     );
     assert!(
-        text.contains("== open loop, preset reference, 1 seeds"),
+        text.contains("== open loop, preset reference, 1 seed x"),
         "{text}"
     );
     let (text, v) = ran(&[&run[..], &shape[..], &["--output-scale", "2.6"][..]].concat());
     assert_eq!(output_tokens(&v), 650.0, "{v}");
     assert_eq!(v["output_scale"], 2.6, "{v}");
     assert!(
-        text.contains("== open loop, preset reference, output scale 2.6, 1 seeds"),
+        text.contains("== open loop, preset reference, output scale 2.6, 1 seed x"),
         "{text}"
     );
 }
@@ -300,12 +300,12 @@ fn the_header_states_the_output_scale_of_the_weka_fitted_preset_on_synthetic_ses
     };
     let text = header(&[]);
     assert!(
-        text.contains("== c4, preset reference, output scale 2.6, 1 seeds"),
+        text.contains("== c4, preset reference, output scale 2.6, 1 seed x"),
         "{text}"
     );
     let text = header(&["--preset", "h200-llama-8b"]);
     assert!(
-        text.contains("== c4, preset h200-llama-8b, 1 seeds"),
+        text.contains("== c4, preset h200-llama-8b, 1 seed x"),
         "{text}"
     );
 }
@@ -487,6 +487,33 @@ fn a_configs_initial_gain_starts_every_tpot_budget_arm_that_names_no_g0() {
         numbers(&overridden, "tpot_budget=0.10+g0=1"),
         numbers(&explicit, "tpot_budget=0.10")
     );
+}
+
+/// A small synthetic run: 20 sessions in 4 lanes for 30 s, all measured.
+const SMALL: [&str; 8] = [
+    "--synthetic-sessions",
+    "20",
+    "--concurrency",
+    "4",
+    "--duration",
+    "30",
+    "--warmup",
+    "0",
+];
+
+#[test]
+fn one_seed_and_one_run_are_singular_and_a_lone_control_has_no_paired_section() {
+    let (text, _) = ran(&[&SMALL[..], &["--arms", "control"][..]].concat());
+    assert!(text.contains(", 1 seed x 30 s"), "{text}");
+    assert!(text.contains(", 1 run in "), "{text}");
+    assert!(
+        !text.contains("1 seeds") && !text.contains("1 runs"),
+        "{text}"
+    );
+    assert!(!text.contains("arm vs control"), "{text}");
+    let (text, _) = ran(&[&SMALL[..], &["--arms", "control,max_batch_size=2"][..]].concat());
+    assert!(text.contains(", 2 runs in "), "{text}");
+    assert!(text.contains("arm vs control (per seed)"), "{text}");
 }
 
 #[test]

@@ -9,7 +9,8 @@ use super::arm::{ArmSpec, ModeSpec};
 use super::engine::{RunSpec, Workload};
 use super::plant::Plant;
 use super::{
-    bench, presets, report, run_experiment, served, svg, timeline, Experiment, ExperimentResult,
+    bench, count, load_label, presets, report, run_experiment, served, svg, timeline, Experiment,
+    ExperimentResult,
 };
 use crate::config::{rule, Config, MAX_ENTRIES, MAX_SECONDS, MAX_TIMING_UNIT};
 use crate::policy::admission::AdmissionParams;
@@ -501,12 +502,8 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     // An open-loop load (a recording, or a trace of timed requests) has no lanes: its runs
     // and charts are headed by what drives them, not by a concurrency it ignores.
-    let open_loop = match (&recording, &workload) {
-        (Some(_), _) => Some("replay"),
-        (None, Workload::Timed(..)) => Some("open loop"),
-        (None, _) => None,
-    };
-    let loads = if open_loop.is_some() {
+    let open_loop = recording.is_some() || matches!(workload, Workload::Timed(..));
+    let loads = if open_loop {
         vec![0] // open loop: no lanes
     } else if args.sweep.is_empty() {
         vec![args.concurrency.unwrap_or(DEFAULT_CONCURRENCY)]
@@ -544,7 +541,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
                 w.unwrap_or(admission.target_window)
             ),
         };
-        let load = open_loop.map_or_else(|| format!("c{c}"), str::to_string);
+        let load = load_label(&exp.base);
         let outputs = if plant.output_scale == 1.0 {
             String::new()
         } else {
@@ -557,9 +554,9 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
             })
             .map_or(String::new(), |g| format!(", g starts at {g} (config)"));
         println!(
-            "\n== {load}, preset {}{outputs}, {} seeds x {} s (first {} s unmeasured){queue}{g_start}{} ==",
+            "\n== {load}, preset {}{outputs}, {} x {} s (first {} s unmeasured){queue}{g_start}{} ==",
             r.preset,
-            r.seeds,
+            count(r.seeds, "seed"),
             seconds(r.duration_s),
             seconds(r.warmup_s),
             r.target_output_tps
@@ -578,8 +575,11 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
             println!("warning: {w}");
         }
         println!(
-            "speed: {:.0} simulated s per wall s per core, {:.2e} events/s, {} runs in {:.1} s wall",
-            r.speed.simulated_s_per_wall_s, r.speed.events_per_s, r.speed.runs, r.speed.wall_s
+            "speed: {:.0} simulated s per wall s per core, {:.2e} events/s, {} in {:.1} s wall",
+            r.speed.simulated_s_per_wall_s,
+            r.speed.events_per_s,
+            count(r.speed.runs as u64, "run"),
+            r.speed.wall_s
         );
         if r.speed.arms.len() > 1 {
             let per_arm: Vec<String> = r
@@ -592,7 +592,11 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         }
         if let Some(base) = &args.svg {
             let path = svg_path(base, c, loads.len() > 1);
-            let title = format!("TTFT CDF, {load}, preset {}, {} seeds", r.preset, r.seeds);
+            let title = format!(
+                "TTFT CDF, {load}, preset {}, {}",
+                r.preset,
+                count(r.seeds, "seed")
+            );
             let mut curves = r.ttft_samples.clone();
             if let Some(rec) = &recording {
                 // The replay check as a picture: the served run's own curve beside the arms'.
@@ -636,14 +640,14 @@ fn bench_command(exp: &Experiment, runs: usize) -> anyhow::Result<()> {
     }
     let arms: Vec<&str> = exp.arms.iter().map(|a| a.name.as_str()).collect();
     println!(
-        "bench: {} x ({} seeds x {} arms [{}] x {} s simulated, preset {}), {} threads",
+        "bench: {} x ({} x {} [{}] x {} s simulated, preset {}), {}",
         runs,
-        exp.seeds,
-        arms.len(),
+        count(exp.seeds, "seed"),
+        count(arms.len() as u64, "arm"),
         arms.join(", "),
         seconds(exp.base.duration_s),
         exp.base.plant.name,
-        exp.threads
+        count(exp.threads as u64, "thread")
     );
     let b = bench::bench(exp, runs, |i, s| println!("{}", bench::run_line(i, s)))
         .map_err(anyhow::Error::msg)?;

@@ -144,6 +144,26 @@ fn run_jobs(
     Ok(v)
 }
 
+/// What drives a run, as its header, chart titles and progress bar name it: closed-loop
+/// lanes by their count (`c220`), an open-loop trace or a replayed recording by its loop
+/// (they have no lanes).
+pub fn load_label(spec: &RunSpec) -> String {
+    match spec.workload {
+        engine::Workload::Sessions(_) => format!("c{}", spec.concurrency),
+        engine::Workload::Timed(..) => "open loop".into(),
+        engine::Workload::Recorded(..) => "replay".into(),
+    }
+}
+
+/// `n` and its noun, the noun in the plural unless `n` is 1: `1 seed`, `16 seeds`.
+pub fn count(n: u64, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
 /// Run every arm for every seed; the control first (it fixes T for `target_output_tps=auto`).
 pub fn run_experiment(exp: &Experiment) -> Result<ExperimentResult, String> {
     let mut arms = exp.arms.clone();
@@ -156,11 +176,11 @@ pub fn run_experiment(exp: &Experiment) -> Result<ExperimentResult, String> {
         let b = indicatif::ProgressBar::new(total);
         b.set_style(
             indicatif::ProgressStyle::with_template(
-                "{spinner} sim c{msg} [{bar:30}] {pos}/{len} runs, {elapsed} (eta {eta})",
+                "{spinner} sim {msg} [{bar:30}] {pos}/{len} runs, {elapsed} (eta {eta})",
             )
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
         );
-        b.set_message(exp.base.concurrency.to_string());
+        b.set_message(load_label(&exp.base));
         b
     } else {
         indicatif::ProgressBar::hidden()
@@ -326,4 +346,54 @@ pub fn run_experiment(exp: &Experiment) -> Result<ExperimentResult, String> {
 
 fn is_one(x: &f64) -> bool {
     *x == 1.0
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::workload::TimedRequest;
+
+    fn spec(workload: engine::Workload) -> RunSpec {
+        RunSpec {
+            plant: presets::reference(),
+            admission: AdmissionParams::default(),
+            workload,
+            concurrency: 220,
+            duration_s: 3600.0,
+            warmup_s: 300.0,
+            seed: 0,
+        }
+    }
+
+    fn timed(last_s: f64) -> Arc<[TimedRequest]> {
+        [10.0, 10.0 + last_s]
+            .iter()
+            .map(|&t| TimedRequest {
+                t,
+                input_tokens: 100,
+                output_tokens: 5,
+                hash_ids: Default::default(),
+                block_size: 0,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_run_is_labelled_by_what_drives_it_the_progress_bar_included() {
+        let sessions = engine::Workload::Sessions(Arc::from(Vec::new()));
+        assert_eq!(load_label(&spec(sessions)), "c220");
+        let open = engine::Workload::Timed(timed(5.0), 1.0);
+        assert_eq!(load_label(&spec(open)), "open loop");
+        let replay = engine::Workload::Recorded(timed(5.0), Arc::from(vec![true, true]));
+        assert_eq!(load_label(&spec(replay)), "replay");
+    }
+
+    #[test]
+    fn one_is_singular() {
+        assert_eq!(count(1, "seed"), "1 seed");
+        assert_eq!(count(0, "seed"), "0 seeds");
+        assert_eq!(count(16, "run"), "16 runs");
+    }
 }
