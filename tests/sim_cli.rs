@@ -227,10 +227,15 @@ fn lane_flags_on_a_replay_are_refused() {
 
 /// `genslot sim ARGS --json` run to its end: its standard output and the JSON.
 fn ran(args: &[&str]) -> (String, serde_json::Value) {
+    ran_seeds("1", args)
+}
+
+/// `ran` with this many seeds.
+fn ran_seeds(seeds: &str, args: &[&str]) -> (String, serde_json::Value) {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("out.json");
     let out = genslot()
-        .args(["sim", "--quiet", "--seeds", "1"])
+        .args(["sim", "--quiet", "--seeds", seeds])
         .args(args)
         .arg("--json")
         .arg(&json)
@@ -514,6 +519,74 @@ fn one_seed_and_one_run_are_singular_and_a_lone_control_has_no_paired_section() 
     let (text, _) = ran(&[&SMALL[..], &["--arms", "control,max_batch_size=2"][..]].concat());
     assert!(text.contains(", 2 runs in "), "{text}");
     assert!(text.contains("arm vs control (per seed)"), "{text}");
+}
+
+#[test]
+fn an_open_loop_trace_that_ends_within_the_warmup_is_warned_of_naming_the_flags() {
+    let (_m, mooncake) = written("mc.jsonl", MOONCAKE);
+    let trace = ["--trace", mooncake.to_str().unwrap(), "--arms", "control"];
+    // Arrivals at 0 and 1.2 s, at twice the rate: the last at 0.6 s, in the 300 s warm-up.
+    let (text, v) = ran(&[&trace[..], &["--rate-scale", "2", "--duration", "400"][..]].concat());
+    let says = "nothing is measured: the trace's last arrival at --rate-scale 2 is at 0.6 s, \
+                before the 300 s warm-up ends; lower --warmup below it (--warmup 0 \
+                --duration 1 measures the whole trace), or lower --rate-scale";
+    assert!(text.contains(&format!("warning: {says}")), "{text}");
+    assert_eq!(v["warnings"], serde_json::json!([says]), "{v}");
+    // Measured from the start: no warning.
+    let (text, v) = ran(&[&trace[..], &["--warmup", "0", "--duration", "400"][..]].concat());
+    assert!(!text.contains("warning"), "{text}");
+    assert_eq!(v["warnings"], serde_json::json!([]), "{v}");
+}
+
+#[test]
+fn a_measured_window_without_arrivals_is_warned_of_naming_the_flags() {
+    // Arrivals at 0 and 1200 s: none in [10, 20).
+    let (_m, sparse) = written(
+        "sparse.jsonl",
+        "{\"timestamp\": 0, \"input_length\": 100, \"output_length\": 5}\n\
+         {\"timestamp\": 1200000, \"input_length\": 80, \"output_length\": 7}\n",
+    );
+    let (text, v) = ran(&[
+        "--trace",
+        sparse.to_str().unwrap(),
+        "--warmup",
+        "10",
+        "--duration",
+        "20",
+        "--arms",
+        "control",
+    ]);
+    let says = "nothing is measured: no request arrived in the measured window [10, 20) s; \
+                move it with --warmup and --duration";
+    assert!(text.contains(&format!("warning: {says}")), "{text}");
+    assert_eq!(v["warnings"], serde_json::json!([says]), "{v}");
+}
+
+#[test]
+fn open_loop_seeds_are_stated_to_be_identical_replays_once() {
+    let (_m, mooncake) = written("mc.jsonl", MOONCAKE);
+    let run = [
+        "--trace",
+        mooncake.to_str().unwrap(),
+        "--warmup",
+        "0",
+        "--duration",
+        "100",
+        "--arms",
+        "control,tpot_budget=0.10",
+    ];
+    let note = "open loop: every seed replays the same arrivals, so the seeds are identical runs";
+    let (text, _) = ran_seeds("3", &run);
+    assert!(
+        text.contains(&format!("3 seeds x 100 s (first 0 s unmeasured; {note})")),
+        "{text}"
+    );
+    assert_eq!(text.matches(note).count(), 1, "{text}");
+    let (text, _) = ran_seeds("1", &run);
+    assert!(!text.contains(note), "{text}");
+    // Closed-loop lanes start each seed elsewhere in the sessions: no note.
+    let (text, _) = ran_seeds("2", &[&SMALL[..], &["--arms", "control"][..]].concat());
+    assert!(!text.contains("identical"), "{text}");
 }
 
 #[test]

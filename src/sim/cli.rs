@@ -553,8 +553,14 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
                     .any(|a| matches!(a.mode, ModeSpec::TpotBudget(_)))
             })
             .map_or(String::new(), |g| format!(", g starts at {g} (config)"));
+        // Open loop, a seed changes nothing: every seed replays the same arrivals.
+        let same_seeds = if open_loop && r.seeds > 1 {
+            "; open loop: every seed replays the same arrivals, so the seeds are identical runs"
+        } else {
+            ""
+        };
         println!(
-            "\n== {load}, preset {}{outputs}, {} x {} s (first {} s unmeasured){queue}{g_start}{} ==",
+            "\n== {load}, preset {}{outputs}, {} x {} s (first {} s unmeasured{same_seeds}){queue}{g_start}{} ==",
             r.preset,
             count(r.seeds, "seed"),
             seconds(r.duration_s),

@@ -155,6 +155,53 @@ pub fn load_label(spec: &RunSpec) -> String {
     }
 }
 
+/// A warning when the measured window holds no arrival, so that every metric is empty:
+/// an open-loop trace (after its rate scale) that ends before the warm-up does, or else no
+/// measured request in any of the control's runs. It names the flags that move the window.
+fn window_warning(spec: &RunSpec, control: &[&RunResult]) -> Option<String> {
+    let (warmup, duration) = (spec.warmup_s, spec.duration_s);
+    let open_loop = match &spec.workload {
+        engine::Workload::Sessions(_) => None,
+        engine::Workload::Timed(t, scale) => Some((t, *scale)),
+        engine::Workload::Recorded(t, _) => Some((t, 1.0)),
+    };
+    if let Some((requests, scale)) = open_loop {
+        // Arrivals are due relative to the first one, divided by the rate scale.
+        let (first, last) = requests
+            .iter()
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |a, r| {
+                (a.0.min(r.t), a.1.max(r.t))
+            });
+        let last_s = (last - first) / scale;
+        if last_s.is_finite() && last_s < warmup {
+            let (scaled, slower) = match &spec.workload {
+                engine::Workload::Timed(..) if scale != 1.0 => (
+                    format!(" at --rate-scale {scale}"),
+                    ", or lower --rate-scale",
+                ),
+                engine::Workload::Timed(..) => (String::new(), ", or lower --rate-scale"),
+                _ => (String::new(), ""),
+            };
+            // Just past the last arrival, so every request is measured (as a replay's default).
+            let whole = last_s.floor() + 1.0;
+            return Some(format!(
+                "nothing is measured: the trace's last arrival{scaled} is at {last_s:.1} s, \
+                 before the {warmup} s warm-up ends; lower --warmup below it (--warmup 0 \
+                 --duration {whole} measures the whole trace){slower}"
+            ));
+        }
+    }
+    let arrived = control
+        .iter()
+        .any(|r| !r.records.is_empty() || r.unfinished > 0);
+    (!arrived).then(|| {
+        format!(
+            "nothing is measured: no request arrived in the measured window [{warmup}, \
+             {duration}) s; move it with --warmup and --duration"
+        )
+    })
+}
+
 /// `n` and its noun, the noun in the plural unless `n` is 1: `1 seed`, `16 seeds`.
 pub fn count(n: u64, noun: &str) -> String {
     if n == 1 {
@@ -276,6 +323,7 @@ pub fn run_experiment(exp: &Experiment) -> Result<ExperimentResult, String> {
             ));
         }
     }
+    warnings.extend(window_warning(&exp.base, &runs_of(control_idx)));
     let totals = |arm: Option<usize>| {
         results
             .iter()
@@ -395,5 +443,31 @@ mod tests {
         assert_eq!(count(1, "seed"), "1 seed");
         assert_eq!(count(0, "seed"), "0 seeds");
         assert_eq!(count(16, "run"), "16 runs");
+    }
+
+    #[test]
+    fn a_trace_that_ends_in_the_warmup_is_warned_of_after_its_rate_scale() {
+        let measured = RunResult {
+            unfinished: 1,
+            ..RunResult::default()
+        };
+        // 591 s at twice the rate: 295.5 s, inside the 300 s warm-up.
+        let w = window_warning(&spec(engine::Workload::Timed(timed(591.0), 2.0)), &[])
+            .expect("a warning");
+        assert!(w.contains("at --rate-scale 2 is at 295.5 s"), "{w}");
+        assert!(w.contains("--warmup 0 --duration 296"), "{w}");
+        // At its own rate it reaches past the warm-up, and a measured request silences the
+        // general check.
+        let spec1 = spec(engine::Workload::Timed(timed(591.0), 1.0));
+        assert_eq!(window_warning(&spec1, &[&measured]), None);
+        let w = window_warning(&spec1, &[&RunResult::default()]).expect("a warning");
+        assert!(
+            w.contains("no request arrived in the measured window [300, 3600) s"),
+            "{w}"
+        );
+        // A recording has no rate scale to lower.
+        let replay = engine::Workload::Recorded(timed(5.0), Arc::from(vec![true, true]));
+        let w = window_warning(&spec(replay), &[]).expect("a warning");
+        assert!(!w.contains("--rate-scale"), "{w}");
     }
 }
