@@ -274,16 +274,23 @@ fn the_reference_output_scale_applies_to_an_azure_trace_only_when_asked_and_is_s
         "{text}"
     );
     assert!(
-        text.contains("== open loop, preset reference, 1 seed x"),
+        text.contains("== open loop, Azure trace one.csv, preset reference, 1 seed x 100 s"),
         "{text}"
     );
+    assert_eq!(v["workload"]["kind"], "trace", "{v}");
+    assert_eq!(v["workload"]["format"], "azure", "{v}");
+    assert_eq!(v["workload"]["open_loop"], true, "{v}");
+    assert!(v.get("plant_overrides").is_none(), "{v}");
     let (text, v) = ran(&[&run[..], &shape[..], &["--output-scale", "2.6"][..]].concat());
     assert_eq!(output_tokens(&v), 650.0, "{v}");
     assert_eq!(v["output_scale"], 2.6, "{v}");
     assert!(
-        text.contains("== open loop, preset reference, output scale 2.6, 1 seed x"),
+        text.contains(
+            "== open loop, Azure trace one.csv, preset reference, output scale 2.6, 1 seed x"
+        ),
         "{text}"
     );
+    assert_eq!(v["plant_overrides"]["output_scale"], 2.6, "{v}");
 }
 
 #[test]
@@ -305,12 +312,14 @@ fn the_header_states_the_output_scale_of_the_weka_fitted_preset_on_synthetic_ses
     };
     let text = header(&[]);
     assert!(
-        text.contains("== c4, preset reference, output scale 2.6, 1 seed x"),
+        text.contains(
+            "== c4, synthetic workload (20 sessions), preset reference, output scale 2.6, 1 seed x"
+        ),
         "{text}"
     );
     let text = header(&["--preset", "h200-llama-8b"]);
     assert!(
-        text.contains("== c4, preset h200-llama-8b, 1 seed x"),
+        text.contains("== c4, synthetic workload (20 sessions), preset h200-llama-8b, 1 seed x"),
         "{text}"
     );
 }
@@ -507,6 +516,61 @@ const SMALL: [&str; 8] = [
 ];
 
 #[test]
+fn the_header_and_the_json_state_the_plant_overrides_the_config_and_the_workload() {
+    let overrides = [
+        "--idle-cap",
+        "5",
+        "--jump-ms",
+        "5",
+        "--per-request-above-ms",
+        "0.5",
+        "--arms",
+        "control",
+    ];
+    let (text, v) = ran(&[&SMALL[..], &overrides[..]].concat());
+    assert!(
+        text.contains(
+            "== c4, synthetic workload (20 sessions), preset reference (--idle-cap 5, \
+             --jump-ms 5, --per-request-above-ms 0.5), output scale 2.6, 1 seed x 30 s"
+        ),
+        "{text}"
+    );
+    assert_eq!(
+        v["plant_overrides"],
+        serde_json::json!({ "idle_cap_s": 5.0, "jump_ms": 5.0, "per_request_above_ms": 0.5 }),
+        "{v}"
+    );
+    // The plant that ran, overrides applied; the fields the docs read stay.
+    assert_eq!(v["plant"]["idle_cap_s"], 5.0, "{v}");
+    assert_eq!(v["plant"]["step"]["jump_ms"], 5.0, "{v}");
+    assert_eq!(v["plant"]["step"]["per_request_above_ms"], 0.5, "{v}");
+    assert_eq!(v["preset"], "reference", "{v}");
+    assert_eq!(v["output_scale"], 2.6, "{v}");
+    assert_eq!(
+        v["workload"],
+        serde_json::json!({ "kind": "synthetic", "sessions": 20, "open_loop": false }),
+        "{v}"
+    );
+    assert!(v.get("config").is_none(), "{v}");
+
+    let (_c, config) = written("small.yaml", "max_batch_size: 8\n");
+    let (text, v) = ran(&[
+        &SMALL[..],
+        &["--config", config.to_str().unwrap(), "--arms", "control"][..],
+    ]
+    .concat());
+    assert!(
+        text.contains("== c4, synthetic workload (20 sessions), config small.yaml, 1 seed x"),
+        "{text}"
+    );
+    assert!(!text.contains("preset config"), "{text}");
+    assert_eq!(v["preset"], "config", "{v}");
+    assert_eq!(v["config"], config.to_str().unwrap(), "{v}");
+    assert_eq!(v["plant"]["max_batch_size"], 8, "{v}");
+    assert!(v.get("plant_overrides").is_none(), "{v}");
+}
+
+#[test]
 fn one_seed_and_one_run_are_singular_and_a_lone_control_has_no_paired_section() {
     let (text, _) = ran(&[&SMALL[..], &["--arms", "control"][..]].concat());
     assert!(text.contains(", 1 seed x 30 s"), "{text}");
@@ -532,6 +596,11 @@ fn an_open_loop_trace_that_ends_within_the_warmup_is_warned_of_naming_the_flags(
                 --duration 1 measures the whole trace), or lower --rate-scale";
     assert!(text.contains(&format!("warning: {says}")), "{text}");
     assert_eq!(v["warnings"], serde_json::json!([says]), "{v}");
+    assert!(
+        text.contains("Mooncake trace mc.jsonl at 2x rate"),
+        "{text}"
+    );
+    assert_eq!(v["workload"]["rate_scale"], 2.0, "{v}");
     // Measured from the start: no warning.
     let (text, v) = ran(&[&trace[..], &["--warmup", "0", "--duration", "400"][..]].concat());
     assert!(!text.contains("warning"), "{text}");
@@ -576,12 +645,13 @@ fn open_loop_seeds_are_stated_to_be_identical_replays_once() {
         "control,tpot_budget=0.10",
     ];
     let note = "open loop: every seed replays the same arrivals, so the seeds are identical runs";
-    let (text, _) = ran_seeds("3", &run);
+    let (text, v) = ran_seeds("3", &run);
     assert!(
         text.contains(&format!("3 seeds x 100 s (first 0 s unmeasured; {note})")),
         "{text}"
     );
     assert_eq!(text.matches(note).count(), 1, "{text}");
+    assert_eq!(v["workload"]["open_loop"], true, "{v}");
     let (text, _) = ran_seeds("1", &run);
     assert!(!text.contains(note), "{text}");
     // Closed-loop lanes start each seed elsewhere in the sessions: no note.

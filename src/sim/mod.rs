@@ -26,6 +26,7 @@ use serde::Serialize;
 
 use arm::{ArmSpec, ModeSpec};
 use engine::{ResolvedArm, RunResult, RunSpec};
+use plant::Plant;
 use report::{ArmSummary, Paired};
 
 use crate::policy::admission::AdmissionParams;
@@ -64,6 +65,18 @@ pub struct ExperimentResult {
     pub duration_s: f64,
     pub warmup_s: f64,
     pub preset: String,
+    /// `--config FILE` as given, where the plant and the admission settings came from
+    /// (`preset` is then `config`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub config: Option<String>,
+    /// The plant that ran: the preset's (or config's) models with any overrides applied.
+    pub plant: Plant,
+    /// The plant flags given on the command line, each with its value; absent when none was.
+    #[serde(skip_serializing_if = "PlantOverrides::is_empty")]
+    pub plant_overrides: PlantOverrides,
+    /// What drove the runs (set by the command line).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workload: Option<WorkloadInfo>,
     /// The recorded outputs' multiplier in effect (the reference preset's 2.6 on the Weka
     /// and synthetic sessions), present only where it is not 1, as in the run's header.
     #[serde(skip_serializing_if = "is_one")]
@@ -87,6 +100,53 @@ pub struct ExperimentResult {
     /// Each arm's first-seed timeline, when the experiment asked for them.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub timelines: Vec<timeline::ArmTimeline>,
+}
+
+/// The plant flags a run was given (`--output-scale`, `--idle-cap`, `--jump-ms`,
+/// `--per-request-above-ms`), where given.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct PlantOverrides {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output_scale: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idle_cap_s: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub jump_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub per_request_above_ms: Option<f64>,
+}
+
+impl PlantOverrides {
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+/// The workload of a run, as its JSON records it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WorkloadInfo {
+    /// `synthetic` (sessions fitted to the Weka traces), `trace` or `replay`.
+    pub kind: String,
+    /// The trace or recording file, as given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// The trace's format: `weka`, `mooncake` or `azure`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub format: Option<String>,
+    /// The synthetic workload's sessions.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sessions: Option<usize>,
+    /// Open loop (arrivals at their timestamps, no lanes): every seed replays the same
+    /// arrivals.
+    pub open_loop: bool,
+    /// `--rate-scale` of an open-loop trace, where given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rate_scale: Option<f64>,
+    /// `--context-scale` and `--max-context`, where given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub context_scale: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_context: Option<u32>,
 }
 
 pub struct Experiment {
@@ -358,6 +418,10 @@ pub fn run_experiment(exp: &Experiment) -> Result<ExperimentResult, String> {
         duration_s: exp.base.duration_s,
         warmup_s: exp.base.warmup_s,
         preset: exp.base.plant.name.clone(),
+        config: None,
+        plant: exp.base.plant.clone(),
+        plant_overrides: PlantOverrides::default(),
+        workload: None,
         output_scale: exp.base.plant.output_scale,
         target_window: Some(exp.base.admission.target_window)
             .filter(|&w| w != AdmissionParams::default().target_window),
