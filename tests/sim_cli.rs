@@ -227,10 +227,15 @@ fn lane_flags_on_a_replay_are_refused() {
 
 /// `genslot sim ARGS --json` run to its end: its standard output and the JSON.
 fn ran(args: &[&str]) -> (String, serde_json::Value) {
+    ran_seeds("1", args)
+}
+
+/// `ran` with this many seeds.
+fn ran_seeds(seeds: &str, args: &[&str]) -> (String, serde_json::Value) {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("out.json");
     let out = genslot()
-        .args(["sim", "--quiet", "--seeds", "1"])
+        .args(["sim", "--quiet", "--seeds", seeds])
         .args(args)
         .arg("--json")
         .arg(&json)
@@ -269,16 +274,23 @@ fn the_reference_output_scale_applies_to_an_azure_trace_only_when_asked_and_is_s
         "{text}"
     );
     assert!(
-        text.contains("== open loop, preset reference, 1 seeds"),
+        text.contains("== open loop, Azure trace one.csv, preset reference, 1 seed x 100 s"),
         "{text}"
     );
+    assert_eq!(v["workload"]["kind"], "trace", "{v}");
+    assert_eq!(v["workload"]["format"], "azure", "{v}");
+    assert_eq!(v["workload"]["open_loop"], true, "{v}");
+    assert!(v.get("plant_overrides").is_none(), "{v}");
     let (text, v) = ran(&[&run[..], &shape[..], &["--output-scale", "2.6"][..]].concat());
     assert_eq!(output_tokens(&v), 650.0, "{v}");
     assert_eq!(v["output_scale"], 2.6, "{v}");
     assert!(
-        text.contains("== open loop, preset reference, output scale 2.6, 1 seeds"),
+        text.contains(
+            "== open loop, Azure trace one.csv, preset reference, output scale 2.6, 1 seed x"
+        ),
         "{text}"
     );
+    assert_eq!(v["plant_overrides"]["output_scale"], 2.6, "{v}");
 }
 
 #[test]
@@ -300,12 +312,14 @@ fn the_header_states_the_output_scale_of_the_weka_fitted_preset_on_synthetic_ses
     };
     let text = header(&[]);
     assert!(
-        text.contains("== c4, preset reference, output scale 2.6, 1 seeds"),
+        text.contains(
+            "== c4, synthetic workload (20 sessions), preset reference, output scale 2.6, 1 seed x"
+        ),
         "{text}"
     );
     let text = header(&["--preset", "h200-llama-8b"]);
     assert!(
-        text.contains("== c4, preset h200-llama-8b, 1 seeds"),
+        text.contains("== c4, synthetic workload (20 sessions), preset h200-llama-8b, 1 seed x"),
         "{text}"
     );
 }
@@ -489,5 +503,206 @@ fn a_configs_initial_gain_starts_every_tpot_budget_arm_that_names_no_g0() {
     assert_eq!(
         numbers(&overridden, "tpot_budget=0.10+g0=1"),
         numbers(&explicit, "tpot_budget=0.10")
+    );
+}
+
+/// A small synthetic run: 20 sessions in 4 lanes for 30 s, all measured.
+const SMALL: [&str; 8] = [
+    "--synthetic-sessions",
+    "20",
+    "--concurrency",
+    "4",
+    "--duration",
+    "30",
+    "--warmup",
+    "0",
+];
+
+#[test]
+fn the_header_and_the_json_state_the_plant_overrides_the_config_and_the_workload() {
+    let overrides = [
+        "--idle-cap",
+        "5",
+        "--jump-ms",
+        "5",
+        "--per-request-above-ms",
+        "0.5",
+        "--arms",
+        "control",
+    ];
+    let (text, v) = ran(&[&SMALL[..], &overrides[..]].concat());
+    assert!(
+        text.contains(
+            "== c4, synthetic workload (20 sessions), preset reference (--idle-cap 5, \
+             --jump-ms 5, --per-request-above-ms 0.5), output scale 2.6, 1 seed x 30 s"
+        ),
+        "{text}"
+    );
+    assert_eq!(
+        v["plant_overrides"],
+        serde_json::json!({ "idle_cap_s": 5.0, "jump_ms": 5.0, "per_request_above_ms": 0.5 }),
+        "{v}"
+    );
+    // The plant that ran, overrides applied; the fields the docs read stay.
+    assert_eq!(v["plant"]["idle_cap_s"], 5.0, "{v}");
+    assert_eq!(v["plant"]["step"]["jump_ms"], 5.0, "{v}");
+    assert_eq!(v["plant"]["step"]["per_request_above_ms"], 0.5, "{v}");
+    assert_eq!(v["preset"], "reference", "{v}");
+    assert_eq!(v["output_scale"], 2.6, "{v}");
+    assert_eq!(
+        v["workload"],
+        serde_json::json!({ "kind": "synthetic", "sessions": 20, "open_loop": false }),
+        "{v}"
+    );
+    assert!(v.get("config").is_none(), "{v}");
+
+    let (_c, config) = written("small.yaml", "max_batch_size: 8\n");
+    let (text, v) = ran(&[
+        &SMALL[..],
+        &["--config", config.to_str().unwrap(), "--arms", "control"][..],
+    ]
+    .concat());
+    assert!(
+        text.contains("== c4, synthetic workload (20 sessions), config small.yaml, 1 seed x"),
+        "{text}"
+    );
+    assert!(!text.contains("preset config"), "{text}");
+    assert_eq!(v["preset"], "config", "{v}");
+    assert_eq!(v["config"], config.to_str().unwrap(), "{v}");
+    assert_eq!(v["plant"]["max_batch_size"], 8, "{v}");
+    assert!(v.get("plant_overrides").is_none(), "{v}");
+}
+
+#[test]
+fn one_seed_and_one_run_are_singular_and_a_lone_control_has_no_paired_section() {
+    let (text, _) = ran(&[&SMALL[..], &["--arms", "control"][..]].concat());
+    assert!(text.contains(", 1 seed x 30 s"), "{text}");
+    assert!(text.contains(", 1 run in "), "{text}");
+    assert!(
+        !text.contains("1 seeds") && !text.contains("1 runs"),
+        "{text}"
+    );
+    assert!(!text.contains("arm vs control"), "{text}");
+    let (text, _) = ran(&[&SMALL[..], &["--arms", "control,max_batch_size=2"][..]].concat());
+    assert!(text.contains(", 2 runs in "), "{text}");
+    assert!(text.contains("arm vs control (per seed)"), "{text}");
+}
+
+#[test]
+fn an_open_loop_trace_that_ends_within_the_warmup_is_warned_of_naming_the_flags() {
+    let (_m, mooncake) = written("mc.jsonl", MOONCAKE);
+    let trace = ["--trace", mooncake.to_str().unwrap(), "--arms", "control"];
+    // Arrivals at 0 and 1.2 s, at twice the rate: the last at 0.6 s, in the 300 s warm-up.
+    let (text, v) = ran(&[&trace[..], &["--rate-scale", "2", "--duration", "400"][..]].concat());
+    let says = "nothing is measured: the trace's last arrival at --rate-scale 2 is at 0.6 s, \
+                before the 300 s warm-up ends; lower --warmup below it (--warmup 0 \
+                --duration 1 measures the whole trace), or lower --rate-scale";
+    assert!(text.contains(&format!("warning: {says}")), "{text}");
+    assert_eq!(v["warnings"], serde_json::json!([says]), "{v}");
+    assert!(
+        text.contains("Mooncake trace mc.jsonl at 2x rate"),
+        "{text}"
+    );
+    assert_eq!(v["workload"]["rate_scale"], 2.0, "{v}");
+    // Measured from the start: no warning.
+    let (text, v) = ran(&[&trace[..], &["--warmup", "0", "--duration", "400"][..]].concat());
+    assert!(!text.contains("warning"), "{text}");
+    assert_eq!(v["warnings"], serde_json::json!([]), "{v}");
+}
+
+#[test]
+fn a_measured_window_without_arrivals_is_warned_of_naming_the_flags() {
+    // Arrivals at 0 and 1200 s: none in [10, 20).
+    let (_m, sparse) = written(
+        "sparse.jsonl",
+        "{\"timestamp\": 0, \"input_length\": 100, \"output_length\": 5}\n\
+         {\"timestamp\": 1200000, \"input_length\": 80, \"output_length\": 7}\n",
+    );
+    let (text, v) = ran(&[
+        "--trace",
+        sparse.to_str().unwrap(),
+        "--warmup",
+        "10",
+        "--duration",
+        "20",
+        "--arms",
+        "control",
+    ]);
+    let says = "nothing is measured: no request arrived in the measured window [10, 20) s; \
+                move it with --warmup and --duration";
+    assert!(text.contains(&format!("warning: {says}")), "{text}");
+    assert_eq!(v["warnings"], serde_json::json!([says]), "{v}");
+}
+
+#[test]
+fn open_loop_seeds_are_stated_to_be_identical_replays_once() {
+    let (_m, mooncake) = written("mc.jsonl", MOONCAKE);
+    let run = [
+        "--trace",
+        mooncake.to_str().unwrap(),
+        "--warmup",
+        "0",
+        "--duration",
+        "100",
+        "--arms",
+        "control,tpot_budget=0.10",
+    ];
+    let note = "open loop: every seed replays the same arrivals, so the seeds are identical runs";
+    let (text, v) = ran_seeds("3", &run);
+    assert!(
+        text.contains(&format!("3 seeds x 100 s (first 0 s unmeasured; {note})")),
+        "{text}"
+    );
+    assert_eq!(text.matches(note).count(), 1, "{text}");
+    assert_eq!(v["workload"]["open_loop"], true, "{v}");
+    let (text, _) = ran_seeds("1", &run);
+    assert!(!text.contains(note), "{text}");
+    // Closed-loop lanes start each seed elsewhere in the sessions: no note.
+    let (text, _) = ran_seeds("2", &[&SMALL[..], &["--arms", "control"][..]].concat());
+    assert!(!text.contains("identical"), "{text}");
+}
+
+#[test]
+fn the_help_describes_the_output_files_every_arm_key_and_the_timelines_g() {
+    let out = genslot()
+        .args(["sim", "--help"])
+        .output()
+        .expect("run genslot sim --help");
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{help}");
+    // The line after a flag's own is its description.
+    let described = |flag: &str| {
+        let mut lines = help
+            .lines()
+            .skip_while(|l| !l.trim_start().starts_with(flag));
+        lines
+            .next()
+            .unwrap_or_else(|| panic!("no {flag} in {help}"));
+        lines.next().map(str::trim).unwrap_or_default().to_string()
+    };
+    for flag in ["--json <FILE>", "--svg <FILE>", "--timeline <FILE>"] {
+        let text = described(flag);
+        assert!(
+            !text.is_empty() && !text.starts_with("--"),
+            "{flag} has no help: {help}"
+        );
+    }
+    assert!(described("--svg").contains("X-c130.svg"), "{help}");
+    assert!(described("--timeline").contains(", g,"), "{help}");
+    assert!(
+        described("--arms").contains("max_num_active_requests=N"),
+        "{help}"
+    );
+}
+
+#[test]
+fn an_unknown_arm_key_is_refused_listing_the_valid_keys() {
+    let err = refused(&["--arms", "tpot=0.1"]);
+    assert!(
+        err.contains(
+            "unknown key `tpot` (one of tpot_budget, target_output_tps, max_batch_size, \
+             max_num_active_requests, order, victim, g0; or control alone)"
+        ),
+        "{err}"
     );
 }

@@ -263,9 +263,18 @@ async fn serve_with_record_then_sim_replay_end_to_end() {
     );
     assert!(stdout.contains("served (recorded)"), "{stdout}");
     assert!(stdout.contains("simulated control"), "{stdout}");
+    // Headed by the replay and its files, one seed (the arrivals are fixed), no note on seeds.
+    assert!(
+        stdout.contains("== replay, recording served.jsonl, config serve.yaml, 1 seed x "),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("identical"), "{stdout}");
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(v["served"]["completed"], REQUESTS.len());
     assert_eq!(v["seeds"], 1);
+    assert_eq!(v["workload"]["kind"], "replay", "{v}");
+    assert_eq!(v["workload"]["open_loop"], true, "{v}");
+    assert_eq!(v["config"], cfg.to_str().unwrap(), "{v}");
     let arms = v["arms"].as_array().unwrap();
     assert_eq!(arms.len(), 2);
     for a in arms {
@@ -339,7 +348,10 @@ fn an_open_loop_trace_is_headed_open_loop_not_by_a_concurrency() {
         String::from_utf8_lossy(&out.stderr)
     );
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("== open loop, preset default"), "{text}");
+    assert!(
+        text.contains("== open loop, Azure trace azure.csv, preset default"),
+        "{text}"
+    );
     assert!(!text.contains("== c220"), "{text}");
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();

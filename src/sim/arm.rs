@@ -40,6 +40,17 @@ pub struct ArmError {
     pub why: String,
 }
 
+/// The keys an arm's `key=value` parts may name (`control` stands alone).
+pub const KEYS: [&str; 7] = [
+    "tpot_budget",
+    "target_output_tps",
+    "max_batch_size",
+    "max_num_active_requests",
+    "order",
+    "victim",
+    "g0",
+];
+
 /// A rule enum's variant by its serde name (or an alias, such as `guard-first`); the error
 /// lists every valid name, from the enum itself.
 fn rule<T>(key: &str, value: &str) -> Result<T, String>
@@ -125,7 +136,12 @@ impl ArmSpec {
                     rule::finite_within(g, G_MIN, G_MAX).map_err(|why| err(format!("g0 {why}")))?;
                     arm.g0 = Some(g);
                 }
-                _ => return Err(err(format!("unknown key `{k}`"))),
+                _ => {
+                    return Err(err(format!(
+                        "unknown key `{k}` (one of {}; or control alone)",
+                        KEYS.join(", ")
+                    )))
+                }
             }
         }
         if arm.g0.is_some() && !matches!(arm.mode, ModeSpec::TpotBudget(_)) {
@@ -213,6 +229,36 @@ mod tests {
         assert!(e.why.starts_with("unknown victim `random` ("), "{}", e.why);
         for victim in names::all::<VictimKey>() {
             assert!(e.why.contains(&names::name(&victim)), "{}", e.why);
+        }
+    }
+
+    #[test]
+    fn an_unknown_key_names_every_valid_one() {
+        let e = ArmSpec::parse("tpot=0.1").unwrap_err();
+        assert!(e.why.starts_with("unknown key `tpot` ("), "{}", e.why);
+        for key in [
+            "tpot_budget",
+            "target_output_tps",
+            "max_batch_size",
+            "max_num_active_requests",
+            "order",
+            "victim",
+            "g0",
+            "control",
+        ] {
+            assert!(e.why.contains(key), "{key}: {}", e.why);
+        }
+        // Every listed key is one the parser takes.
+        for key in KEYS {
+            let text = match key {
+                "target_output_tps" => "target_output_tps=auto".to_string(),
+                "order" => "order=edf".to_string(),
+                "victim" => "victim=newest_resident".to_string(),
+                "g0" => "tpot_budget=0.1+g0=0.5".to_string(),
+                "tpot_budget" => "tpot_budget=0.1".to_string(),
+                _ => format!("{key}=8"),
+            };
+            assert!(ArmSpec::parse(&text).is_ok(), "{text}");
         }
     }
 

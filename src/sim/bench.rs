@@ -57,12 +57,12 @@ fn median_and_best(mut v: Vec<f64>, best_is_max: bool) -> (f64, f64) {
 /// One line for run `i`.
 pub fn run_line(i: usize, s: &Speed) -> String {
     format!(
-        "run {}: {:.0} simulated s per wall s per core, {:.2e} events/s, {:.0} passes/s, {} runs in {:.2} s wall",
+        "run {}: {:.0} simulated s per wall s per core, {:.2e} events/s, {:.0} passes/s, {} in {:.2} s wall",
         i + 1,
         s.simulated_s_per_wall_s,
         s.events_per_s,
         s.passes_per_s,
-        s.runs,
+        super::count(s.runs as u64, "run"),
         s.wall_s
     )
 }
@@ -81,10 +81,10 @@ pub fn summary(b: &Bench) -> String {
             format!("{:.1} MiB", x as f64 / (1024.0 * 1024.0))
         });
     format!(
-        "{} runs: median {rate_med:.0}x real time per core (best {rate_best:.0}x), \
+        "{}: median {rate_med:.0}x real time per core (best {rate_best:.0}x), \
          median {passes_med:.0} passes/s; wall per experiment median {wall_med:.2} s \
          (best {wall_best:.2} s)\npeak resident memory: {memory}\n",
-        b.runs.len()
+        super::count(b.runs.len() as u64, "run")
     )
 }
 

@@ -9,7 +9,8 @@ use super::arm::{ArmSpec, ModeSpec};
 use super::engine::{RunSpec, Workload};
 use super::plant::Plant;
 use super::{
-    bench, presets, report, run_experiment, served, svg, timeline, Experiment, ExperimentResult,
+    bench, count, load_label, presets, report, run_experiment, served, svg, timeline, Experiment,
+    ExperimentResult, PlantOverrides, WorkloadInfo,
 };
 use crate::config::{rule, Config, MAX_ENTRIES, MAX_SECONDS, MAX_TIMING_UNIT};
 use crate::policy::admission::AdmissionParams;
@@ -86,9 +87,9 @@ pub struct SimArgs {
     #[arg(long)]
     pub warmup: Option<f64>,
     /// Comma-separated arms: control, tpot_budget=B, target_output_tps=T|auto,
-    /// max_batch_size=N, combined with `+` (order=NAME, victim=NAME: a pop order or victim
-    /// rule by its name; an unknown name is refused with the valid ones listed; g0=G: where
-    /// tpot_budget's window gain starts).
+    /// max_batch_size=N, max_num_active_requests=N, combined with `+` (order=NAME,
+    /// victim=NAME: a pop order or victim rule by its name; an unknown name is refused with
+    /// the valid ones listed; g0=G: where tpot_budget's window gain starts).
     #[arg(
         long,
         default_value = "control,tpot_budget=0.10,target_output_tps=auto"
@@ -125,13 +126,19 @@ pub struct SimArgs {
     /// Worker threads (seeds run in parallel); default: every core.
     #[arg(long)]
     pub threads: Option<usize>,
-    #[arg(long)]
+    /// Write the results to this JSON file: the run's settings (plant, workload, overrides),
+    /// each arm's summary, the paired deltas, the speed and the warnings; with --sweep, one
+    /// such object per load under `sweep`.
+    #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
-    #[arg(long)]
+    /// Draw every arm's TTFT CDF (all seeds pooled) to this SVG; with --sweep, one file per
+    /// load, the load added to the name (X.svg -> X-c130.svg, ...).
+    #[arg(long, value_name = "FILE")]
     pub svg: Option<PathBuf>,
-    /// Also draw each arm's first-seed timeline (X, waited-TTFT p90, paused, waiting every
-    /// 30 simulated seconds) to this SVG, and put the timelines into the JSON.
-    #[arg(long)]
+    /// Also draw each arm's first-seed timeline (X, waited-TTFT p90, g, paused, waiting every
+    /// 30 simulated seconds) to this SVG, and put the timelines into the JSON; with --sweep,
+    /// one file per load as with --svg.
+    #[arg(long, value_name = "FILE")]
     pub timeline: Option<PathBuf>,
     /// No progress bar.
     #[arg(long)]
@@ -344,6 +351,94 @@ fn seconds(x: f64) -> String {
     }
 }
 
+/// The plant as the header names it: the preset, or the config file, and the plant flags
+/// that override it (`--output-scale` is stated on its own, as every scale but 1 is).
+fn plant_label(args: &SimArgs, plant: &Plant) -> String {
+    let mut text = match &args.config {
+        Some(path) => format!("config {}", file_name(path)),
+        None => format!("preset {}", plant.name),
+    };
+    let given: Vec<String> = [
+        ("--idle-cap", args.idle_cap),
+        ("--jump-ms", args.jump_ms),
+        ("--per-request-above-ms", args.per_request_above_ms),
+    ]
+    .iter()
+    .filter_map(|(flag, v)| v.map(|v| format!("{flag} {v}")))
+    .collect();
+    if !given.is_empty() {
+        text += &format!(" ({})", given.join(", "));
+    }
+    text
+}
+
+/// A file's name without its directories (the header stays short; the JSON keeps the path).
+fn file_name(path: &Path) -> String {
+    path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    )
+}
+
+/// The workload for the JSON: `format` is `None` for a recording; `timed` is a trace of
+/// timed requests (open loop).
+fn workload_info(
+    args: &SimArgs,
+    format: Option<TraceFormat>,
+    transform: &ContextTransform,
+    timed: bool,
+) -> WorkloadInfo {
+    let shaped = !transform.is_identity();
+    let (kind, path, sessions) = match (&args.replay, &args.trace) {
+        (Some(p), _) => ("replay", Some(p), None),
+        (None, Some(p)) => ("trace", Some(p), None),
+        (None, None) => ("synthetic", None, Some(args.synthetic_sessions)),
+    };
+    WorkloadInfo {
+        kind: kind.into(),
+        path: path.map(|p| p.display().to_string()),
+        format: format.filter(|_| path.is_some()).map(|f| {
+            match f {
+                TraceFormat::Weka => "weka",
+                TraceFormat::Mooncake => "mooncake",
+                TraceFormat::Azure => "azure",
+            }
+            .to_string()
+        }),
+        sessions,
+        open_loop: timed || args.replay.is_some(),
+        rate_scale: args.rate_scale,
+        context_scale: args.context_scale.filter(|_| shaped),
+        max_context: args.max_context.filter(|_| shaped),
+    }
+}
+
+/// The workload as the header names it: `Weka trace FILE`, `Mooncake trace FILE at 2x
+/// rate`, `recording FILE`, `synthetic workload (2000 sessions)`, and any context transform.
+fn workload_label(info: &WorkloadInfo, transform: &ContextTransform) -> String {
+    let file = info
+        .path
+        .as_deref()
+        .map_or_else(String::new, |p| file_name(Path::new(p)));
+    let mut text = match (info.kind.as_str(), info.format.as_deref()) {
+        ("synthetic", _) => format!(
+            "synthetic workload ({})",
+            count(info.sessions.unwrap_or(0) as u64, "session")
+        ),
+        ("trace", Some("mooncake")) => format!("Mooncake trace {file}"),
+        ("trace", Some("azure")) => format!("Azure trace {file}"),
+        ("trace", _) => format!("Weka trace {file}"),
+        _ => format!("recording {file}"),
+    };
+    if let Some(x) = info.rate_scale.filter(|&x| x != 1.0) {
+        text += &format!(" at {x}x rate");
+    }
+    if !transform.is_identity() {
+        text += &format!(" ({})", transform.describe());
+    }
+    text
+}
+
 fn svg_path(base: &Path, c: usize, sweep: bool) -> PathBuf {
     if !sweep {
         return base.to_path_buf();
@@ -490,17 +585,26 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
             plant.output_scale = 1.0;
         }
     }
+    let overrides = PlantOverrides {
+        output_scale: args.output_scale,
+        idle_cap_s: args.idle_cap,
+        jump_ms: args.jump_ms,
+        per_request_above_ms: args.per_request_above_ms,
+    };
+    let plant_text = plant_label(&args, &plant);
+    let info = workload_info(
+        &args,
+        format,
+        &transform,
+        matches!(workload, Workload::Timed(..)),
+    );
+    let workload_text = workload_label(&info, &transform);
     let threads = args
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     // An open-loop load (a recording, or a trace of timed requests) has no lanes: its runs
     // and charts are headed by what drives them, not by a concurrency it ignores.
-    let open_loop = match (&recording, &workload) {
-        (Some(_), _) => Some("replay"),
-        (None, Workload::Timed(..)) => Some("open loop"),
-        (None, _) => None,
-    };
-    let loads = if open_loop.is_some() {
+    let loads = if info.open_loop {
         vec![0] // open loop: no lanes
     } else if args.sweep.is_empty() {
         vec![args.concurrency.unwrap_or(DEFAULT_CONCURRENCY)]
@@ -529,6 +633,9 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
             return bench_command(&exp, runs);
         }
         let mut r = run_experiment(&exp).map_err(anyhow::Error::msg)?;
+        r.config = args.config.as_ref().map(|p| p.display().to_string());
+        r.plant_overrides = overrides;
+        r.workload = Some(info.clone());
         let queue = match (r.target_window, r.ttft_percentile, r.fixed_target) {
             (_, _, Some(x)) => format!(", X fixed at {x} s"),
             (None, None, None) => String::new(),
@@ -538,7 +645,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
                 w.unwrap_or(admission.target_window)
             ),
         };
-        let load = open_loop.map_or_else(|| format!("c{c}"), str::to_string);
+        let load = load_label(&exp.base);
         let outputs = if plant.output_scale == 1.0 {
             String::new()
         } else {
@@ -550,10 +657,15 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
                     .any(|a| matches!(a.mode, ModeSpec::TpotBudget(_)))
             })
             .map_or(String::new(), |g| format!(", g starts at {g} (config)"));
+        // Open loop, a seed changes nothing: every seed replays the same arrivals.
+        let same_seeds = if info.open_loop && r.seeds > 1 {
+            "; open loop: every seed replays the same arrivals, so the seeds are identical runs"
+        } else {
+            ""
+        };
         println!(
-            "\n== {load}, preset {}{outputs}, {} seeds x {} s (first {} s unmeasured){queue}{g_start}{} ==",
-            r.preset,
-            r.seeds,
+            "\n== {load}, {workload_text}, {plant_text}{outputs}, {} x {} s (first {} s unmeasured{same_seeds}){queue}{g_start}{} ==",
+            count(r.seeds, "seed"),
             seconds(r.duration_s),
             seconds(r.warmup_s),
             r.target_output_tps
@@ -572,8 +684,11 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
             println!("warning: {w}");
         }
         println!(
-            "speed: {:.0} simulated s per wall s per core, {:.2e} events/s, {} runs in {:.1} s wall",
-            r.speed.simulated_s_per_wall_s, r.speed.events_per_s, r.speed.runs, r.speed.wall_s
+            "speed: {:.0} simulated s per wall s per core, {:.2e} events/s, {} in {:.1} s wall",
+            r.speed.simulated_s_per_wall_s,
+            r.speed.events_per_s,
+            count(r.speed.runs as u64, "run"),
+            r.speed.wall_s
         );
         if r.speed.arms.len() > 1 {
             let per_arm: Vec<String> = r
@@ -586,7 +701,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         }
         if let Some(base) = &args.svg {
             let path = svg_path(base, c, loads.len() > 1);
-            let title = format!("TTFT CDF, {load}, preset {}, {} seeds", r.preset, r.seeds);
+            let title = format!("TTFT CDF, {load}, {plant_text}, {}", count(r.seeds, "seed"));
             let mut curves = r.ttft_samples.clone();
             if let Some(rec) = &recording {
                 // The replay check as a picture: the served run's own curve beside the arms'.
@@ -599,7 +714,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         match &args.timeline {
             Some(base) => {
                 let path = svg_path(base, c, loads.len() > 1);
-                let title = format!("Controller timeline, {load}, preset {}, seed 0", r.preset);
+                let title = format!("Controller timeline, {load}, {plant_text}, seed 0");
                 std::fs::write(&path, timeline::svg(&title, &r.timelines))
                     .with_context(|| format!("writing {}", path.display()))?;
             }
@@ -630,14 +745,14 @@ fn bench_command(exp: &Experiment, runs: usize) -> anyhow::Result<()> {
     }
     let arms: Vec<&str> = exp.arms.iter().map(|a| a.name.as_str()).collect();
     println!(
-        "bench: {} x ({} seeds x {} arms [{}] x {} s simulated, preset {}), {} threads",
+        "bench: {} x ({} x {} [{}] x {} s simulated, preset {}), {}",
         runs,
-        exp.seeds,
-        arms.len(),
+        count(exp.seeds, "seed"),
+        count(arms.len() as u64, "arm"),
         arms.join(", "),
         seconds(exp.base.duration_s),
         exp.base.plant.name,
-        exp.threads
+        count(exp.threads as u64, "thread")
     );
     let b = bench::bench(exp, runs, |i, s| println!("{}", bench::run_line(i, s)))
         .map_err(anyhow::Error::msg)?;

@@ -587,6 +587,47 @@ mod tests {
         }
     }
 
+    /// An open-loop trace: `n` requests, one every `gap` seconds.
+    fn timed(n: usize, gap: f64) -> Arc<[TimedRequest]> {
+        (0..n)
+            .map(|i| TimedRequest {
+                t: i as f64 * gap,
+                input_tokens: 2000 + 37 * (i as u32 % 11),
+                output_tokens: 50 + 13 * (i as u32 % 7),
+                hash_ids: Default::default(),
+                block_size: 0,
+            })
+            .collect()
+    }
+
+    /// The seed only places closed-loop lanes: open loop, every seed is the same run (what
+    /// the CLI's header says of open-loop seeds).
+    #[test]
+    fn open_loop_runs_are_the_same_for_every_seed_and_closed_loop_runs_are_not() {
+        let arm = ResolvedArm {
+            spec: ArmSpec::control(),
+            mode: Mode::TpotBudget(0.1),
+        };
+        let at = |workload: Workload, seed: u64| {
+            let spec = RunSpec {
+                workload,
+                seed,
+                ..spec()
+            };
+            run(&spec, &arm, true).unwrap()
+        };
+        let trace = timed(400, 0.5);
+        let first = at(Workload::Timed(trace.clone(), 1.0), 0);
+        assert!(first.records.len() > 100);
+        for seed in [1, 7, 12345] {
+            let other = at(Workload::Timed(trace.clone(), 1.0), seed);
+            assert_eq!(other.records, first.records, "seed {seed}");
+            assert_eq!(other.trace, first.trace, "seed {seed}");
+        }
+        let sessions = spec().workload;
+        assert_ne!(at(sessions.clone(), 0).records, at(sessions, 1).records);
+    }
+
     #[test]
     fn large_pages_make_every_decision_the_server_pages_make() {
         let spec = spec();

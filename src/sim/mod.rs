@@ -26,6 +26,7 @@ use serde::Serialize;
 
 use arm::{ArmSpec, ModeSpec};
 use engine::{ResolvedArm, RunResult, RunSpec};
+use plant::Plant;
 use report::{ArmSummary, Paired};
 
 use crate::policy::admission::AdmissionParams;
@@ -64,6 +65,18 @@ pub struct ExperimentResult {
     pub duration_s: f64,
     pub warmup_s: f64,
     pub preset: String,
+    /// `--config FILE` as given, where the plant and the admission settings came from
+    /// (`preset` is then `config`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub config: Option<String>,
+    /// The plant that ran: the preset's (or config's) models with any overrides applied.
+    pub plant: Plant,
+    /// The plant flags given on the command line, each with its value; absent when none was.
+    #[serde(skip_serializing_if = "PlantOverrides::is_empty")]
+    pub plant_overrides: PlantOverrides,
+    /// What drove the runs (set by the command line).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workload: Option<WorkloadInfo>,
     /// The recorded outputs' multiplier in effect (the reference preset's 2.6 on the Weka
     /// and synthetic sessions), present only where it is not 1, as in the run's header.
     #[serde(skip_serializing_if = "is_one")]
@@ -87,6 +100,53 @@ pub struct ExperimentResult {
     /// Each arm's first-seed timeline, when the experiment asked for them.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub timelines: Vec<timeline::ArmTimeline>,
+}
+
+/// The plant flags a run was given (`--output-scale`, `--idle-cap`, `--jump-ms`,
+/// `--per-request-above-ms`), where given.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct PlantOverrides {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output_scale: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idle_cap_s: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub jump_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub per_request_above_ms: Option<f64>,
+}
+
+impl PlantOverrides {
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+/// The workload of a run, as its JSON records it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WorkloadInfo {
+    /// `synthetic` (sessions fitted to the Weka traces), `trace` or `replay`.
+    pub kind: String,
+    /// The trace or recording file, as given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// The trace's format: `weka`, `mooncake` or `azure`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub format: Option<String>,
+    /// The synthetic workload's sessions.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sessions: Option<usize>,
+    /// Open loop (arrivals at their timestamps, no lanes): every seed replays the same
+    /// arrivals.
+    pub open_loop: bool,
+    /// `--rate-scale` of an open-loop trace, where given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rate_scale: Option<f64>,
+    /// `--context-scale` and `--max-context`, where given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub context_scale: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_context: Option<u32>,
 }
 
 pub struct Experiment {
@@ -144,6 +204,73 @@ fn run_jobs(
     Ok(v)
 }
 
+/// What drives a run, as its header, chart titles and progress bar name it: closed-loop
+/// lanes by their count (`c220`), an open-loop trace or a replayed recording by its loop
+/// (they have no lanes).
+pub fn load_label(spec: &RunSpec) -> String {
+    match spec.workload {
+        engine::Workload::Sessions(_) => format!("c{}", spec.concurrency),
+        engine::Workload::Timed(..) => "open loop".into(),
+        engine::Workload::Recorded(..) => "replay".into(),
+    }
+}
+
+/// A warning when the measured window holds no arrival, so that every metric is empty:
+/// an open-loop trace (after its rate scale) that ends before the warm-up does, or else no
+/// measured request in any of the control's runs. It names the flags that move the window.
+fn window_warning(spec: &RunSpec, control: &[&RunResult]) -> Option<String> {
+    let (warmup, duration) = (spec.warmup_s, spec.duration_s);
+    let open_loop = match &spec.workload {
+        engine::Workload::Sessions(_) => None,
+        engine::Workload::Timed(t, scale) => Some((t, *scale)),
+        engine::Workload::Recorded(t, _) => Some((t, 1.0)),
+    };
+    if let Some((requests, scale)) = open_loop {
+        // Arrivals are due relative to the first one, divided by the rate scale.
+        let (first, last) = requests
+            .iter()
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |a, r| {
+                (a.0.min(r.t), a.1.max(r.t))
+            });
+        let last_s = (last - first) / scale;
+        if last_s.is_finite() && last_s < warmup {
+            let (scaled, slower) = match &spec.workload {
+                engine::Workload::Timed(..) if scale != 1.0 => (
+                    format!(" at --rate-scale {scale}"),
+                    ", or lower --rate-scale",
+                ),
+                engine::Workload::Timed(..) => (String::new(), ", or lower --rate-scale"),
+                _ => (String::new(), ""),
+            };
+            // Just past the last arrival, so every request is measured (as a replay's default).
+            let whole = last_s.floor() + 1.0;
+            return Some(format!(
+                "nothing is measured: the trace's last arrival{scaled} is at {last_s:.1} s, \
+                 before the {warmup} s warm-up ends; lower --warmup below it (--warmup 0 \
+                 --duration {whole} measures the whole trace){slower}"
+            ));
+        }
+    }
+    let arrived = control
+        .iter()
+        .any(|r| !r.records.is_empty() || r.unfinished > 0);
+    (!arrived).then(|| {
+        format!(
+            "nothing is measured: no request arrived in the measured window [{warmup}, \
+             {duration}) s; move it with --warmup and --duration"
+        )
+    })
+}
+
+/// `n` and its noun, the noun in the plural unless `n` is 1: `1 seed`, `16 seeds`.
+pub fn count(n: u64, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
 /// Run every arm for every seed; the control first (it fixes T for `target_output_tps=auto`).
 pub fn run_experiment(exp: &Experiment) -> Result<ExperimentResult, String> {
     let mut arms = exp.arms.clone();
@@ -156,11 +283,11 @@ pub fn run_experiment(exp: &Experiment) -> Result<ExperimentResult, String> {
         let b = indicatif::ProgressBar::new(total);
         b.set_style(
             indicatif::ProgressStyle::with_template(
-                "{spinner} sim c{msg} [{bar:30}] {pos}/{len} runs, {elapsed} (eta {eta})",
+                "{spinner} sim {msg} [{bar:30}] {pos}/{len} runs, {elapsed} (eta {eta})",
             )
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
         );
-        b.set_message(exp.base.concurrency.to_string());
+        b.set_message(load_label(&exp.base));
         b
     } else {
         indicatif::ProgressBar::hidden()
@@ -256,6 +383,7 @@ pub fn run_experiment(exp: &Experiment) -> Result<ExperimentResult, String> {
             ));
         }
     }
+    warnings.extend(window_warning(&exp.base, &runs_of(control_idx)));
     let totals = |arm: Option<usize>| {
         results
             .iter()
@@ -290,6 +418,10 @@ pub fn run_experiment(exp: &Experiment) -> Result<ExperimentResult, String> {
         duration_s: exp.base.duration_s,
         warmup_s: exp.base.warmup_s,
         preset: exp.base.plant.name.clone(),
+        config: None,
+        plant: exp.base.plant.clone(),
+        plant_overrides: PlantOverrides::default(),
+        workload: None,
         output_scale: exp.base.plant.output_scale,
         target_window: Some(exp.base.admission.target_window)
             .filter(|&w| w != AdmissionParams::default().target_window),
@@ -326,4 +458,80 @@ pub fn run_experiment(exp: &Experiment) -> Result<ExperimentResult, String> {
 
 fn is_one(x: &f64) -> bool {
     *x == 1.0
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::workload::TimedRequest;
+
+    fn spec(workload: engine::Workload) -> RunSpec {
+        RunSpec {
+            plant: presets::reference(),
+            admission: AdmissionParams::default(),
+            workload,
+            concurrency: 220,
+            duration_s: 3600.0,
+            warmup_s: 300.0,
+            seed: 0,
+        }
+    }
+
+    fn timed(last_s: f64) -> Arc<[TimedRequest]> {
+        [10.0, 10.0 + last_s]
+            .iter()
+            .map(|&t| TimedRequest {
+                t,
+                input_tokens: 100,
+                output_tokens: 5,
+                hash_ids: Default::default(),
+                block_size: 0,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_run_is_labelled_by_what_drives_it_the_progress_bar_included() {
+        let sessions = engine::Workload::Sessions(Arc::from(Vec::new()));
+        assert_eq!(load_label(&spec(sessions)), "c220");
+        let open = engine::Workload::Timed(timed(5.0), 1.0);
+        assert_eq!(load_label(&spec(open)), "open loop");
+        let replay = engine::Workload::Recorded(timed(5.0), Arc::from(vec![true, true]));
+        assert_eq!(load_label(&spec(replay)), "replay");
+    }
+
+    #[test]
+    fn one_is_singular() {
+        assert_eq!(count(1, "seed"), "1 seed");
+        assert_eq!(count(0, "seed"), "0 seeds");
+        assert_eq!(count(16, "run"), "16 runs");
+    }
+
+    #[test]
+    fn a_trace_that_ends_in_the_warmup_is_warned_of_after_its_rate_scale() {
+        let measured = RunResult {
+            unfinished: 1,
+            ..RunResult::default()
+        };
+        // 591 s at twice the rate: 295.5 s, inside the 300 s warm-up.
+        let w = window_warning(&spec(engine::Workload::Timed(timed(591.0), 2.0)), &[])
+            .expect("a warning");
+        assert!(w.contains("at --rate-scale 2 is at 295.5 s"), "{w}");
+        assert!(w.contains("--warmup 0 --duration 296"), "{w}");
+        // At its own rate it reaches past the warm-up, and a measured request silences the
+        // general check.
+        let spec1 = spec(engine::Workload::Timed(timed(591.0), 1.0));
+        assert_eq!(window_warning(&spec1, &[&measured]), None);
+        let w = window_warning(&spec1, &[&RunResult::default()]).expect("a warning");
+        assert!(
+            w.contains("no request arrived in the measured window [300, 3600) s"),
+            "{w}"
+        );
+        // A recording has no rate scale to lower.
+        let replay = engine::Workload::Recorded(timed(5.0), Arc::from(vec![true, true]));
+        let w = window_warning(&spec(replay), &[]).expect("a warning");
+        assert!(!w.contains("--rate-scale"), "{w}");
+    }
 }

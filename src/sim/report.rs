@@ -241,8 +241,12 @@ pub fn arm_table(arms: &[ArmSummary]) -> String {
     s
 }
 
-/// The paired-delta table (mean [min, max] across seeds).
+/// The paired-delta table (mean [min, max] across seeds); nothing when no arm is paired
+/// with the control (the control alone).
 pub fn paired_table(p: &[Paired]) -> String {
+    if p.is_empty() {
+        return String::new();
+    }
     let f = |x: &Spread, unit: &str| {
         if x.mean.is_finite() {
             format!("{:+.2}{unit} [{:+.2}, {:+.2}]", x.mean, x.min, x.max)
@@ -264,4 +268,27 @@ pub fn paired_table(p: &[Paired]) -> String {
         );
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_paired_table_is_left_out_when_no_arm_is_paired() {
+        assert_eq!(paired_table(&[]), "");
+        let nan = Spread::of(&[]);
+        let one = Paired {
+            arm: "tpot_budget=0.10".into(),
+            vs: "control".into(),
+            delta_ttft_p90_s: nan,
+            delta_ttft_p50_s: nan,
+            delta_mean_tpot_pct: nan,
+            delta_total_tps_pct: nan,
+            delta_e2e_p90_s: nan,
+        };
+        let table = paired_table(&[one]);
+        assert!(table.starts_with("arm vs control (per seed)"), "{table}");
+        assert!(table.contains("tpot_budget=0.10"), "{table}");
+    }
 }
