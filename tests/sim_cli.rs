@@ -706,3 +706,34 @@ fn an_unknown_arm_key_is_refused_listing_the_valid_keys() {
         "{err}"
     );
 }
+
+/// `genslot sim … --json F | head`: the reader goes away before the tables are printed; the
+/// run still succeeds and writes its JSON.
+#[test]
+fn a_closed_stdout_does_not_stop_the_run_or_its_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("out.json");
+    let mut child = genslot()
+        .args([
+            "sim",
+            "--quiet",
+            "--seeds",
+            "1",
+            "--synthetic-sessions",
+            "20",
+        ])
+        .args(["--concurrency", "4", "--duration", "60", "--warmup", "10"])
+        .arg("--json")
+        .arg(&json)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run genslot sim");
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("wait");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert!(v["arms"].is_array(), "{v}");
+}

@@ -1,5 +1,6 @@
 //! `genslot sim`: argument handling, workload loading, output files.
 
+use super::out::{say, sayln};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -202,7 +203,7 @@ fn workload(
         transform.apply(&mut trace);
         let after = LengthStats::of(&context_lengths(&trace));
         if let (Some(b), Some(a)) = (before, after) {
-            println!(
+            sayln!(
                 "context transform: {}; prompt tokens mean {:.0} -> {:.0}, p50 {} -> {}, \
                  p90 {} -> {}, p99 {} -> {}, max {} -> {} ({} requests)",
                 transform.describe(),
@@ -555,7 +556,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
     }
     let (workload, format) = match &recording {
         Some(r) => {
-            println!(
+            sayln!(
                 "replaying {}: {} recorded requests over {:.1} s, straight to the GEN worker",
                 r.path.display(),
                 r.records.len(),
@@ -577,7 +578,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
     };
     if let (Some(what), None) = (lengths_of, args.output_scale) {
         if plant.output_scale != 1.0 {
-            println!(
+            sayln!(
                 "output scale 1: the preset's {} is fitted to the Weka traces' outputs, not \
                  {what}'s (--output-scale sets one)",
                 plant.output_scale
@@ -663,7 +664,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         } else {
             ""
         };
-        println!(
+        sayln!(
             "\n== {load}, {workload_text}, {plant_text}{outputs}, {} x {} s (first {} s unmeasured{same_seeds}){queue}{g_start}{} ==",
             count(r.seeds, "seed"),
             seconds(r.duration_s),
@@ -671,19 +672,19 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
             r.target_output_tps
                 .map_or(String::new(), |t| format!(", T = {t:.1} tok/s"))
         );
-        print!("{}", report::arm_table(&r.arms));
-        print!("{}", report::paired_table(&r.paired));
+        say!("{}", report::arm_table(&r.arms));
+        say!("{}", report::paired_table(&r.paired));
         if let Some(rec) = &recording {
             let served = served::summarise(rec, warmup, duration);
             if let Some(control) = r.arms.iter().find(|a| a.name == "control") {
-                print!("{}", served::table(&served, control));
+                say!("{}", served::table(&served, control));
             }
             served_json = Some(served);
         }
         for w in &r.warnings {
-            println!("warning: {w}");
+            sayln!("warning: {w}");
         }
-        println!(
+        sayln!(
             "speed: {:.0} simulated s per wall s per core, {:.2e} events/s, {} in {:.1} s wall",
             r.speed.simulated_s_per_wall_s,
             r.speed.events_per_s,
@@ -697,7 +698,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
                 .iter()
                 .map(|a| format!("{} {:.0}", a.name, a.simulated_s_per_wall_s))
                 .collect();
-            println!("speed per arm: {}", per_arm.join(", "));
+            sayln!("speed per arm: {}", per_arm.join(", "));
         }
         if let Some(base) = &args.svg {
             let path = svg_path(base, c, loads.len() > 1);
@@ -744,7 +745,7 @@ fn bench_command(exp: &Experiment, runs: usize) -> anyhow::Result<()> {
         bail!("--bench must be at least 1 run");
     }
     let arms: Vec<&str> = exp.arms.iter().map(|a| a.name.as_str()).collect();
-    println!(
+    sayln!(
         "bench: {} x ({} x {} [{}] x {} s simulated, preset {}), {}",
         runs,
         count(exp.seeds, "seed"),
@@ -754,8 +755,8 @@ fn bench_command(exp: &Experiment, runs: usize) -> anyhow::Result<()> {
         exp.base.plant.name,
         count(exp.threads as u64, "thread")
     );
-    let b = bench::bench(exp, runs, |i, s| println!("{}", bench::run_line(i, s)))
+    let b = bench::bench(exp, runs, |i, s| sayln!("{}", bench::run_line(i, s)))
         .map_err(anyhow::Error::msg)?;
-    print!("{}", bench::summary(&b));
+    say!("{}", bench::summary(&b));
     Ok(())
 }

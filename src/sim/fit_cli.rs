@@ -2,6 +2,7 @@
 //! optionally a transfer probe's recording, fits the plant's timing (`fit`), prints every
 //! residual and the `timing:` section a config (or a preset) takes.
 
+use super::out::{say, sayln};
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
@@ -213,7 +214,7 @@ pub fn run(args: FitArgs) -> anyhow::Result<()> {
     let mut sources = Vec::new();
     for path in &args.grids {
         let (g, what) = read_grid(path)?;
-        println!("grid: {what}");
+        sayln!("grid: {what}");
         sources.push(what);
         steps.extend(g.steps.iter().map(|r| StepPoint {
             batch: r.batch,
@@ -231,18 +232,23 @@ pub fn run(args: FitArgs) -> anyhow::Result<()> {
         (false, None) => JumpChoice::Auto,
     };
     let (step, step_res) = fit_steps(&steps, jump).context("fitting the step model")?;
-    print!(
+    say!(
         "step model: t(B, ΣL) = {:.4} ms + B·{:.5} ms + ΣL·{:.4} ns",
-        step.base_ms, step.per_request_ms, step.per_kv_token_ns
+        step.base_ms,
+        step.per_request_ms,
+        step.per_kv_token_ns
     );
     match step.jump {
-        Some(j) => println!(
+        Some(j) => sayln!(
             " + [B > {}] ({:.4} ms + (B − {})·{:.5} ms)",
-            j.above, j.jump_ms, j.above, j.per_request_above_ms
+            j.above,
+            j.jump_ms,
+            j.above,
+            j.per_request_above_ms
         ),
-        None => println!(),
+        None => sayln!(),
     }
-    print!("{}", residual_table(&step_res, "step", "ΣL"));
+    say!("{}", residual_table(&step_res, "step", "ΣL"));
     if let Some(path) = &args.transfer_record {
         let t = transfer_points(path, &step)?;
         let mut how = Vec::new();
@@ -255,7 +261,7 @@ pub fn run(args: FitArgs) -> anyhow::Result<()> {
         if t.dropped > 0 {
             how.push(format!("{} lengths dropped: median not above 0", t.dropped));
         }
-        println!(
+        sayln!(
             "recorded transfers: {} context lengths (the median of each) from {} ({})",
             t.points.len(),
             path.display(),
@@ -267,11 +273,12 @@ pub fn run(args: FitArgs) -> anyhow::Result<()> {
         None
     } else {
         let (t, r) = fit_transfer(&transfer).context("fitting the transfer model")?;
-        println!(
+        sayln!(
             "transfer model: {:.4} ms + context·{:.5} µs",
-            t.base_ms, t.per_token_us
+            t.base_ms,
+            t.per_token_us
         );
-        print!("{}", residual_table(&r, "transfer", "context"));
+        say!("{}", residual_table(&r, "transfer", "context"));
         Some((t, r))
     };
     let yaml = timing_yaml(
@@ -279,7 +286,7 @@ pub fn run(args: FitArgs) -> anyhow::Result<()> {
         transfer_fit.as_ref().map(|(t, _)| t),
         args.tokens_per_step,
     );
-    print!("\n{yaml}");
+    say!("\n{yaml}");
     if let Some(path) = &args.timing {
         std::fs::write(path, &yaml).with_context(|| format!("writing {}", path.display()))?;
     }

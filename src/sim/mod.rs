@@ -8,6 +8,7 @@ pub mod cli;
 pub mod engine;
 pub mod fit;
 pub mod fit_cli;
+mod out;
 pub mod pages;
 pub mod plant;
 pub mod presets;
