@@ -635,7 +635,7 @@ fn a_measured_window_without_arrivals_is_warned_of_naming_the_flags() {
 }
 
 #[test]
-fn open_loop_seeds_are_stated_to_be_identical_replays_once() {
+fn open_loop_runs_one_seed_unless_asked_and_more_are_stated_to_be_identical() {
     let (_m, mooncake) = written("mc.jsonl", MOONCAKE);
     let run = [
         "--trace",
@@ -657,6 +657,14 @@ fn open_loop_seeds_are_stated_to_be_identical_replays_once() {
     assert_eq!(v["workload"]["open_loop"], true, "{v}");
     let (text, _) = ran_seeds("1", &run);
     assert!(!text.contains(note), "{text}");
+    // Without --seeds, one run.
+    let out = genslot()
+        .args(["sim", "--quiet"])
+        .args(run)
+        .output()
+        .expect("run genslot sim");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("1 seed x 100 s"), "{text}");
     // Closed-loop lanes start each seed elsewhere in the sessions: no note.
     let (text, _) = ran_seeds("2", &[&SMALL[..], &["--arms", "control"][..]].concat());
     assert!(!text.contains("identical"), "{text}");

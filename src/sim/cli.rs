@@ -76,7 +76,8 @@ pub struct SimArgs {
     /// instead of one --concurrency.
     #[arg(long, value_delimiter = ',', conflicts_with = "concurrency")]
     pub sweep: Vec<usize>,
-    /// Seeds, paired across arms [default: 16; 1 with --replay].
+    /// Seeds, paired across arms [default: 16; 1 with --replay or a Mooncake or Azure
+    /// trace, whose runs are the same for every seed].
     #[arg(long)]
     pub seeds: Option<u64>,
     /// Simulated seconds per run, at most 1e6 [default: 3600; with --replay, the recording's
@@ -477,7 +478,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         }
         None => None,
     };
-    let (duration, warmup, seeds) = run_shape(&args, recording.as_ref())?;
+    let (duration, warmup, mut seeds) = run_shape(&args, recording.as_ref())?;
     let config = args.config.as_deref().map(Config::from_file).transpose()?;
     // A config's start for g is every tpot_budget arm's that names none (`g0=` overrides).
     let config_g0 = config
@@ -592,6 +593,10 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         jump_ms: args.jump_ms,
         per_request_above_ms: args.per_request_above_ms,
     };
+    // Timed arrivals are the same for every seed: one run unless more are asked for.
+    if matches!(workload, Workload::Timed(..)) && args.seeds.is_none() {
+        seeds = 1;
+    }
     let plant_text = plant_label(&args, &plant);
     let info = workload_info(
         &args,
