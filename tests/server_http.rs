@@ -328,3 +328,22 @@ async fn models_lists_the_served_model_with_its_context() {
     assert_eq!(v["data"][0]["max_model_len"], s.engine.max_context_tokens());
     s.shutdown().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_model_is_retrieved_by_its_id_and_any_other_is_not_found() {
+    let s = Server::start_with(fast(), |app| {
+        app.with_model_aliases(vec!["org/alias".into()])
+    })
+    .await;
+    for name in ["genslot-test", "org/alias"] {
+        let r = s.get(&format!("/v1/models/{name}")).await;
+        assert_eq!(r.status(), 200, "{name}");
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(
+            (v["id"].as_str(), v["object"].as_str()),
+            (Some("genslot-test"), Some("model"))
+        );
+    }
+    assert_openai_error(s.get("/v1/models/gpt-4").await, 404, "model_not_found").await;
+    s.shutdown().await.unwrap();
+}

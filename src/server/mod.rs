@@ -1,7 +1,7 @@
 //! The OpenAI-compatible HTTP front end (SPEC §7), built against the [`engine::Engine`] seam.
 //!
 //! Routes: `POST /v1/completions`, `POST /v1/chat/completions`, `GET /v1/models`,
-//! `GET /health`, `GET /metrics`, `GET /debug/actors`. Every error the router gives, 404 and
+//! `GET /v1/models/{id}`, `GET /health`, `GET /metrics`, `GET /debug/actors`. Every error the router gives, 404 and
 //! 405 included, is an OpenAI-style JSON body (HTTP that hyper cannot parse never reaches it:
 //! `listen.rs`).
 
@@ -31,7 +31,7 @@ pub mod unsupported;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -116,6 +116,7 @@ impl App {
             .route("/v1/completions", post(completions::completions))
             .route("/v1/chat/completions", post(completions::chat_completions))
             .route("/v1/models", get(models))
+            .route("/v1/models/{*id}", get(model))
             .route("/health", get(health))
             .route("/metrics", get(metrics))
             .route("/debug/actors", get(debug_actors))
@@ -162,17 +163,27 @@ async fn debug_actors(State(app): State<App>) -> Response {
 
 /// OpenAI's model list: the served model (aliases are accepted names, not other models).
 async fn models(State(app): State<App>) -> Json<serde_json::Value> {
-    Json(json!({
-        "object": "list",
-        "data": [{
-            "id": &app.models.id,
-            "object": "model",
-            "created": latency::now_unix_s() as u64,
-            "owned_by": "genslot",
-            "max_model_len": app.engine.max_context_tokens(),
-            "aliases": &app.models.aliases,
-        }],
-    }))
+    Json(json!({"object": "list", "data": [model_card(&app)]}))
+}
+
+/// OpenAI's model retrieval: the served model by its id or an alias (ids may hold `/`).
+async fn model(
+    State(app): State<App>,
+    Path(id): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    app.models.resolve(Some(&id))?;
+    Ok(Json(model_card(&app)))
+}
+
+fn model_card(app: &App) -> serde_json::Value {
+    json!({
+        "id": &app.models.id,
+        "object": "model",
+        "created": latency::now_unix_s() as u64,
+        "owned_by": "genslot",
+        "max_model_len": app.engine.max_context_tokens(),
+        "aliases": &app.models.aliases,
+    })
 }
 
 async fn not_found() -> ApiError {
