@@ -65,15 +65,19 @@ const TICK: Duration = Duration::from_millis(250);
 /// After cancelling, how long to wait for tasks to report before giving up on them.
 const CANCEL_DRAIN: Duration = Duration::from_secs(5);
 
+/// The message takes the terminal's remaining width and is cut there rather than wrapped.
 fn progress_bar(cfg: &RunConfig) -> ProgressBar {
     if !cfg.progress {
         return ProgressBar::hidden();
     }
     let (len, template) = match cfg.max_requests {
-        Some(n) => (n, "{elapsed_precise} [{bar:40}] {pos}/{len} requests {msg}"),
+        Some(n) => (
+            n,
+            "{elapsed_precise} [{bar:30}] {pos}/{len} requests {wide_msg}",
+        ),
         None => (
             cfg.duration.as_secs().max(1),
-            "{elapsed_precise} [{bar:40}] {pos}/{len} s {msg}",
+            "{elapsed_precise} [{bar:30}] {pos}/{len} s {wide_msg}",
         ),
     };
     let bar = ProgressBar::new(len);
