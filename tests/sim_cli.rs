@@ -604,10 +604,16 @@ fn an_open_loop_trace_that_ends_within_the_warmup_is_warned_of_naming_the_flags(
         "{text}"
     );
     assert_eq!(v["workload"]["rate_scale"], 2.0, "{v}");
-    // Measured from the start: no warning.
-    let (text, v) = ran(&[&trace[..], &["--warmup", "0", "--duration", "400"][..]].concat());
+    // Measured from the start to just past the last arrival: no warning.
+    let (text, v) = ran(&[&trace[..], &["--warmup", "0", "--duration", "1.3"][..]].concat());
     assert!(!text.contains("warning"), "{text}");
     assert_eq!(v["warnings"], serde_json::json!([]), "{v}");
+    // On to 400 s: the throughputs are over a window almost all after the last arrival.
+    let (text, _) = ran(&[&trace[..], &["--warmup", "0", "--duration", "400"][..]].concat());
+    assert!(
+        text.contains("warning: the trace's last arrival is at 1.2 s of the 400 s run"),
+        "{text}"
+    );
 }
 
 #[test]

@@ -216,25 +216,47 @@ pub fn load_label(spec: &RunSpec) -> String {
     }
 }
 
+/// An open-loop run's last arrival in run time (arrivals are due relative to the first one,
+/// divided by the rate scale), with that scale; `None` for closed-loop lanes or no requests.
+fn last_arrival(spec: &RunSpec) -> Option<(f64, f64)> {
+    let (requests, scale) = match &spec.workload {
+        engine::Workload::Sessions(_) => return None,
+        engine::Workload::Timed(t, scale) => (t, *scale),
+        engine::Workload::Recorded(t, _) => (t, 1.0),
+    };
+    let (first, last) = requests
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |a, r| {
+            (a.0.min(r.t), a.1.max(r.t))
+        });
+    let last_s = (last - first) / scale;
+    last_s.is_finite().then_some((last_s, scale))
+}
+
+/// A warning when an open-loop trace's arrivals end well before the run does: throughputs
+/// are over the whole measured window, so a long tail after the last arrival lowers them
+/// (a 591 s Mooncake trace under the default 3600 s run reads at a sixth of its rate).
+fn tail_warning(spec: &RunSpec) -> Option<String> {
+    let (last_s, _) = last_arrival(spec)?;
+    let (warmup, duration) = (spec.warmup_s, spec.duration_s);
+    let after = (duration - last_s.max(warmup)) / (duration - warmup);
+    (last_s >= warmup && after > 0.1).then(|| {
+        format!(
+            "the trace's last arrival is at {last_s:.1} s of the {duration} s run: throughputs \
+             are over the whole measured window [{warmup}, {duration}) s, {:.0} % of it after \
+             the last arrival; --duration sets the window's end",
+            after * 100.0
+        )
+    })
+}
+
 /// A warning when the measured window holds no arrival, so that every metric is empty:
 /// an open-loop trace (after its rate scale) that ends before the warm-up does, or else no
 /// measured request in any of the control's runs. It names the flags that move the window.
 fn window_warning(spec: &RunSpec, control: &[&RunResult]) -> Option<String> {
     let (warmup, duration) = (spec.warmup_s, spec.duration_s);
-    let open_loop = match &spec.workload {
-        engine::Workload::Sessions(_) => None,
-        engine::Workload::Timed(t, scale) => Some((t, *scale)),
-        engine::Workload::Recorded(t, _) => Some((t, 1.0)),
-    };
-    if let Some((requests, scale)) = open_loop {
-        // Arrivals are due relative to the first one, divided by the rate scale.
-        let (first, last) = requests
-            .iter()
-            .fold((f64::INFINITY, f64::NEG_INFINITY), |a, r| {
-                (a.0.min(r.t), a.1.max(r.t))
-            });
-        let last_s = (last - first) / scale;
-        if last_s.is_finite() && last_s < warmup {
+    if let Some((last_s, scale)) = last_arrival(spec) {
+        if last_s < warmup {
             let (scaled, slower) = match &spec.workload {
                 engine::Workload::Timed(..) if scale != 1.0 => (
                     format!(" at --rate-scale {scale}"),
@@ -385,6 +407,7 @@ pub fn run_experiment(exp: &Experiment) -> Result<ExperimentResult, String> {
         }
     }
     warnings.extend(window_warning(&exp.base, &runs_of(control_idx)));
+    warnings.extend(tail_warning(&exp.base));
     let totals = |arm: Option<usize>| {
         results
             .iter()
@@ -530,6 +553,15 @@ mod tests {
             w.contains("no request arrived in the measured window [300, 3600) s"),
             "{w}"
         );
+        // Measured, but the window runs far past the last arrival (591 s of 3600 s).
+        let w = tail_warning(&spec1).expect("a warning");
+        assert!(w.contains("at 591.0 s of the 3600 s run"), "{w}");
+        assert!(w.contains("91 % of it after the last arrival"), "{w}");
+        let ends_near = RunSpec {
+            duration_s: 620.0,
+            ..spec(engine::Workload::Timed(timed(591.0), 1.0))
+        };
+        assert_eq!(tail_warning(&ends_near), None);
         // A recording has no rate scale to lower.
         let replay = engine::Workload::Recorded(timed(5.0), Arc::from(vec![true, true]));
         let w = window_warning(&spec(replay), &[]).expect("a warning");
