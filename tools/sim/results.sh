@@ -37,6 +37,16 @@ sim --concurrency 220 --seeds 16 \
 sim --concurrency 220 --seeds 16 \
   --arms control,tpot_budget=0.10,tpot_budget=0.10+victim=newest_resident,tpot_budget=0.10+victim=most_remaining,tpot_budget=0.10+victim=fewest_remaining \
   --json "$out/sim-ablation-victim.json" | tee "$out/sim-ablation-victim.txt"
+# §3: where tpot_budget's window gain starts (g0), on the H200 preset at the served
+# experiment's load, over three windows (warm-up + measured: 60 + 120, 300 + 900, 600 + 3600 s).
+for wdm in "60 180 180" "300 1200 900" "600 4200 3600"; do
+  set -- $wdm
+  ./target/release/genslot sim --preset h200-llama-8b --trace "$trace" --quiet \
+    --context-scale 0.03125 --max-context 8192 --concurrency 288 --seeds 8 \
+    --warmup "$1" --duration "$2" \
+    --arms control,tpot_budget=0.10,tpot_budget=0.10+g0=0.5,tpot_budget=0.10+g0=0.25 \
+    --json "$out/sim-ablation-g0-$3.json" > /dev/null
+done
 # §1.3: the calibration scan of the control (output scale × idle cap) at c220.
 for os_ic in "1.8 5" "2.0 5" "2.2 10" "2.4 10" "2.5 5" "2.5 13" "2.6 13" "2.6 15" "2.7 15" "2.8 20"; do
   set -- $os_ic
