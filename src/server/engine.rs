@@ -180,6 +180,18 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
 
+    /// The success counter is registered at zero for these labels: every finish reason is one.
+    #[test]
+    fn every_finish_reason_is_a_label_the_success_counter_starts_with() {
+        for r in [
+            FinishReason::Length,
+            FinishReason::Stop,
+            FinishReason::Cancelled,
+        ] {
+            assert!(crate::metrics::FINISHED_REASONS.contains(&r.as_openai()));
+        }
+    }
+
     fn counting_submission() -> (
         Submission,
         tokio::sync::mpsc::UnboundedSender<EngineEvent>,

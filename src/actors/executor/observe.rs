@@ -28,6 +28,7 @@ impl Executor {
                 for p in c.usage().await {
                     gauge!(m::POOL_USED, m::LABEL_POOL => p.pool).set(p.used as f64);
                     gauge!(m::POOL_CAPACITY, m::LABEL_POOL => p.pool).set(p.capacity as f64);
+                    gauge!(m::POOL_HEADROOM, m::LABEL_POOL => p.pool).set(p.headroom as f64);
                 }
             }
             .into_actor(self),
