@@ -295,21 +295,7 @@ fn the_reference_output_scale_applies_to_an_azure_trace_only_when_asked_and_is_s
 
 #[test]
 fn the_header_states_the_output_scale_of_the_weka_fitted_preset_on_synthetic_sessions() {
-    let header = |preset: &[&str]| {
-        let sessions = [
-            "--synthetic-sessions",
-            "20",
-            "--concurrency",
-            "4",
-            "--duration",
-            "30",
-            "--warmup",
-            "0",
-            "--arms",
-            "control",
-        ];
-        ran(&[preset, &sessions[..]].concat()).0
-    };
+    let header = |preset: &[&str]| ran(&[preset, &SMALL[..], &["--arms", "control"]].concat()).0;
     let text = header(&[]);
     assert!(
         text.contains(

@@ -236,16 +236,7 @@ mod tests {
     fn an_unknown_key_names_every_valid_one() {
         let e = ArmSpec::parse("tpot=0.1").unwrap_err();
         assert!(e.why.starts_with("unknown key `tpot` ("), "{}", e.why);
-        for key in [
-            "tpot_budget",
-            "target_output_tps",
-            "max_batch_size",
-            "max_num_active_requests",
-            "order",
-            "victim",
-            "g0",
-            "control",
-        ] {
+        for key in KEYS.iter().chain(&["control"]) {
             assert!(e.why.contains(key), "{key}: {}", e.why);
         }
         // Every listed key is one the parser takes.

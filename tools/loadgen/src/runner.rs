@@ -292,31 +292,18 @@ pub async fn run(source: &mut dyn Source, cfg: &RunConfig) -> anyhow::Result<Run
 mod tests {
     use super::*;
     use crate::record::{ErrorKind, RequestError};
-    use crate::summary::{RunInfo, Summary};
+    use crate::summary::tests::info;
+    use crate::summary::{self, Summary};
 
     fn rec(id: u64, warmup: bool, error: Option<ErrorKind>) -> RequestRecord {
         RequestRecord {
-            id,
-            lane: Some(0),
-            session: Some(0),
-            conversation: Some(0),
-            warmup,
-            input_tokens: 100,
-            max_tokens: 10,
-            scheduled_s: 1.0,
-            start_s: 1.0,
-            ack_s: Some(1.0),
-            end_s: 2.0,
-            ttft_ms: Some(100.0),
-            chunk_gaps_ms: vec![],
-            content_chunks: 10,
-            usage_output_tokens: Some(10),
             error: error.map(|kind| RequestError {
                 kind,
                 status: (kind == ErrorKind::Http).then_some(503),
                 message: String::new(),
                 retry_after_s: None,
             }),
+            ..summary::tests::rec(id, warmup, 1.0, 2.0, 100.0, 10)
         }
     }
 
@@ -342,20 +329,7 @@ mod tests {
                 warmups: 2
             }
         );
-        let info = RunInfo {
-            url: "u".into(),
-            endpoint: "completions".into(),
-            model: "m".into(),
-            source: "s".into(),
-            concurrency: Some(1),
-            rate_scale: 1.0,
-            seed: 0,
-            duration_limit_s: 10.0,
-            max_requests: None,
-            send_jitter_ms: 0.0,
-            request_rate: None,
-        };
-        let s = Summary::from_records(&records, StopReason::Duration, 3.0, None, info);
+        let s = Summary::from_records(&records, StopReason::Duration, 3.0, None, info());
         assert_eq!(
             [
                 s.request_count.avg,

@@ -343,11 +343,12 @@ impl Summary {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::record::{ErrorKind, RequestError};
 
-    fn rec(
+    /// A completed request's record.
+    pub(crate) fn rec(
         id: u64,
         warmup: bool,
         start_s: f64,
@@ -375,7 +376,8 @@ mod tests {
         }
     }
 
-    fn info() -> RunInfo {
+    /// A run's identity for tests that only read the counts.
+    pub(crate) fn info() -> RunInfo {
         RunInfo {
             url: "u".into(),
             endpoint: "completions".into(),
