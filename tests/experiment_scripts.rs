@@ -59,7 +59,11 @@ fn the_arm_configs_are_valid_and_differ_only_in_preemption() {
     assert!(tpot.contains("tpot_budget: 0.1"), "{tpot}");
     let strip = |s: &str| {
         s.lines()
-            .filter(|l| !l.contains("gen_preemption") && !l.contains("tpot_budget"))
+            .filter(|l| {
+                !["gen_preemption", "tpot_budget", "initial_gain"]
+                    .iter()
+                    .any(|k| l.contains(k))
+            })
             .map(str::to_owned)
             .collect::<Vec<_>>()
     };
