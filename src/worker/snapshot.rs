@@ -15,6 +15,8 @@ pub struct QueueView {
     pub policy: crate::policy::AdmissionPolicy,
     pub target_x_s: Option<f64>,
     pub target_samples: usize,
+    /// Waited TTFTs X needs before it forms (`gen_admission.min_samples`).
+    pub min_samples: usize,
     pub tiers: TierCounts,
     pub head: Option<Head>,
     pub mean_step_s: f64,
@@ -74,6 +76,7 @@ impl QueueView {
             policy: q.params().policy,
             target_x_s: q.target(),
             target_samples: q.target_samples(),
+            min_samples: q.params().min_samples,
             tiers: q.tier_counts(),
             head: q
                 .head()

@@ -48,7 +48,7 @@ impl Executor {
                 let (s, q) =
                     futures::join!(controller.send(TakeStatLine), queue.send(QueueSnapshot));
                 if let (Ok(s), Ok(q)) = (s, q) {
-                    log_stat_line(&s, &q, ranks);
+                    tracing::info!("{}", stat_line(&s, &q, ranks));
                 }
             }
             .into_actor(self),
@@ -56,11 +56,12 @@ impl Executor {
     }
 }
 
-fn log_stat_line(
+/// SPEC §4.7's stat line, with the queue's state after it.
+fn stat_line(
     s: &crate::policy::preemption::StatLine,
     q: &QueueView,
     ranks: Option<RankStatus>,
-) {
+) -> String {
     let fmt = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.3}"));
     let target = match (s.below_target, s.credit) {
         (Some(b), c) => format!(" below_target={b} credit={}", fmt(c)),
@@ -70,7 +71,7 @@ fn log_stat_line(
     let ranks = ranks.map_or(String::new(), |r| {
         format!(" ranks={} passes_checked={}", r.ranks, r.passes_checked)
     });
-    tracing::info!(
+    format!(
         "preemption: pauses={} resumes={} forced={} paused={}/{} g={} W={:.3}s D={}s tpot_inflation={:.4} completions={}{} | queue: waiting={} X={} overdue={} late={} guard={} on_time={}{}",
         s.pauses,
         s.resumes,
@@ -84,13 +85,26 @@ fn log_stat_line(
         s.completions,
         target,
         q.len,
-        fmt(q.target_x_s),
+        x_text(q),
         t.overdue,
         t.late,
         t.guard,
         t.on_time,
         ranks
-    );
+    )
+}
+
+/// X, or while it forms how far it has come: until then nothing is at risk and nothing
+/// pauses, which an operator otherwise reads as preemption not working. FCFS never forms X.
+fn x_text(q: &QueueView) -> String {
+    match q.target_x_s {
+        Some(x) => format!("{x:.3}"),
+        None if q.policy != crate::policy::AdmissionPolicy::Fcfs => format!(
+            "- (forming: {}/{} waited TTFTs)",
+            q.target_samples, q.min_samples
+        ),
+        None => "-".to_owned(),
+    }
 }
 
 impl Handler<DebugState> for Executor {
@@ -146,5 +160,48 @@ impl Executor {
             "components": components,
             "gpu_step": self.gpu.as_ref().map(GpuHandle::state),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::{AdmissionParams, AdmissionPolicy, AdmissionQueue};
+
+    #[test]
+    fn the_stat_line_says_how_far_x_has_formed_until_it_has() {
+        let view = |policy| {
+            QueueView::of(&AdmissionQueue::new(AdmissionParams {
+                policy,
+                ..AdmissionParams::default()
+            }))
+        };
+        let q = view(AdmissionPolicy::Auto);
+        assert_eq!(x_text(&q), "- (forming: 0/200 waited TTFTs)");
+        assert!(stat_line(&line(), &q, None).contains("X=- (forming: 0/200 waited TTFTs) "));
+        assert_eq!(x_text(&view(AdmissionPolicy::Fcfs)), "-");
+        let fixed = QueueView::of(&AdmissionQueue::new(AdmissionParams {
+            fixed_target: Some(13.5),
+            ..AdmissionParams::default()
+        }));
+        // A fixed X too waits for min_samples waited TTFTs before it counts.
+        assert_eq!(x_text(&fixed), "- (forming: 0/200 waited TTFTs)");
+    }
+
+    fn line() -> crate::policy::preemption::StatLine {
+        crate::policy::preemption::StatLine {
+            pauses: 0,
+            resumes: 0,
+            forced_resumes: 0,
+            paused: 0,
+            paused_cap: 48,
+            g: Some(1.0),
+            window_s: 0.0,
+            d_s: None,
+            tpot_inflation: 0.0,
+            completions: 0,
+            below_target: None,
+            credit: None,
+        }
     }
 }
