@@ -168,10 +168,17 @@ pub fn nothing_completed(summary: &Summary, records: &[RequestRecord], url: &str
             kinds.join(", ")
         );
     }
+    // A lane's first turn is a warm-up the summary leaves out: long turns can fill the run.
+    let warmups = records.iter().filter(|r| r.warmup).count();
+    let after = if warmups > 0 {
+        format!(" after {warmups} warm-up requests")
+    } else {
+        String::new()
+    };
     format!(
-        "no measured request completed ({sent} sent: {failed} failed, {cancelled} still in \
-         flight at the end were cancelled); the summary measures nothing. A longer --duration \
-         or --grace, or shorter requests, may let some finish"
+        "no measured request completed ({sent} sent{after}: {failed} failed, {cancelled} still \
+         in flight at the end were cancelled); the summary measures nothing. A longer \
+         --duration or --grace, or shorter requests, may let some finish"
     )
 }
 
@@ -254,4 +261,36 @@ pub fn compare_command(args: &CompareArgs) -> anyhow::Result<()> {
             .with_context(|| format!("writing comparison {}", path.display()))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::RequestError;
+    use crate::summary::tests::{info, rec};
+    use crate::summary::StopReason;
+
+    #[test]
+    fn when_nothing_completed_the_warmups_that_took_the_run_are_counted() {
+        let cancelled = |id| RequestRecord {
+            error: Some(RequestError {
+                kind: ErrorKind::Cancelled,
+                status: None,
+                message: String::new(),
+                retry_after_s: None,
+            }),
+            ..rec(id, false, 50.0, 60.0, 100.0, 10)
+        };
+        let records = [
+            rec(0, true, 0.0, 50.0, 100.0, 10),
+            rec(1, true, 0.0, 50.0, 100.0, 10),
+            cancelled(2),
+        ];
+        let summary = Summary::from_records(&records, StopReason::Duration, 60.0, None, info());
+        let why = nothing_completed(&summary, &records, "http://x");
+        assert!(
+            why.contains("(1 sent after 2 warm-up requests: 0 failed, 1 still"),
+            "{why}"
+        );
+    }
 }
