@@ -39,11 +39,12 @@ async fn collect(body: Body, max: usize) -> Result<Bytes, ApiError> {
     let mut stream = body.into_data_stream();
     let mut whole = Vec::new();
     while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|e| ApiError {
-            status: StatusCode::BAD_REQUEST,
-            message: format!("the request body could not be read: {e}"),
-            param: None,
-            code: "invalid_body",
+        let chunk = chunk.map_err(|e| {
+            ApiError::invalid(
+                "invalid_body",
+                None,
+                format!("the request body could not be read: {e}"),
+            )
         })?;
         if whole.len() + chunk.len() > max {
             return Err(too_large(max));

@@ -1,9 +1,9 @@
 //! The OpenAI-compatible HTTP front end (SPEC §7), built against the [`engine::Engine`] seam.
 //!
 //! Routes: `POST /v1/completions`, `POST /v1/chat/completions`, `GET /v1/models`,
-//! `GET /v1/models/{id}`, `GET /health`, `GET /metrics`, `GET /debug/actors`. Every error the router gives, 404 and
-//! 405 included, is an OpenAI-style JSON body (HTTP that hyper cannot parse never reaches it:
-//! `listen.rs`).
+//! `GET /v1/models/{id}`, `GET /health`, `GET /metrics`, `GET /debug/actors`. Every error the
+//! router gives, 404 and 405 included, is an OpenAI-style JSON body (HTTP that hyper cannot
+//! parse never reaches it: `listen.rs`).
 
 pub mod arrival;
 mod body;

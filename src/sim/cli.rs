@@ -399,14 +399,7 @@ fn workload_info(
     WorkloadInfo {
         kind: kind.into(),
         path: path.map(|p| p.display().to_string()),
-        format: format.filter(|_| path.is_some()).map(|f| {
-            match f {
-                TraceFormat::Weka => "weka",
-                TraceFormat::Mooncake => "mooncake",
-                TraceFormat::Azure => "azure",
-            }
-            .to_string()
-        }),
+        format: format.filter(|_| path.is_some()),
         sessions,
         open_loop: timed || args.replay.is_some(),
         rate_scale: args.rate_scale,
@@ -422,13 +415,13 @@ fn workload_label(info: &WorkloadInfo, transform: &ContextTransform) -> String {
         .path
         .as_deref()
         .map_or_else(String::new, |p| file_name(Path::new(p)));
-    let mut text = match (info.kind.as_str(), info.format.as_deref()) {
+    let mut text = match (info.kind.as_str(), info.format) {
         ("synthetic", _) => format!(
             "synthetic workload ({})",
             count(info.sessions.unwrap_or(0) as u64, "session")
         ),
-        ("trace", Some("mooncake")) => format!("Mooncake trace {file}"),
-        ("trace", Some("azure")) => format!("Azure trace {file}"),
+        ("trace", Some(TraceFormat::Mooncake)) => format!("Mooncake trace {file}"),
+        ("trace", Some(TraceFormat::Azure)) => format!("Azure trace {file}"),
         ("trace", _) => format!("Weka trace {file}"),
         _ => format!("recording {file}"),
     };

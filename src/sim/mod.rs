@@ -131,9 +131,9 @@ pub struct WorkloadInfo {
     /// The trace or recording file, as given.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
-    /// The trace's format: `weka`, `mooncake` or `azure`.
+    /// The trace's format.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub format: Option<String>,
+    pub format: Option<crate::workload::TraceFormat>,
     /// The synthetic workload's sessions.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sessions: Option<usize>,

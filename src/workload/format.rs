@@ -9,8 +9,9 @@ use super::source::read_text;
 use super::types::{Session, TimedRequest};
 use super::weka::{load_weka, parse_weka_str};
 
-/// A trace file format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A trace file format; it serialises by the name `--trace-format` takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum TraceFormat {
     /// Weka sessions (JSON or JSONL, plain or gzip, or a directory of them): closed loop.
     Weka,
