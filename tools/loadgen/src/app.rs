@@ -245,7 +245,8 @@ pub fn write_records(path: &Path, records: &[RequestRecord], epoch_ns: u128) -> 
     w.flush().with_context(ctx)
 }
 
-/// `loadgen compare`: prints the delta table (and writes JSON rows when asked).
+/// `loadgen compare`: prints the delta table (and writes it as JSON when asked: the two
+/// files, the rows, and the warnings and notes the table prints around them).
 pub fn compare_command(args: &CompareArgs) -> anyhow::Result<()> {
     let comparison = compare_files(&args.a, &args.b)?;
     print!(
@@ -257,7 +258,14 @@ pub fn compare_command(args: &CompareArgs) -> anyhow::Result<()> {
         )
     );
     if let Some(path) = &args.json {
-        std::fs::write(path, serde_json::to_string_pretty(&comparison.rows)? + "\n")
+        let doc = serde_json::json!({
+            "a": args.a.display().to_string(),
+            "b": args.b.display().to_string(),
+            "rows": comparison.rows,
+            "warnings": comparison.warnings,
+            "notes": comparison.notes,
+        });
+        std::fs::write(path, serde_json::to_string_pretty(&doc)? + "\n")
             .with_context(|| format!("writing comparison {}", path.display()))?;
     }
     Ok(())

@@ -160,7 +160,8 @@ pub struct CompareArgs {
     pub a: PathBuf,
     /// Summary compared against the baseline (B).
     pub b: PathBuf,
-    /// Also write the comparison rows as JSON here.
+    /// Also write the comparison as JSON here: `a`, `b`, `rows` (metric, a, b, delta,
+    /// delta_pct) and the `warnings` and `notes` printed around the table.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
 }

@@ -86,8 +86,8 @@ pub struct CompareRow {
 }
 
 /// The rows, a warning for each side that completed few or no requests, and a note for each
-/// summary read from an older loadgen format.
-#[derive(Debug, Clone, PartialEq)]
+/// summary read from an older loadgen format (`compare --json` writes all three).
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Comparison {
     pub rows: Vec<CompareRow>,
     pub warnings: Vec<String>,

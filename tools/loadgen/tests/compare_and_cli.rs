@@ -341,10 +341,13 @@ async fn the_binary_writes_summary_and_records_and_compares_two_runs() {
         .iter()
         .all(|l| l["metrics"]["time_to_first_token"]["unit"] == "ms"));
 
+    let cmp_json = dir.join("compare.json");
     let compare = Command::new(exe)
         .arg("compare")
         .arg(&a_json)
         .arg(&a_json)
+        .arg("--json")
+        .arg(&cmp_json)
         .output()
         .expect("compare");
     assert!(compare.status.success());
@@ -354,4 +357,18 @@ async fn the_binary_writes_summary_and_records_and_compares_two_runs() {
             .any(|l| l.starts_with("TTFT p90 (ms)") && l.contains("+0.0%")),
         "{text}"
     );
+    // The JSON holds what the table shows: its rows and the warnings printed above it.
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&cmp_json).unwrap()).unwrap();
+    let ttft = doc["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["metric"] == "TTFT p90 (ms)")
+        .expect("a TTFT p90 row");
+    assert_eq!(ttft["delta"], 0.0);
+    let warned = text.lines().filter(|l| l.starts_with("warning: ")).count();
+    assert!(warned > 0, "6 requests a side: {text}");
+    assert_eq!(doc["warnings"].as_array().unwrap().len(), warned, "{text}");
+    assert_eq!(doc["a"], a_json.display().to_string());
 }
