@@ -7,7 +7,7 @@ use genslot::gpu::cuda::cpu_ref::CpuModel;
 use genslot::gpu::cuda::model_files::write_hf_checkpoint;
 use genslot::gpu::cuda::parity::{cpu_reference, rel_errors, run};
 use genslot::gpu::cuda::shape::RopeScaling;
-use genslot::gpu::cuda::transfer::{transfer_bytes, transfer_time};
+use genslot::gpu::cuda::transfer::{handed_over_token, transfer_bytes, transfer_time};
 use genslot::gpu::cuda::{
     all_attn_shapes, ContextMode, CudaBackend, CudaConfig, Launch, LibraryProbe, ModelShape,
     ModelSource, StepOptions, TcRing,
@@ -204,7 +204,7 @@ fn the_batch_invariant_launch_gives_a_row_the_same_logits_at_every_batch_size() 
 }
 
 #[test]
-fn step_backend_emits_the_prefill_token_then_decodes() {
+fn step_backend_first_step_emits_the_prefill_token_and_decodes_from_it() {
     if !gpu() {
         return;
     }
@@ -215,21 +215,39 @@ fn step_backend_emits_the_prefill_token_then_decodes() {
     let arrived = b
         .context_arrival(&arrival(1, p.clone(), pages.clone()))
         .unwrap();
-    // The prefill's token is given at arrival and again by the first step.
+    // The prefill's token is given at arrival and again by the first step, which also
+    // decodes it (the executor's first row carries no input token).
     assert_eq!(arrived.first_token, Some(want_first));
     let out = b.step(&[row(1, p.len(), 0, &pages)]).unwrap();
-    assert_eq!(out.tokens, vec![vec![want_first]]);
-    let out2 = b.step(&[row(1, p.len(), want_first, &pages)]).unwrap();
     let (want_second, _) = b
         .decode(&[row(1, p.len(), want_first, &pages)], Launch::Eager, false)
         .unwrap();
-    assert_eq!(out2.tokens, vec![want_second]);
+    assert_eq!(out.tokens, vec![vec![want_first, want_second[0]]]);
+    // Then a row as usual: prompt + 1 cached, the second token as input.
+    let next = row(1, p.len() + 1, want_second[0], &pages);
+    let out2 = b.step(std::slice::from_ref(&next)).unwrap();
+    let (want_third, _) = b.decode(&[next], Launch::Eager, false).unwrap();
+    assert_eq!(out2.tokens, vec![want_third]);
     assert!(out2.step_s > 0.0);
     b.release(1);
     assert!(matches!(
-        b.step(&[row(1, p.len() + 1, 0, &pages)]),
+        b.step(&[row(1, p.len() + 2, 0, &pages)]),
         Err(BackendError::UnknownRequest(1))
     ));
+}
+
+/// `n` tokens of a request alone, its rows as the executor sends them: prompt + tokens out
+/// − 1 cached, the last token out as input (none on the first step).
+fn generate(b: &mut CudaBackend, id: u64, prompt_len: usize, pages: &[u32], n: usize) -> Vec<u32> {
+    let mut out: Vec<u32> = Vec::new();
+    while out.len() < n {
+        let ctx = prompt_len + out.len().max(1) - 1;
+        let last = out.last().copied().unwrap_or(0);
+        let step = b.step(&[row(id, ctx, last, pages)]).unwrap();
+        out.extend(&step.tokens[0]);
+    }
+    out.truncate(n);
+    out
 }
 
 #[test]
@@ -838,27 +856,21 @@ fn min_tokens_keeps_the_eos_token_out_until_enough_tokens_were_produced() {
     let mut a = arrival(9, p.clone(), pages.clone());
     a.min_tokens = 3;
     b.context_arrival(&a).unwrap();
-    let mut out = Vec::new();
-    let mut last = 0;
-    for k in 0..6 {
-        let ctx = p.len() + k.max(1) - 1;
-        let step = b.step(&[row(9, ctx, last, &pages)]).unwrap();
-        last = step.tokens[0][0];
-        out.push(last);
-    }
+    let out = generate(&mut b, 9, p.len(), &pages, 6);
     assert!(!out[..3].contains(&greedy_first), "{out:?}");
     // Without min_tokens the first token is EOS.
     let mut c = tiny_with(true, |c| c.eos_token = Some(greedy_first));
     c.context_arrival(&arrival(9, p.clone(), pages.clone()))
         .unwrap();
     let first = c.step(&[row(9, p.len(), 0, &pages)]).unwrap();
-    assert_eq!(first.tokens, vec![vec![greedy_first]]);
+    assert_eq!(first.tokens[0][0], greedy_first);
 }
 
 /// `context: transfer`: the arrival takes at least the configured bandwidth's time, runs
-/// on the lane beside the steps, and the first step decodes the last prompt token.
+/// on the lane beside the steps and hands the first token over with the KV; the first step
+/// emits it and decodes from it.
 #[test]
-fn transfer_arrival_takes_the_bandwidth_time_and_the_first_step_decodes() {
+fn transfer_arrival_takes_the_bandwidth_time_and_hands_over_the_first_token() {
     if !gpu() {
         return;
     }
@@ -872,12 +884,11 @@ fn transfer_arrival_takes_the_bandwidth_time_and_the_first_step_decodes() {
     let lane = b.context_lane().expect("transfer mode has a lane");
     let p = prompt(1500, 1);
     let pages: Vec<u32> = (0..95).collect();
+    let req = arrival(3, p.clone(), pages.clone());
     let t0 = Instant::now();
-    let arrived = lane
-        .context_arrival(&arrival(3, p.clone(), pages.clone()))
-        .unwrap();
-    // A transfer has no first token yet: the first step computes it.
-    assert_eq!(arrived.first_token, None);
+    let arrived = lane.context_arrival(&req).unwrap();
+    let handed = handed_over_token(&req, b.shape().vocab, None);
+    assert_eq!(arrived.first_token, Some(handed));
     let s = arrived.seconds;
     let want = transfer_time(
         transfer_bytes(p.len(), b.shape().kv_bytes_per_token()),
@@ -889,22 +900,20 @@ fn transfer_arrival_takes_the_bandwidth_time_and_the_first_step_decodes() {
     );
     assert!(s >= want.as_secs_f64() && t0.elapsed() >= want);
     let first = b.step(&[row(3, p.len(), 0, &pages)]).unwrap();
-    let second = b
-        .step(&[row(3, p.len(), first.tokens[0][0], &pages)])
-        .unwrap();
-    assert!(first.tokens[0][0] < 1024 && second.tokens[0][0] < 1024);
-    // Greedy on the same KV and the same last prompt token decodes the same first token.
+    assert_eq!(first.tokens[0].len(), 2, "{:?}", first.tokens);
+    assert_eq!(first.tokens[0][0], handed);
+    // Greedy on the same KV and the handed-over token decodes the same second token.
     let (again, _) = b
-        .decode(
-            &[row(3, p.len() - 1, p[p.len() - 1], &pages)],
-            Launch::Eager,
-            false,
-        )
+        .decode(&[row(3, p.len(), handed, &pages)], Launch::Eager, false)
         .unwrap();
-    assert_eq!(again[0], first.tokens[0][0]);
+    assert_eq!(again[0], first.tokens[0][1]);
+    let second = b
+        .step(&[row(3, p.len() + 1, first.tokens[0][1], &pages)])
+        .unwrap();
+    assert!(second.tokens[0][0] < 1024);
     b.release(3);
     assert!(matches!(
-        b.step(&[row(3, p.len() + 1, 0, &pages)]),
+        b.step(&[row(3, p.len() + 2, 0, &pages)]),
         Err(BackendError::UnknownRequest(3))
     ));
 }

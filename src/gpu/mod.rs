@@ -44,9 +44,10 @@ pub struct Arrived {
     /// Seconds the arrival took.
     pub seconds: f64,
     /// The request's first token, when the backend has it before the request's first step
-    /// (a prefill draws it; the timing model knows it). The executor streams it when the
-    /// request is first scheduled (SPEC §4.6) instead of with that step's tokens. `None`: it
-    /// comes with the first step (a KV transfer whose first step computes it).
+    /// (a prefill draws it, a KV transfer hands it over, the timing model knows it). The
+    /// executor streams it when the request is first scheduled (SPEC §4.6) instead of with
+    /// that step's tokens. `None`: it comes with the first step (a backend whose first step
+    /// computes it; none here does).
     pub first_token: Option<u32>,
 }
 

@@ -23,8 +23,8 @@ pub struct FitArgs {
     /// A recording (`serve --record`) whose context arrivals to fit: each line's
     /// `kv_ready_s − admitted_s`, at any load. A recording older than those fields gives
     /// only TTFTs: it must be of requests sent one at a time to an idle server with
-    /// `context: transfer` (whose first step computes the first token), and each TTFT less
-    /// the fitted one-row step is read as a transfer time.
+    /// `context: transfer` (whose first step then computed the first token), and each TTFT
+    /// less the fitted one-row step is read as a transfer time.
     #[arg(long, value_name = "FILE")]
     pub transfer_record: Option<PathBuf>,
     /// Fit a jump above this batch size (default: found in the data when it halves the error).

@@ -325,8 +325,9 @@ impl CudaBackend {
                 &gpu,
                 &kv,
                 &shape,
-                gbps,
-                cfg.max_context,
+                (gbps, cfg.max_context),
+                cfg.eos_token,
+                cfg.drafter.map_or(0, |d| d.window as usize),
             )?)),
         };
         let dec_staging = Staging::new(
@@ -1017,15 +1018,13 @@ impl CudaBackend {
 }
 
 impl CudaBackend {
-    /// Requests whose KV arrived on a transfer thread join the resident table.
-    /// With a drafter their windows start at the last prompt token (the transfer brings KV,
-    /// not the prompt's ids).
+    /// Requests whose KV arrived on a transfer thread join the resident table, their
+    /// drafter windows seeded as after a prefill (the prompt's tail, the first token).
     fn take_arrivals(&mut self) -> Result<(), BackendError> {
         if let Some(lane) = &self.lane {
-            for (id, st) in lane.take_arrived() {
-                let first: Vec<u32> = st.first_input.into_iter().collect();
-                self.seed_window(st.slot, &[&first])?;
-                self.reqs.insert(id, st);
+            for (id, landed) in lane.take_arrived() {
+                self.seed_window(landed.st.slot, &[&landed.window])?;
+                self.reqs.insert(id, landed.st);
             }
         }
         Ok(())
@@ -1083,7 +1082,7 @@ impl StepBackend for CudaBackend {
         let tokens = match self.draft.as_ref().map(DraftDev::rows_per) {
             None => {
                 let (out, _) = self.decode_sampled(&plan.run, &plan.samples, launch, false)?;
-                self.reqs.finish(rows, plan, &out)?
+                self.reqs.finish(plan, &out)?
             }
             Some(per) => {
                 // Each draft position is sampled as plain decoding would sample it there.
@@ -1098,8 +1097,7 @@ impl StepBackend for CudaBackend {
                     samples.extend((1..per as u32).map(|i| st.sample_row_ahead(pos, i, eos)));
                 }
                 let out = self.decode_verify(&plan.run, &samples, launch)?;
-                self.reqs
-                    .finish_rows(rows, plan, out.iter().map(Vec::as_slice))?
+                self.reqs.finish_rows(plan, out.iter().map(Vec::as_slice))?
             }
         };
         Ok(StepOutput {

@@ -194,9 +194,7 @@ impl StepBackend for CpuRefBackend {
             }
             out.push(emitted);
         }
-        let tokens = self
-            .reqs
-            .finish_rows(rows, plan, out.iter().map(Vec::as_slice))?;
+        let tokens = self.reqs.finish_rows(plan, out.iter().map(Vec::as_slice))?;
         Ok(StepOutput {
             tokens,
             step_s: t0.elapsed().as_secs_f64(),
@@ -261,15 +259,17 @@ mod tests {
         }
     }
 
-    /// Runs `n` tokens of request `id` alone, as the executor's rows would come.
+    /// Runs `n` tokens of request `id` alone, as the executor's rows would come: prompt +
+    /// tokens out − 1 cached, the last token out as input (none before the first step).
     fn generate(b: &mut CpuRefBackend, id: u64, n: usize) -> Vec<u32> {
-        let mut out = Vec::new();
-        let mut last = 0;
-        for k in 0..n {
-            let ctx = 4 + k.max(1) as u32 - 1;
-            last = b.step(&[row(id, ctx, last)]).unwrap().tokens[0][0];
-            out.push(last);
+        let mut out: Vec<u32> = Vec::new();
+        while out.len() < n {
+            let ctx = 4 + (out.len() as u32).saturating_sub(1);
+            let last = out.last().copied().unwrap_or(0);
+            let step = b.step(&[row(id, ctx, last)]).unwrap();
+            out.extend(&step.tokens[0]);
         }
+        out.truncate(n);
         out
     }
 
@@ -316,9 +316,10 @@ mod tests {
         let mut b = backend(None);
         b.context_arrival(&arrival(2, SamplingParams::GREEDY, 0))
             .unwrap();
-        b.step(&[row(2, 4, 0)]).unwrap();
+        // The first step emits the prefill's token and decodes from it: 5 tokens cached.
+        assert_eq!(b.step(&[row(2, 4, 0)]).unwrap().tokens[0].len(), 2);
         let e = b.step(&[row(2, 9, 1)]).unwrap_err().to_string();
-        assert!(e.contains("position 9") && e.contains("holds 4"), "{e}");
+        assert!(e.contains("position 9") && e.contains("holds 5"), "{e}");
         b.release(2);
         assert!(matches!(
             b.step(&[row(2, 4, 1)]),

@@ -1,8 +1,10 @@
 //! What a real-model step backend keeps per resident request to sample its tokens: the
 //! sampling parameters and seed, how many tokens it produced (EOS is banned below
-//! `min_tokens`), and how its first token comes: a prefill's token waiting to be emitted, or
-//! (`context: transfer`) the last prompt token the first step must compute. Host-only; the
-//! CUDA backend and the CPU reference backend share it.
+//! `min_tokens`), and its first token (a prefill's, or the one a KV transfer hands over)
+//! until the request's first step. That step emits the first token and decodes it in the
+//! same pass, as every later step decodes the token before it, so no batch row is spent
+//! on a step that computes nothing. Host-only; the CUDA backend and the CPU reference
+//! backend share it.
 
 use std::collections::HashMap;
 
@@ -15,11 +17,9 @@ use crate::sampling::{SampleRow, SamplingParams};
 pub struct ReqState {
     /// Its sequence slot (where its recurrent state and drafter window live).
     pub slot: u32,
-    /// `context: prefill`: the prefill's token, emitted by the next step with the request.
+    /// The first token (the prefill's, or the one a transfer handed over) until the
+    /// request's first step, which emits it and takes it as its input.
     pub first_token: Option<u32>,
-    /// `context: transfer`: the last prompt token, the first step's input (the transfer
-    /// brings the KV of the tokens before it).
-    pub first_input: Option<u32>,
     pub sampling: SamplingParams,
     /// `sampling.seed_for(id)`.
     pub seed: u64,
@@ -33,12 +33,18 @@ impl ReqState {
         ReqState {
             slot: req.slot,
             first_token: None,
-            first_input: None,
             sampling: req.sampling,
             seed: req.sampling.seed_for(req.id),
             min_tokens: req.min_tokens,
             produced: 0,
         }
+    }
+
+    /// This state with its first token drawn (by a prefill, or handed over with the KV).
+    pub fn with_first_token(mut self, token: u32) -> Self {
+        self.first_token = Some(token);
+        self.produced = 1;
+        self
     }
 
     /// The device parameters for the next token, at `position` (tokens before it); `eos` is
@@ -56,17 +62,15 @@ impl ReqState {
     }
 }
 
-/// One step's work, in the order of the batch.
+/// One step's work, in the order of the batch: every row is computed.
 #[derive(Debug, Default)]
 pub struct StepPlan {
-    /// Each batch row's tokens; rows that need computing are filled by [`Residents::finish`].
-    pub tokens: Vec<Vec<u32>>,
-    /// Rows to compute: each consumes `last_token` at position `context_len`.
+    /// Each row as computed: it consumes `last_token` at position `context_len`.
     pub run: Vec<StepRow>,
-    /// The sampling parameters of each row of `run`.
+    /// The sampling parameters of each row.
     pub samples: Vec<SampleRow>,
-    /// The batch index of each row of `run`.
-    pub run_idx: Vec<usize>,
+    /// The first token a row emits ahead of its computed ones (on a request's first step).
+    pub first: Vec<Option<u32>>,
 }
 
 /// The resident requests of a backend.
@@ -109,68 +113,59 @@ impl Residents {
         self.reqs.remove(&id);
     }
 
-    /// `context: prefill`: the state of an arriving request and the sampling row of its
-    /// first token (position = prompt length).
+    /// The state of an arriving request and the sampling row of its first token (position
+    /// = prompt length).
     pub fn arriving(req: &ContextArrival, eos: Option<u32>) -> (ReqState, SampleRow) {
         let st = ReqState::new(req);
         let row = st.sample_row(req.prompt.len() as u64, eos);
         (st, row)
     }
 
-    /// The prefill drew `token`: the next step with the request emits it.
-    pub fn prefilled(&mut self, id: RequestId, mut st: ReqState, token: u32) {
-        st.first_token = Some(token);
-        st.produced = 1;
-        self.reqs.insert(id, st);
+    /// The request's first token is `token` (its prefill drew it, or its transfer handed it
+    /// over): the next step with the request emits it and decodes from it.
+    pub fn prefilled(&mut self, id: RequestId, st: ReqState, token: u32) {
+        self.reqs.insert(id, st.with_first_token(token));
     }
 
-    /// Which rows of a step need computing, with what input and sampling. A prefill's first
-    /// token is emitted as it is; a transfer arrival's first step computes its last prompt
-    /// token at its own position (`context_len - 1`).
+    /// Each row's input and sampling. A row's input is its `last_token` at `context_len`,
+    /// except on a request's first step: there the executor has no token on the host yet
+    /// (it streams the first token as the step starts), so the row takes the first token,
+    /// whose KV the step writes at the prompt's length. Every row is computed.
     pub fn plan(&self, rows: &[StepRow], eos: Option<u32>) -> Result<StepPlan, BackendError> {
-        let mut plan = StepPlan {
-            tokens: vec![Vec::new(); rows.len()],
-            ..StepPlan::default()
-        };
-        for (i, r) in rows.iter().enumerate() {
+        let mut plan = StepPlan::default();
+        for r in rows {
             let st = self
                 .reqs
                 .get(&r.id)
                 .ok_or(BackendError::UnknownRequest(r.id))?;
-            if let Some(t) = st.first_token {
-                plan.tokens[i] = vec![t];
-                continue;
-            }
             let mut row = r.clone();
-            if let Some(t) = st.first_input {
+            if let Some(t) = st.first_token {
                 row.last_token = t;
-                row.context_len = r.context_len.saturating_sub(1);
             }
             plan.samples
                 .push(st.sample_row(u64::from(row.context_len) + 1, eos));
+            plan.first.push(st.first_token);
             plan.run.push(row);
-            plan.run_idx.push(i);
         }
         Ok(plan)
     }
 
-    /// Puts the computed `tokens` (one per `plan.run` row) into the plan and advances each
-    /// request's state; returns the batch's tokens.
+    /// The batch's tokens from the computed `tokens` (one per row), each request's state
+    /// advanced.
     pub fn finish(
         &mut self,
-        rows: &[StepRow],
         plan: StepPlan,
         tokens: &[u32],
     ) -> Result<Vec<Vec<u32>>, BackendError> {
-        self.finish_rows(rows, plan, tokens.iter().map(std::slice::from_ref))
+        self.finish_rows(plan, tokens.iter().map(std::slice::from_ref))
     }
 
-    /// [`finish`](Self::finish) with any number of tokens per computed row (a verify pass
-    /// emits its accepted drafts and one more).
+    /// [`finish`](Self::finish) with any number of tokens per row (a verify pass emits its
+    /// accepted drafts and one more). A first step's row emits the first token ahead of
+    /// them; it was counted when it was drawn.
     pub fn finish_rows<'a>(
         &mut self,
-        rows: &[StepRow],
-        mut plan: StepPlan,
+        plan: StepPlan,
         tokens: impl ExactSizeIterator<Item = &'a [u32]>,
     ) -> Result<Vec<Vec<u32>>, BackendError> {
         if tokens.len() != plan.run.len() {
@@ -180,19 +175,18 @@ impl Residents {
                 plan.run.len()
             )));
         }
-        for (&i, t) in plan.run_idx.iter().zip(tokens) {
-            plan.tokens[i].clear();
-            plan.tokens[i].extend_from_slice(t);
-        }
-        for (r, toks) in rows.iter().zip(&plan.tokens) {
+        let mut out = Vec::with_capacity(plan.run.len());
+        for ((r, first), t) in plan.run.iter().zip(&plan.first).zip(tokens) {
+            let mut row = Vec::with_capacity(1 + t.len());
+            row.extend(*first);
+            row.extend_from_slice(t);
+            out.push(row);
             if let Some(st) = self.reqs.get_mut(&r.id) {
-                if st.first_token.take().is_none() {
-                    st.produced += toks.len() as u32;
-                }
-                st.first_input = None;
+                st.first_token = None;
+                st.produced += t.len() as u32;
             }
         }
-        Ok(plan.tokens)
+        Ok(out)
     }
 }
 
@@ -227,46 +221,60 @@ mod tests {
     }
 
     #[test]
-    fn a_prefilled_request_emits_its_token_first_then_computes_at_the_next_position() {
+    fn a_first_step_emits_the_first_token_and_decodes_from_it() {
         let mut r = Residents::default();
         let a = arrival(1, 20, 0, SamplingParams::GREEDY);
         let (st, first) = Residents::arriving(&a, Some(2));
-        assert_eq!(first.key, crate::sampling::row_key(st.seed, 20));
+        let seed = st.seed;
+        assert_eq!(first.key, crate::sampling::row_key(seed, 20));
         r.prefilled(1, st, 77);
+        // The executor's first row: the prompt cached, no input token on the host yet.
         let rows = [row(1, 20, 0)];
         let plan = r.plan(&rows, Some(2)).unwrap();
-        assert!(plan.run.is_empty());
-        assert_eq!(r.finish(&rows, plan, &[]).unwrap(), vec![vec![77]]);
-        // The executor's next row: context 20 (the first token sits at position 20).
-        let rows = [row(1, 20, 77)];
-        let plan = r.plan(&rows, Some(2)).unwrap();
+        // The first token is the input at the prompt's length; the second is drawn at 21,
+        // where a step after an empty first step used to draw it.
         assert_eq!((plan.run[0].context_len, plan.run[0].last_token), (20, 77));
-        assert_eq!(
-            plan.samples[0].key,
-            crate::sampling::row_key(r.get(1).unwrap().seed, 21)
-        );
-        assert_eq!(r.finish(&rows, plan, &[5]).unwrap(), vec![vec![5]]);
+        assert_eq!(plan.samples[0].key, crate::sampling::row_key(seed, 21));
+        assert_eq!(r.finish(plan, &[5]).unwrap(), vec![vec![77, 5]]);
         assert_eq!(r.get(1).unwrap().produced, 2);
+        // Then rows as usual: prompt + tokens out − 1 cached, the last token out as input.
+        let plan = r.plan(&[row(1, 21, 5)], Some(2)).unwrap();
+        assert_eq!((plan.run[0].context_len, plan.run[0].last_token), (21, 5));
+        assert_eq!(plan.samples[0].key, crate::sampling::row_key(seed, 22));
+        assert_eq!(r.finish(plan, &[6]).unwrap(), vec![vec![6]]);
+        assert_eq!(r.get(1).unwrap().produced, 3);
     }
 
     #[test]
-    fn a_transfer_arrival_computes_its_last_prompt_token_first() {
+    fn a_first_step_with_drafts_emits_the_first_token_then_every_accepted_one() {
         let mut r = Residents::default();
-        let a = arrival(4, 9, 0, SamplingParams::GREEDY);
-        let mut st = ReqState::new(&a);
-        st.first_input = a.prompt.last().copied();
-        r.insert(4, st);
-        let rows = [row(4, 9, 0)];
+        let (st, _) = Residents::arriving(&arrival(3, 8, 0, SamplingParams::GREEDY), None);
+        r.prefilled(3, st, 40);
+        let plan = r.plan(&[row(3, 8, 0)], None).unwrap();
+        let verified: [&[u32]; 1] = [&[41, 42, 43]];
+        let out = r.finish_rows(plan, verified.into_iter()).unwrap();
+        assert_eq!(out, vec![vec![40, 41, 42, 43]]);
+        assert_eq!(r.get(3).unwrap().produced, 4);
+    }
+
+    #[test]
+    fn a_batch_mixes_first_steps_and_later_ones_row_by_row() {
+        let mut r = Residents::default();
+        for id in [1, 2] {
+            let (st, _) = Residents::arriving(&arrival(id, 10, 0, SamplingParams::GREEDY), None);
+            r.prefilled(id, st, 100 + id as u32);
+        }
+        let plan = r.plan(&[row(1, 10, 0)], None).unwrap();
+        r.finish(plan, &[7]).unwrap();
+        let rows = [row(2, 10, 0), row(1, 11, 7)];
         let plan = r.plan(&rows, None).unwrap();
-        assert_eq!((plan.run[0].context_len, plan.run[0].last_token), (8, 18));
-        // Its token sits at position 9, as a prefill's first token would.
+        assert_eq!(plan.first, [Some(102), None]);
+        assert_eq!(plan.run[0].last_token, 102);
+        assert_eq!(plan.run[1].last_token, 7);
         assert_eq!(
-            plan.samples[0].key,
-            crate::sampling::row_key(r.get(4).unwrap().seed, 9)
+            r.finish(plan, &[8, 9]).unwrap(),
+            vec![vec![102, 8], vec![9]]
         );
-        r.finish(&rows, plan, &[3]).unwrap();
-        let plan = r.plan(&[row(4, 9, 3)], None).unwrap();
-        assert_eq!((plan.run[0].context_len, plan.run[0].last_token), (9, 3));
     }
 
     #[test]
@@ -276,17 +284,12 @@ mod tests {
         let (st, first) = Residents::arriving(&a, Some(9));
         assert_eq!(first.banned, 9, "token 0 of 3");
         r.prefilled(2, st, 40);
-        let mut ctx = 5;
         let mut banned = Vec::new();
-        for k in 0..4 {
-            let rows = [row(2, ctx, 40)];
-            let plan = r.plan(&rows, Some(9)).unwrap();
-            if k > 0 {
-                banned.push(plan.samples[0].banned);
-                ctx += 1;
-            }
-            let n = plan.run.len();
-            r.finish(&rows, plan, &vec![40; n]).unwrap();
+        // The first step computes token 1 (token 0 is the prefill's), the next 2 and 3.
+        for ctx in [5, 6, 7] {
+            let plan = r.plan(&[row(2, ctx, 40)], Some(9)).unwrap();
+            banned.push(plan.samples[0].banned);
+            r.finish(plan, &[40]).unwrap();
         }
         // Tokens 1 and 2 banned, token 3 free.
         assert_eq!(banned, [9, 9, -1]);
@@ -302,9 +305,8 @@ mod tests {
             Err(BackendError::UnknownRequest(8))
         ));
         r.insert(1, ReqState::new(&arrival(1, 3, 0, SamplingParams::GREEDY)));
-        let rows = [row(1, 3, 1)];
-        let plan = r.plan(&rows, None).unwrap();
-        assert!(r.finish(&rows, plan, &[]).is_err());
+        let plan = r.plan(&[row(1, 3, 1)], None).unwrap();
+        assert!(r.finish(plan, &[]).is_err());
         r.remove(1);
         assert!(r.is_empty());
     }

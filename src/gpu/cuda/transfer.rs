@@ -2,10 +2,12 @@
 //! instead of a prefill, as on a disaggregated GEN worker that receives KV from a context
 //! server. The request's pages get seeded values (a kernel on the transfer stream, so the
 //! writes cost HBM bandwidth beside the decode steps like a real transfer's) and the arrival
-//! takes at least bytes ÷ bandwidth, where bytes is the KV of every prompt token but the
-//! last: the first decode step computes the last prompt token itself and samples the first
-//! output token from it. Arrivals run on their own threads (`ContextLane`), so they overlap
-//! the decode steps; the step thread picks the arrived requests up at its next step.
+//! takes at least bytes ÷ bandwidth, where bytes is the KV of every prompt token. As from a
+//! real context server, the first output token comes with the KV (`handed_over_token` stands
+//! in for the context server's sample): the executor streams it when the request is first
+//! scheduled, and the first decode step decodes from it, as after a prefill. Arrivals run on
+//! their own threads (`ContextLane`), so they overlap the decode steps; the step thread picks
+//! the arrived requests up at its next step.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -19,6 +21,7 @@ use super::residents::ReqState;
 use super::shape::ModelShape;
 use crate::gpu::{Arrived, BackendError, ContextArrival, ContextLane};
 use crate::ids::RequestId;
+use crate::sampling::row_key;
 
 /// How a request's context (its prompt's KV) arrives on this worker.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -29,10 +32,31 @@ pub enum ContextMode {
     Transfer { gbps: f64 },
 }
 
-/// Bytes a transfer of a `prompt_tokens`-token context moves: the KV of every token but the
-/// last (the first decode step computes that one).
+/// Bytes a transfer of a `prompt_tokens`-token context moves: the KV of every prompt token.
 pub fn transfer_bytes(prompt_tokens: usize, kv_bytes_per_token: u64) -> u64 {
-    prompt_tokens.saturating_sub(1) as u64 * kv_bytes_per_token
+    prompt_tokens as u64 * kv_bytes_per_token
+}
+
+/// The first output token the stand-in's context server hands over with the KV: drawn
+/// from the request's sampling seed at the first token's position, so a rerun hands over the
+/// same one, and never the model's EOS while `min_tokens` asks for more.
+pub fn handed_over_token(req: &ContextArrival, vocab: usize, eos: Option<u32>) -> u32 {
+    let vocab = vocab.max(2) as u64;
+    let key = row_key(req.sampling.seed_for(req.id), req.prompt.len() as u64);
+    let t = (key % vocab) as u32;
+    if req.min_tokens > 0 && Some(t) == eos {
+        ((u64::from(t) + 1) % vocab) as u32
+    } else {
+        t
+    }
+}
+
+/// An arrived request, until the step thread takes it: its sampling state (the first token
+/// in it) and its drafter window's first tokens (the prompt's tail and the first token).
+#[derive(Debug)]
+pub(crate) struct Landed {
+    pub st: ReqState,
+    pub window: Vec<u32>,
 }
 
 /// The least time a transfer of `bytes` takes at `gbps`.
@@ -50,13 +74,16 @@ pub(crate) struct TransferLane {
     num_pages: usize,
     page_size: usize,
     vocab: usize,
+    eos: Option<u32>,
+    /// Prompt tokens a drafter window keeps (0 without a drafter).
+    window: usize,
     max_context: usize,
     kv_bytes_per_token: u64,
     gbps: f64,
     /// Device page list of the transfer in flight (one at a time on the stream).
     pages: Mutex<DevBuf>,
     /// Arrived, not yet taken by the step thread.
-    arrived: Mutex<HashMap<RequestId, ReqState>>,
+    arrived: Mutex<HashMap<RequestId, Landed>>,
 }
 
 // SAFETY: the device buffer is only touched under its mutex, with the context bound to the
@@ -78,12 +105,15 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl TransferLane {
+    /// `eos`: the model's EOS (never handed over below `min_tokens`); `window`: the
+    /// drafter's window in tokens (0 without one).
     pub fn new(
         gpu: &Gpu,
         kv: &KvCache,
         shape: &ModelShape,
-        gbps: f64,
-        max_context: usize,
+        (gbps, max_context): (f64, usize),
+        eos: Option<u32>,
+        window: usize,
     ) -> Result<Self, BackendError> {
         let max_pages = max_context.div_ceil(kv.page_size).max(1);
         Ok(TransferLane {
@@ -94,6 +124,8 @@ impl TransferLane {
             num_pages: kv.num_pages,
             page_size: kv.page_size,
             vocab: shape.vocab,
+            eos,
+            window,
             max_context,
             kv_bytes_per_token: shape.kv_bytes_per_token(),
             gbps,
@@ -103,12 +135,12 @@ impl TransferLane {
     }
 
     /// Requests that arrived since the last call.
-    pub fn take_arrived(&self) -> Vec<(RequestId, ReqState)> {
+    pub fn take_arrived(&self) -> Vec<(RequestId, Landed)> {
         let mut a = lock(&self.arrived);
         if a.is_empty() {
             return Vec::new();
         }
-        let mut v: Vec<(RequestId, ReqState)> = a.drain().collect();
+        let mut v: Vec<(RequestId, Landed)> = a.drain().collect();
         v.sort_by_key(|(id, _)| *id);
         v
     }
@@ -161,10 +193,9 @@ impl TransferLane {
         Ok(())
     }
 
-    /// Writes the pages holding the transferred tokens, on the transfer stream.
+    /// Writes the pages holding the prompt's KV, on the transfer stream.
     fn write_pages(&self, req: &ContextArrival) -> Result<(), BackendError> {
-        let tokens = req.prompt.len().saturating_sub(1);
-        let n = tokens.div_ceil(self.page_size);
+        let n = req.prompt.len().div_ceil(self.page_size);
         if n == 0 {
             return Ok(());
         }
@@ -213,13 +244,18 @@ impl ContextLane for TransferLane {
         if let Some(rest) = want.checked_sub(t0.elapsed()) {
             std::thread::sleep(rest);
         }
-        let mut st = ReqState::new(req);
-        st.first_input = req.prompt.last().copied();
-        lock(&self.arrived).insert(req.id, st);
-        // The first step computes the first token from the last prompt token's KV.
+        let first = handed_over_token(req, self.vocab, self.eos);
+        let tail = req.prompt.len().saturating_sub(self.window);
+        let mut window = Vec::with_capacity(req.prompt.len() - tail + 1);
+        if self.window > 0 {
+            window.extend_from_slice(&req.prompt[tail..]);
+        }
+        window.push(first);
+        let st = ReqState::new(req).with_first_token(first);
+        lock(&self.arrived).insert(req.id, Landed { st, window });
         Ok(Arrived {
             seconds: t0.elapsed().as_secs_f64(),
-            first_token: None,
+            first_token: Some(first),
         })
     }
 }
@@ -229,13 +265,57 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_transfer_moves_the_kv_of_every_prompt_token_but_the_last() {
+    fn a_transfer_moves_the_kv_of_every_prompt_token() {
         let s = ModelShape::named("llama-8b").unwrap();
         // 32 layers x 8 kv heads x 128 dims x (K, V) x 2 bytes = 128 KiB per token.
         assert_eq!(s.kv_bytes_per_token(), 131_072);
-        assert_eq!(transfer_bytes(4097, s.kv_bytes_per_token()), 4096 * 131_072);
-        assert_eq!(transfer_bytes(1, 131_072), 0);
+        assert_eq!(transfer_bytes(4096, s.kv_bytes_per_token()), 4096 * 131_072);
+        assert_eq!(transfer_bytes(1, 131_072), 131_072);
         assert_eq!(transfer_bytes(0, 131_072), 0);
+    }
+
+    fn arrival(id: u64, prompt_len: usize, min_tokens: u32, seed: Option<u64>) -> ContextArrival {
+        ContextArrival {
+            id,
+            slot: 0,
+            prompt: vec![7; prompt_len],
+            pages: Vec::new(),
+            sampling: crate::sampling::SamplingParams {
+                seed,
+                ..crate::sampling::SamplingParams::GREEDY
+            },
+            min_tokens,
+        }
+    }
+
+    #[test]
+    fn the_handed_over_token_repeats_with_the_seed_and_stays_in_the_vocabulary() {
+        let a = arrival(5, 100, 0, Some(11));
+        let t = handed_over_token(&a, 1000, None);
+        assert!(t < 1000);
+        assert_eq!(handed_over_token(&a, 1000, None), t, "rerun");
+        // Another request with the same seed and prompt length gets the same token; other
+        // seeds spread over the vocabulary.
+        assert_eq!(
+            handed_over_token(&arrival(6, 100, 0, Some(11)), 1000, None),
+            t
+        );
+        let spread: std::collections::BTreeSet<u32> = (0..64)
+            .map(|s| handed_over_token(&arrival(1, 100, 0, Some(s)), 1000, None))
+            .collect();
+        assert!(spread.len() > 50, "{} distinct of 64", spread.len());
+    }
+
+    #[test]
+    fn the_eos_is_never_handed_over_while_min_tokens_asks_for_more() {
+        let a = arrival(5, 100, 0, Some(11));
+        let eos = handed_over_token(&a, 1000, None);
+        // Without min_tokens the context server may end the request at once.
+        assert_eq!(handed_over_token(&a, 1000, Some(eos)), eos);
+        let held = arrival(5, 100, 1, Some(11));
+        let t = handed_over_token(&held, 1000, Some(eos));
+        assert_ne!(t, eos);
+        assert!(t < 1000);
     }
 
     #[test]
