@@ -1,6 +1,7 @@
 //! A failing GPU-step actor never hangs a request: a step that errors fails the requests
 //! of its batch with the backend's reason (and the supervisor turns preemption off); a
-//! backend thread that panics fails every in-flight request and new ones get HTTP 503.
+//! backend thread that panics fails every in-flight request and new ones get HTTP 503; a step
+//! that hangs on the device shows in `/debug/actors` with how long it has run.
 
 mod serve_support;
 
@@ -41,6 +42,28 @@ impl StepBackend for Broken {
             tokens_per_block: 32,
             seq_slots: 256,
         }
+    }
+}
+
+/// Every step blocks until the test lets go (drops the sender), then fails.
+struct Hanging {
+    release: std::sync::mpsc::Receiver<()>,
+}
+
+impl StepBackend for Hanging {
+    fn context_arrival(&mut self, _: &ContextArrival) -> Result<Arrived, BackendError> {
+        Ok(Arrived {
+            seconds: 0.0,
+            first_token: None,
+        })
+    }
+    fn step(&mut self, _: &[StepRow]) -> Result<StepOutput, BackendError> {
+        let _ = self.release.recv();
+        Err(BackendError::Failed("released".into()))
+    }
+    fn release(&mut self, _: RequestId) {}
+    fn capacity(&self) -> BackendCapacity {
+        Broken { panic: false }.capacity()
     }
 }
 
@@ -168,5 +191,49 @@ async fn a_component_actor_that_stops_fails_in_flight_requests_and_new_ones_get_
         .find(|c| c["actor"] == "kv_pool")
         .cloned();
     assert_eq!(kv.map(|c| c["stopped"].clone()), Some(json!(true)));
+    s.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_step_that_hangs_on_the_device_shows_in_debug_actors_with_how_long_it_has_run() {
+    let (tx, release) = std::sync::mpsc::channel();
+    let cfg = config("");
+    let clock: Arc<dyn Clock> = Arc::new(RealClock::new());
+    let engine = ActorEngine::start(
+        &cfg,
+        Box::new(Hanging { release }),
+        clock,
+        StartOptions::default(),
+    )
+    .unwrap();
+    let mut sub = engine.submit(request()).unwrap();
+    let s = Server::with_engine(engine).await;
+    let stepping = |d: &serde_json::Value| d["executor"]["stepping"].clone();
+    let mut first = s.debug().await;
+    for _ in 0..200 {
+        if !stepping(&first).is_null() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        first = s.debug().await;
+    }
+    assert_eq!(stepping(&first)["batch"], 1, "{first}");
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let later = s.debug().await;
+    let (a, b) = (
+        stepping(&first)["for_s"].as_f64().unwrap(),
+        stepping(&later)["for_s"].as_f64().unwrap(),
+    );
+    // The same step, still in flight, 0.2 s older.
+    assert_eq!(stepping(&later)["pass"], stepping(&first)["pass"]);
+    assert!(a >= 0.0 && b >= a + 0.19, "{a} then {b}");
+    drop(tx);
+    match tokio::time::timeout(WAIT, sub.recv())
+        .await
+        .expect("the request ends")
+    {
+        Some(EngineEvent::Failed { message }) => assert!(message.contains("released"), "{message}"),
+        other => panic!("expected the released step's failure, got {other:?}"),
+    }
     s.shutdown().await.unwrap();
 }

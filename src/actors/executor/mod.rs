@@ -175,6 +175,9 @@ pub struct Executor {
     pending: PassInputs,
     /// The batch of the step in flight.
     stepping: Option<(u64, Vec<BatchRow>)>,
+    /// When (the clock's seconds) the step in flight was sent: `/debug/actors` shows how
+    /// long it has run, so a step that hangs on the device is seen as one.
+    stepping_since: f64,
     /// Buffers of finished steps, reused so a steady pass allocates little.
     spare_batch: Vec<BatchRow>,
     spare_rows: Vec<StepRow>,
@@ -219,6 +222,7 @@ impl Executor {
             live: HashMap::default(),
             pending: PassInputs::default(),
             stepping: None,
+            stepping_since: 0.0,
             spare_batch: Vec::new(),
             spare_rows: Vec::new(),
             spare_out: StepOutput::default(),
@@ -465,6 +469,7 @@ impl Executor {
             batch.clear();
             batch.extend_from_slice(&out.batch);
             self.stepping = Some((out.pass, batch));
+            self.stepping_since = out.now;
             let out_buf = std::mem::take(&mut self.spare_out);
             if let Some(back) = self.last_step_back.take() {
                 histogram!(m::STEP_GAP_SECONDS).record(back.elapsed().as_secs_f64());

@@ -144,7 +144,7 @@ impl Executor {
         let stepping = self
             .stepping
             .as_ref()
-            .map(|(p, b)| json!({"pass": p, "batch": b.len()}));
+            .map(|(p, b)| json!({"pass": p, "batch": b.len(), "for_s": now - self.stepping_since}));
         json!({
             "executor": {
                 "now": now,
