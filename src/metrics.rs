@@ -23,6 +23,9 @@ pub const NUM_REQUESTS_PAUSED: &str = "genslot_num_requests_paused";
 pub const PAUSES_TOTAL: &str = "genslot_pauses_total";
 /// Counter, label [`LABEL_FORCED`] = [`FORCED_YES`] | [`FORCED_NO`]: resumes of paused requests. Engine.
 pub const RESUMES_TOTAL: &str = "genslot_resumes_total";
+/// Counter: requests cancelled (client gone or timed out) while paused in place: what
+/// pausing cost beyond the TPOT it adds. Engine.
+pub const CANCELLED_WHILE_PAUSED_TOTAL: &str = "genslot_requests_cancelled_while_paused_total";
 /// Histogram (s): first token − arrival. HTTP layer.
 pub const TIME_TO_FIRST_TOKEN_SECONDS: &str = "genslot_time_to_first_token_seconds";
 /// Histogram (s): (finish − first token) / (output tokens − 1). HTTP layer.
@@ -185,6 +188,10 @@ fn describe_all() {
         RESUMES_TOTAL,
         "Resumes of paused requests; forced=true when the pause ended regardless of free slots (the maximum pause, or in target mode a slack at 0.01 D)."
     );
+    describe_counter!(
+        CANCELLED_WHILE_PAUSED_TOTAL,
+        "Requests cancelled (client gone, or timed out) while paused in place."
+    );
     describe_histogram!(
         TIME_TO_FIRST_TOKEN_SECONDS,
         Unit::Seconds,
@@ -253,7 +260,12 @@ fn register_at_zero() {
     ] {
         gauge!(name).set(0.0);
     }
-    for name in [PAUSES_TOTAL, PROMPT_TOKENS_TOTAL, GENERATION_TOKENS_TOTAL] {
+    for name in [
+        PAUSES_TOTAL,
+        CANCELLED_WHILE_PAUSED_TOTAL,
+        PROMPT_TOKENS_TOTAL,
+        GENERATION_TOKENS_TOTAL,
+    ] {
         counter!(name).increment(0);
     }
     for forced in [FORCED_YES, FORCED_NO] {
@@ -309,6 +321,7 @@ mod tests {
             r#"genslot_request_queue_time_seconds_count 0"#,
             r#"genslot_request_success_total{finished_reason="abort"} 0"#,
             r#"genslot_requests_failed_total{reason="cancelled"} 0"#,
+            "genslot_requests_cancelled_while_paused_total 0",
         ] {
             assert!(text.contains(line), "{line} missing from:\n{text}");
         }
@@ -364,6 +377,7 @@ mod tests {
             NUM_REQUESTS_PAUSED,
             PAUSES_TOTAL,
             RESUMES_TOTAL,
+            CANCELLED_WHILE_PAUSED_TOTAL,
             TIME_TO_FIRST_TOKEN_SECONDS,
             TIME_PER_OUTPUT_TOKEN_SECONDS,
             REQUEST_QUEUE_TIME_SECONDS,

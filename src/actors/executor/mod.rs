@@ -99,6 +99,8 @@ struct Live {
     /// The first token as the backend gave it at the context's arrival, until it is
     /// streamed when the request is first scheduled.
     first_at_arrival: Option<u32>,
+    /// Paused in place now (a cancel then counts in `CANCELLED_WHILE_PAUSED_TOTAL`).
+    paused: bool,
     /// When the request was admitted and when its context arrived (the context-arrival
     /// histogram; `--record`), when the first token was streamed, and the pauses so far
     /// (`--record`).
@@ -371,6 +373,9 @@ impl Executor {
         }
         for id in &out.cancelled {
             if let Some(l) = self.live.remove(id) {
+                if l.paused {
+                    counter!(m::CANCELLED_WHILE_PAUSED_TOTAL).increment(1);
+                }
                 self.leave(*id, &l, Outcome::Cancelled, out.now, None);
                 if l.waiting {
                     self.shared.queued.fetch_sub(1, Ordering::SeqCst);
@@ -402,11 +407,10 @@ impl Executor {
             self.gpu_send(GpuMsg::Admit(Admit(arrival)));
         }
         if !out.pauses.is_empty() {
-            if self.recorder.is_some() {
-                for id in &out.pauses {
-                    if let Some(l) = self.live.get_mut(id) {
-                        l.pauses += 1;
-                    }
+            for id in &out.pauses {
+                if let Some(l) = self.live.get_mut(id) {
+                    l.paused = true;
+                    l.pauses += 1;
                 }
             }
             counter!(m::PAUSES_TOTAL).increment(out.pauses.len() as u64);
@@ -418,6 +422,11 @@ impl Executor {
             counter!(m::RESUMES_TOTAL, m::LABEL_FORCED => m::FORCED_YES)
                 .increment(out.forced_resumes.len() as u64);
             let ids = [out.resumes.as_slice(), out.forced_resumes.as_slice()].concat();
+            for id in &ids {
+                if let Some(l) = self.live.get_mut(id) {
+                    l.paused = false;
+                }
+            }
             self.gpu_send(GpuMsg::Resume(Resume(ids)));
         }
         let kept = (out.displaced.iter())
@@ -640,6 +649,7 @@ impl Handler<Submit> for Executor {
                 admitted_at: None,
                 kv_ready_at: None,
                 first_token_at: None,
+                paused: false,
                 pauses: 0,
             },
         );
