@@ -126,7 +126,8 @@ impl BarCounts {
             self.completed, self.failed, self.cancelled, self.warmups
         );
         match phase {
-            Phase::Sending => format!("in flight {in_flight}, {counts}"),
+            // The counts first: a narrow terminal cuts the message's end.
+            Phase::Sending => format!("{counts}, in flight {in_flight}"),
             Phase::Grace { left } => format!(
                 "grace: waiting up to {} s for {in_flight} in-flight requests; {counts}",
                 left.as_secs_f64().ceil() as u64
@@ -348,7 +349,7 @@ mod tests {
         );
         assert_eq!(
             counts.message(Phase::Sending, 3),
-            "in flight 3, completed 2, failed 1, cancelled 2, warm-ups 2"
+            "completed 2, failed 1, cancelled 2, warm-ups 2, in flight 3"
         );
     }
 
