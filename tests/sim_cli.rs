@@ -52,9 +52,18 @@ fn a_number_outside_its_flags_rule_is_refused_naming_the_flag_and_the_rule() {
         ),
         (
             &["--concurrency", "2000000"],
-            "--concurrency must be at most 1048576, got 2000000",
+            "--concurrency must be at most 100000, got 2000000",
         ),
         (&["--sweep", "130,0"], "--sweep must be at least 1, got 0"),
+        (
+            &["--synthetic-sessions", "4294967295"],
+            "--synthetic-sessions must be at most 100000, got 4294967295",
+        ),
+        (
+            &["--bench", "1000000000"],
+            "--bench must be at most 1000, got 1000000000",
+        ),
+        (&["--bench", "0"], "--bench must be at least 1, got 0"),
         (
             &["--rate-scale", "0"],
             "--rate-scale must be a finite number above 0, got 0",
@@ -736,4 +745,25 @@ fn a_closed_stdout_does_not_stop_the_run_or_its_json() {
     assert!(!err.contains("panicked"), "{err}");
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     assert!(v["arms"].is_array(), "{v}");
+}
+
+#[test]
+fn a_preset_and_a_config_together_are_refused_not_one_silently_ignored() {
+    let err = refused(&[
+        "--preset",
+        "h200-llama-8b",
+        "--config",
+        "config/default.yaml",
+    ]);
+    assert!(err.contains("cannot be used with"), "{err}");
+}
+
+/// The default arms include `target_output_tps=auto`, which needs the control's output rate:
+/// when the window measured nothing, the error says so and names the flags that move it.
+#[test]
+fn an_auto_target_over_an_empty_window_says_nothing_was_measured_and_how_to_move_it() {
+    let err = refused(&["--concurrency", "8", "--warmup", "10", "--duration", "11"]);
+    assert!(err.contains("target_output_tps=auto"), "{err}");
+    assert!(err.contains("nothing is measured"), "{err}");
+    assert!(err.contains("--warmup and --duration"), "{err}");
 }

@@ -39,7 +39,7 @@ pub struct SimArgs {
     /// Plant preset: reference (calibrated to the reference's GPU control), h200-llama-8b (fitted
     /// to the cuda backend on the H200 machine) or default
     /// (the embedded config's timing model).
-    #[arg(long, default_value = "reference")]
+    #[arg(long, default_value = "reference", conflicts_with = "config")]
     pub preset: String,
     /// Take the plant (timing, batch, KV) and admission settings from this config instead.
     #[arg(long)]
@@ -65,10 +65,10 @@ pub struct SimArgs {
     /// Cut every prompt to its first N tokens (after --context-scale).
     #[arg(long, value_name = "N")]
     pub max_context: Option<u32>,
-    /// Sessions of the synthetic workload (without --trace or --replay).
+    /// Sessions of the synthetic workload (without --trace or --replay), 1 to 100,000.
     #[arg(long, default_value_t = 2000, conflicts_with_all = ["trace", "replay"])]
     pub synthetic_sessions: usize,
-    /// Closed-loop lanes (AgentX concurrency), 1 to 1,048,576 [default: 220]. Weka and
+    /// Closed-loop lanes (AgentX concurrency), 1 to 100,000 [default: 220]. Weka and
     /// synthetic sessions only: Mooncake and Azure traces and --replay run open loop.
     #[arg(long)]
     pub concurrency: Option<usize>,
@@ -285,10 +285,16 @@ fn flag(name: &str, kept: Result<(), String>) -> anyhow::Result<()> {
     kept.map_err(|why| anyhow::anyhow!("{name} {why}"))
 }
 
-/// The load flags' values, each by its rule; the error names the flag. A concurrency is
-/// bounded as X's window and the waiting queue are (a lane past those only waits).
+/// Lanes and synthetic sessions a run may have: 100,000 synthetic sessions take about 7 GB,
+/// and a million lanes ran out of 24 GB, so past this a typo ends in an allocation failure.
+const MAX_LANES: u64 = 100_000;
+
+/// Timed runs of `--bench` (each a whole experiment; their speeds are kept).
+const MAX_BENCH_RUNS: u64 = 1000;
+
+/// The load flags' values, each by its rule; the error names the flag.
 fn check_load(args: &SimArgs) -> anyhow::Result<()> {
-    let lanes = |c: usize| rule::count(c as u64, MAX_ENTRIES);
+    let lanes = |c: usize| rule::count(c as u64, MAX_LANES);
     if let Some(c) = args.concurrency {
         flag("--concurrency", lanes(c))?;
     }
@@ -297,6 +303,12 @@ fn check_load(args: &SimArgs) -> anyhow::Result<()> {
     }
     if let Some(r) = args.rate_scale {
         flag("--rate-scale", rule::above_zero(r))?;
+    }
+    if args.trace.is_none() && args.replay.is_none() {
+        flag("--synthetic-sessions", lanes(args.synthetic_sessions))?;
+    }
+    if let Some(runs) = args.bench {
+        flag("--bench", rule::count(runs as u64, MAX_BENCH_RUNS))?;
     }
     Ok(())
 }
@@ -739,9 +751,6 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
 
 /// `--bench RUNS`: the experiment timed RUNS times.
 fn bench_command(exp: &Experiment, runs: usize) -> anyhow::Result<()> {
-    if runs == 0 {
-        bail!("--bench must be at least 1 run");
-    }
     let arms: Vec<&str> = exp.arms.iter().map(|a| a.name.as_str()).collect();
     sayln!(
         "bench: {} x ({} x {} [{}] x {} s simulated, preset {}), {}",

@@ -343,9 +343,14 @@ pub fn run_experiment(exp: &Experiment) -> Result<ExperimentResult, String> {
             ModeSpec::Off => Mode::Off,
             ModeSpec::TpotBudget(b) => Mode::TpotBudget(b),
             ModeSpec::TargetOutputTps(t) => {
-                let t = t
-                    .or(auto_t)
-                    .ok_or("target_output_tps=auto needs a control arm with completions")?;
+                let t = t.or(auto_t).ok_or_else(|| {
+                    // Most often the window measured nothing: say so and how to move it.
+                    let control: Vec<&RunResult> = results.iter().map(|(_, _, r, _)| r).collect();
+                    let why = window_warning(&exp.base, &control).unwrap_or_else(|| {
+                        "the control completed no request in the measured window".into()
+                    });
+                    format!("target_output_tps=auto is the control's output rate / 1.10: {why}")
+                })?;
                 arm_targets[i] = Some(t);
                 Mode::TargetOutputTps(t)
             }

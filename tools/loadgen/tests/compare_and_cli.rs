@@ -372,3 +372,59 @@ async fn the_binary_writes_summary_and_records_and_compares_two_runs() {
     assert_eq!(doc["warnings"].as_array().unwrap().len(), warned, "{text}");
     assert_eq!(doc["a"], a_json.display().to_string());
 }
+
+/// Values that could only end in an allocation failure or a failed first request are refused
+/// at once, naming the flag.
+#[test]
+fn the_binary_refuses_oversized_loads_and_https_before_contacting_anything() {
+    let exe = env!("CARGO_BIN_EXE_loadgen");
+    for (args, says) in [
+        (
+            &[
+                "--synthetic",
+                "--concurrency",
+                "2",
+                "--synthetic-sessions",
+                "4294967295",
+            ][..],
+            "--synthetic-sessions must be 1 to 100000",
+        ),
+        (
+            &["--fixed", "10,10", "--concurrency", "99999999"],
+            "--concurrency must be at most 100000",
+        ),
+    ] {
+        let out = Command::new(exe)
+            .args([
+                "--url",
+                "http://127.0.0.1:9",
+                "--duration",
+                "1s",
+                "--no-progress",
+            ])
+            .args(args)
+            .output()
+            .expect("run loadgen");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains(says),
+            "{args:?}: {err}"
+        );
+    }
+    let out = Command::new(exe)
+        .args([
+            "--url",
+            "https://127.0.0.1:9",
+            "--fixed",
+            "10,10",
+            "--concurrency",
+            "1",
+        ])
+        .output()
+        .expect("run loadgen");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("https is not supported"),
+        "{err}"
+    );
+}
