@@ -767,3 +767,29 @@ fn an_auto_target_over_an_empty_window_says_nothing_was_measured_and_how_to_move
     assert!(err.contains("nothing is measured"), "{err}");
     assert!(err.contains("--warmup and --duration"), "{err}");
 }
+
+/// An output that cannot be written is refused before the run, not after it.
+#[test]
+fn output_files_that_cannot_be_written_are_refused_before_the_run() {
+    let dir = std::env::temp_dir().join(format!("sim-cli-outputs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let d = dir.to_str().unwrap();
+    let err = refused(&["--json", d]);
+    assert!(
+        err.contains("--json") && err.contains("is a folder"),
+        "{err}"
+    );
+    let missing = format!("{d}/no/such/folder/out.svg");
+    let err = refused(&["--svg", &missing]);
+    assert!(
+        err.contains("--svg") && err.contains("does not exist"),
+        "{err}"
+    );
+    let same = format!("{d}/out.json");
+    let err = refused(&["--json", &same, "--timeline", &same]);
+    assert!(
+        err.contains("--json and --timeline name the same file"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -313,6 +313,41 @@ fn check_load(args: &SimArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The output files, checked before the run rather than after it: each one a file (not a
+/// folder) in a folder that exists, and no two the same (the last written would replace the
+/// others). With --sweep each name gets the load added, in the same folder.
+fn check_outputs(args: &SimArgs) -> anyhow::Result<()> {
+    let outputs = [
+        ("--json", &args.json),
+        ("--svg", &args.svg),
+        ("--timeline", &args.timeline),
+    ];
+    let given: Vec<(&str, &PathBuf)> = outputs
+        .iter()
+        .filter_map(|(flag, p)| p.as_ref().map(|p| (*flag, p)))
+        .collect();
+    for (i, (flag, path)) in given.iter().enumerate() {
+        if path.is_dir() {
+            bail!("{flag} {}: is a folder; give a file name", path.display());
+        }
+        let folder = path.parent().filter(|f| !f.as_os_str().is_empty());
+        if let Some(folder) = folder.filter(|f| !f.is_dir()) {
+            bail!(
+                "{flag} {}: the folder {} does not exist",
+                path.display(),
+                folder.display()
+            );
+        }
+        if let Some((other, _)) = given[..i].iter().find(|(_, p)| p == path) {
+            bail!(
+                "{other} and {flag} name the same file {}: one would replace the other",
+                path.display()
+            );
+        }
+    }
+    Ok(())
+}
+
 /// The flags that shape closed-loop lanes, where given: an open-loop load has no lanes.
 fn lane_flags(args: &SimArgs) -> Option<&'static str> {
     if args.concurrency.is_some() {
@@ -460,6 +495,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         bail!("--arms names no arm: list one or more, e.g. control,tpot_budget=0.10");
     }
     check_load(&args)?;
+    check_outputs(&args)?;
     let transform =
         ContextTransform::new(args.context_scale, args.max_context).map_err(|e| match e {
             TransformError::Scale(_) => anyhow::anyhow!("--context-scale: {e}"),
