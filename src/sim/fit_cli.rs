@@ -206,14 +206,35 @@ fn timing_yaml(step: &StepFit, transfer: Option<&TransferFit>, tokens_per_step: 
 }
 
 pub fn run(args: FitArgs) -> anyhow::Result<()> {
-    if !(args.tokens_per_step.is_finite() && args.tokens_per_step >= 1.0) {
-        bail!("--tokens-per-step must be at least 1");
+    // The config's bounds on timing.tokens_per_step.
+    if !(args.tokens_per_step.is_finite() && (1.0..=1024.0).contains(&args.tokens_per_step)) {
+        bail!("--tokens-per-step must be in [1, 1024]");
     }
     let mut steps = Vec::new();
     let mut transfer = Vec::new();
     let mut sources = Vec::new();
+    // One step model is one model on one card: grids that say otherwise are refused.
+    let mut first: Option<(PathBuf, Option<String>, Option<String>)> = None;
     for path in &args.grids {
         let (g, what) = read_grid(path)?;
+        match &first {
+            None => first = Some((path.clone(), g.shape.clone(), g.device.clone())),
+            Some((p0, shape, device)) => {
+                let differs = |a: &Option<String>, b: &Option<String>| matches!((a, b), (Some(a), Some(b)) if a != b);
+                if differs(shape, &g.shape) || differs(device, &g.device) {
+                    bail!(
+                        "{} is of {} on {}, {} of {} on {}: one step model fits one model on \
+                         one card",
+                        path.display(),
+                        g.shape.as_deref().unwrap_or("?"),
+                        g.device.as_deref().unwrap_or("?"),
+                        p0.display(),
+                        shape.as_deref().unwrap_or("?"),
+                        device.as_deref().unwrap_or("?"),
+                    );
+                }
+            }
+        }
         sayln!("grid: {what}");
         sources.push(what);
         steps.extend(g.steps.iter().map(|r| StepPoint {
@@ -251,6 +272,13 @@ pub fn run(args: FitArgs) -> anyhow::Result<()> {
     say!("{}", residual_table(&step_res, "step", "ΣL"));
     if let Some(path) = &args.transfer_record {
         let t = transfer_points(path, &step)?;
+        if t.points.is_empty() {
+            bail!(
+                "--transfer-record {}: no request in it gives a transfer time (none completed \
+                 with its admission and KV-ready times, or a TTFT above the one-row step)",
+                path.display()
+            );
+        }
         let mut how = Vec::new();
         if t.stamped > 0 {
             how.push(format!("{} admitted → KV-ready times", t.stamped));
@@ -287,6 +315,14 @@ pub fn run(args: FitArgs) -> anyhow::Result<()> {
         args.tokens_per_step,
     );
     say!("\n{yaml}");
+    // A fit that a config refuses (a step time falling with context gives a negative
+    // per_kv_token_ns) is an error here, not a file that `serve` refuses later.
+    if let Err(e) = crate::config::Config::from_yaml_str(&yaml, "the fitted timing section") {
+        bail!(
+            "the fit is not a usable timing section ({e}); look at the residuals above: grids \
+             of one model and one card, with step time growing with batch and context, fit"
+        );
+    }
     if let Some(path) = &args.timing {
         std::fs::write(path, &yaml).with_context(|| format!("writing {}", path.display()))?;
     }
