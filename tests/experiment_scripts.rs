@@ -25,6 +25,7 @@ fn the_experiment_scripts_parse() {
     for script in [
         "tools/gpu/h200_experiment.sh",
         "tools/gpu/stage_experiment.sh",
+        "tools/gpu/ttft_ab.sh",
     ] {
         let out = Command::new("bash")
             .args(["-n", script])
