@@ -35,6 +35,11 @@ pub enum CompareError {
         path: PathBuf,
         source: serde_json::Error,
     },
+    #[error(
+        "{path} holds none of the compared metrics (time_to_first_token, request_count, ...): \
+         not a loadgen or AIPerf summary"
+    )]
+    NotASummary { path: PathBuf },
 }
 
 /// Below this many completed requests on a side, its percentiles rest on a handful of
@@ -207,10 +212,11 @@ pub fn compare_values(a: &Value, b: &Value) -> Comparison {
         .collect();
     let completed = |v: &Value| lookup(v, &["request_count", "avg"]);
     let (n_a, n_b) = (completed(&a), completed(&b));
-    let warnings = [("A", n_a), ("B", n_b)]
+    let mut warnings: Vec<String> = [("A", n_a), ("B", n_b)]
         .into_iter()
         .filter_map(|(name, n)| few_requests_warning(name, n))
         .collect();
+    warnings.extend(unit_warnings(&a, &b));
     // A side that completed nothing measured nothing: its zero throughputs are not values.
     let value = |v: &Value, n: Option<f64>, path: &[&str]| {
         lookup(v, path).filter(|_| n != Some(0.0) || !over_completed(path))
@@ -243,6 +249,32 @@ pub fn compare_values(a: &Value, b: &Value) -> Comparison {
     }
 }
 
+/// The latencies are compared in milliseconds, as loadgen and AIPerf write them: a side that
+/// says another unit is warned of, not converted.
+fn unit_warnings(a: &Value, b: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    for key in [
+        "time_to_first_token",
+        "inter_token_latency",
+        "request_latency",
+    ] {
+        for (name, v) in [("A", a), ("B", b)] {
+            if let Some(unit) = v[key]["unit"].as_str().filter(|u| *u != "ms") {
+                out.push(format!(
+                    "{name}'s {key} is in {unit}, not ms: its rows are compared as they are"
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// Whether `v` holds any compared metric (a loadgen or AIPerf summary, old or new).
+fn is_summary(v: &Value) -> bool {
+    let (v, _) = in_current_terms(v);
+    METRICS.iter().any(|(_, path)| lookup(&v, path).is_some())
+}
+
 fn read(path: &Path) -> Result<Value, CompareError> {
     let text = std::fs::read_to_string(path).map_err(|source| CompareError::Read {
         path: path.to_owned(),
@@ -255,7 +287,15 @@ fn read(path: &Path) -> Result<Value, CompareError> {
 }
 
 pub fn compare_files(a: &Path, b: &Path) -> Result<Comparison, CompareError> {
-    Ok(compare_values(&read(a)?, &read(b)?))
+    let (va, vb) = (read(a)?, read(b)?);
+    for (v, path) in [(&va, a), (&vb, b)] {
+        if !is_summary(v) {
+            return Err(CompareError::NotASummary {
+                path: path.to_owned(),
+            });
+        }
+    }
+    Ok(compare_values(&va, &vb))
 }
 
 /// The table printed by `loadgen compare`, its warnings above it and its notes under it.

@@ -258,6 +258,49 @@ fn compare_names_the_file_it_cannot_read() {
     assert!(err.to_string().contains("missing.json"), "{err}");
 }
 
+/// JSON that holds none of the compared metrics (an empty object, an array, a step grid) is
+/// refused by name, not shown as a table of dashes.
+#[test]
+fn compare_refuses_json_that_is_not_a_summary() {
+    let dir = std::env::temp_dir().join(format!("loadgen-compare-ns-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let good = dir.join("good.json");
+    std::fs::write(&good, summary(100.0, 50.0, None).to_string()).expect("write");
+    for (name, text) in [
+        ("empty.json", "{}"),
+        ("array.json", "[1, 2]"),
+        ("grid.json", r#"{"shape": "llama-8b", "steps": []}"#),
+    ] {
+        let other = dir.join(name);
+        std::fs::write(&other, text).expect("write");
+        let err = loadgen::compare::compare_files(&good, &other).expect_err(name);
+        assert!(
+            err.to_string().contains(name) && err.to_string().contains("not a loadgen"),
+            "{err}"
+        );
+    }
+    assert!(loadgen::compare::compare_files(&good, &good).is_ok());
+}
+
+#[test]
+fn compare_warns_when_a_side_gives_its_latencies_in_another_unit() {
+    let a = summary(100.0, 50.0, None);
+    let mut b = a.clone();
+    b["time_to_first_token"]["unit"] = json!("s");
+    let cmp = compare_values(&a, &b);
+    assert!(
+        cmp.warnings
+            .iter()
+            .any(|w| w.contains("B's time_to_first_token is in s")),
+        "{:?}",
+        cmp.warnings
+    );
+    assert!(compare_values(&a, &a)
+        .warnings
+        .iter()
+        .all(|w| !w.contains(" is in ")));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_binary_writes_summary_and_records_and_compares_two_runs() {
     let mock = common::start(|_| Behavior::stream(5, 0), None).await;
