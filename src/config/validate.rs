@@ -484,10 +484,41 @@ fn timing(cfg: &Config, out: &mut Vec<Issue>) {
     );
 }
 
+/// An address `serve` can bind: an IP literal (IPv6 in brackets or bare), or a DNS name of
+/// labels of letters, digits and `-` (RFC 1123), each 1 to 63 long, 253 in all.
+fn is_host(h: &str) -> bool {
+    let bare = h
+        .strip_prefix('[')
+        .and_then(|x| x.strip_suffix(']'))
+        .unwrap_or(h);
+    if bare.parse::<std::net::IpAddr>().is_ok() {
+        return true;
+    }
+    let name = h.strip_suffix('.').unwrap_or(h);
+    !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|label| {
+            (1..=63).contains(&label.len())
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        })
+}
+
 fn server(cfg: &Config, out: &mut Vec<Issue>) {
     let s = &cfg.server;
     if s.host.trim().is_empty() {
         out.push(Issue::new("server.host", "must not be empty"));
+    } else if !is_host(&s.host) {
+        out.push(Issue::new(
+            "server.host",
+            format!(
+                "`{}` is neither an IP address nor a host name (letters, digits, `-` and `.`)",
+                s.host
+            ),
+        ));
     }
     seconds(out, "server.stat_interval_s", s.stat_interval_s);
     seconds(out, "server.request_timeout_s", s.request_timeout_s);
@@ -533,6 +564,40 @@ fn model_name(out: &mut Vec<Issue>, field: &str, name: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_host_is_an_ip_address_or_a_host_name() {
+        for ok in [
+            "127.0.0.1",
+            "0.0.0.0",
+            "::",
+            "[::1]",
+            "localhost",
+            "gen-worker-3.cluster.local",
+            "gen-worker-3.cluster.local.",
+        ] {
+            assert!(is_host(ok), "{ok}");
+        }
+        for bad in [
+            "not a host!!",
+            "http://127.0.0.1",
+            "127.0.0.1:8000",
+            "-lead",
+            "a..b",
+            "under_score",
+        ] {
+            assert!(!is_host(bad), "{bad}");
+        }
+        let mut cfg = Config::default();
+        cfg.server.host = "not a host!!".into();
+        assert_eq!(
+            issues(&cfg)
+                .iter()
+                .map(|i| i.field.as_str())
+                .collect::<Vec<_>>(),
+            ["server.host"]
+        );
+    }
 
     #[test]
     fn the_built_in_defaults_break_no_rule() {
