@@ -82,6 +82,7 @@ impl ArmSpec {
             name: text.trim().to_string(),
             ..ArmSpec::control()
         };
+        let mut seen: Vec<&str> = Vec::new();
         for part in text.split('+').map(str::trim) {
             if part == "control" {
                 continue;
@@ -89,6 +90,10 @@ impl ArmSpec {
             let (k, v) = part
                 .split_once('=')
                 .ok_or_else(|| err(format!("`{part}` is not key=value")))?;
+            if seen.contains(&k) {
+                return Err(err(format!("`{k}` is given twice")));
+            }
+            seen.push(k);
             let num = |v: &str| {
                 v.parse::<f64>()
                     .map_err(|_| err(format!("`{v}` is not a number")))
@@ -152,11 +157,29 @@ impl ArmSpec {
         Ok(arm)
     }
 
+    /// The arms of a comma-separated list, each once (a second run of an arm would only
+    /// repeat the first, and the tables would name two arms alike).
     pub fn parse_list(text: &str) -> Result<Vec<Self>, ArmError> {
-        text.split(',')
-            .filter(|s| !s.trim().is_empty())
-            .map(Self::parse)
-            .collect()
+        let mut arms: Vec<Self> = Vec::new();
+        for part in text.split(',').filter(|s| !s.trim().is_empty()) {
+            let arm = Self::parse(part)?;
+            let same = |a: &Self| {
+                a.name == arm.name
+                    || *a
+                        == ArmSpec {
+                            name: a.name.clone(),
+                            ..arm.clone()
+                        }
+            };
+            if arms.iter().any(same) {
+                return Err(ArmError {
+                    arm: arm.name,
+                    why: "listed twice".into(),
+                });
+            }
+            arms.push(arm);
+        }
+        Ok(arms)
     }
 
     pub fn is_control(&self) -> bool {
@@ -171,6 +194,25 @@ impl ArmSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_arm_listed_twice_or_a_key_given_twice_is_refused() {
+        let e = ArmSpec::parse_list("control,tpot_budget=0.1,control").unwrap_err();
+        assert_eq!(
+            (e.arm.as_str(), e.why.as_str()),
+            ("control", "listed twice")
+        );
+        let e = ArmSpec::parse_list("tpot_budget=0.1,tpot_budget=0.10").unwrap_err();
+        assert_eq!(e.why, "listed twice", "the same arm written two ways");
+        let e = ArmSpec::parse("tpot_budget=0.1+g0=0.25+g0=2").unwrap_err();
+        assert_eq!(e.why, "`g0` is given twice");
+        assert_eq!(
+            ArmSpec::parse_list("control,tpot_budget=0.1,tpot_budget=0.1+g0=0.5")
+                .unwrap()
+                .len(),
+            3
+        );
+    }
 
     #[test]
     fn parses_the_reference_arms() {
