@@ -793,3 +793,13 @@ fn output_files_that_cannot_be_written_are_refused_before_the_run() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_trace_with_no_request_is_refused_naming_the_file() {
+    let (_d, trace) = written("empty.jsonl", "{\"id\":\"s1\",\"requests\":[]}\n");
+    let err = refused(&["--trace", trace.to_str().unwrap()]);
+    assert!(
+        err.contains("empty.jsonl") && err.contains("no session in it has a request"),
+        "{err}"
+    );
+}

@@ -223,7 +223,16 @@ fn workload(
         }
     }
     let workload = match trace {
-        Trace::Sessions(s) => Workload::Sessions(Arc::from(s)),
+        Trace::Sessions(s) => {
+            if !s.iter().any(|s| s.total_requests() > 0) {
+                let what = args.trace.as_ref().map_or_else(
+                    || "the synthetic workload".to_owned(),
+                    |p| format!("--trace {}", p.display()),
+                );
+                bail!("{what}: no session in it has a request, so there is nothing to replay");
+            }
+            Workload::Sessions(Arc::from(s))
+        }
         Trace::Requests { requests, .. } => {
             Workload::Timed(Arc::from(requests), args.rate_scale.unwrap_or(1.0))
         }

@@ -85,7 +85,7 @@ pub(crate) fn json_message(e: &serde_json::Error) -> String {
 pub enum ReplayError {
     #[error("issue {0} is not in flight (never popped, or already completed)")]
     UnknownIssue(u64),
-    #[error("replay has no sessions to draw from")]
+    #[error("no session of the workload has a request: nothing to replay")]
     NoSessions,
     #[error("invalid replay rules: {0}")]
     Rules(String),
