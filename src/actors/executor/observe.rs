@@ -144,7 +144,11 @@ impl Executor {
         let stepping = self
             .stepping
             .as_ref()
-            .map(|(p, b)| json!({"pass": p, "batch": b.len(), "for_s": now - self.stepping_since}));
+            // The clock read now, not `now`: that was read before the components answered,
+            // and the step may have been sent since.
+            .map(|(p, b)| {
+                json!({"pass": p, "batch": b.len(), "for_s": self.clock.now() - self.stepping_since})
+            });
         json!({
             "executor": {
                 "now": now,
