@@ -72,6 +72,16 @@ pub async fn run_command(args: &RunArgs) -> anyhow::Result<Summary> {
     if args.token_ids && args.endpoint == EndpointKind::Chat {
         bail!("--token-ids needs --endpoint completions (chat messages are text)");
     }
+    // A run that could measure nothing is refused before the server is contacted.
+    if args.duration.is_zero() {
+        bail!("--duration must be above 0 (e.g. 120s)");
+    }
+    if args.request_timeout.is_zero() {
+        bail!("--request-timeout must be above 0: every request would time out");
+    }
+    if args.max_requests == Some(0) {
+        bail!("--max-requests must be at least 1");
+    }
     let (mut source, description) = build_source(args)?;
     let model = match &args.model {
         Some(m) => {

@@ -436,15 +436,35 @@ fn the_binary_refuses_oversized_loads_and_https_before_contacting_anything() {
             &["--fixed", "10,10", "--concurrency", "99999999"],
             "--concurrency must be at most 100000",
         ),
+        (
+            &["--fixed", "10,10", "--concurrency", "1", "--duration", "0s"],
+            "--duration must be above 0",
+        ),
+        (
+            &[
+                "--fixed",
+                "10,10",
+                "--concurrency",
+                "1",
+                "--request-timeout",
+                "0s",
+            ],
+            "--request-timeout must be above 0",
+        ),
+        (
+            &[
+                "--fixed",
+                "10,10",
+                "--concurrency",
+                "1",
+                "--max-requests",
+                "0",
+            ],
+            "--max-requests must be at least 1",
+        ),
     ] {
         let out = Command::new(exe)
-            .args([
-                "--url",
-                "http://127.0.0.1:9",
-                "--duration",
-                "1s",
-                "--no-progress",
-            ])
+            .args(["--url", "http://127.0.0.1:9", "--no-progress"])
             .args(args)
             .output()
             .expect("run loadgen");
