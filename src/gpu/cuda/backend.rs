@@ -325,9 +325,9 @@ impl CudaBackend {
                 &gpu,
                 &kv,
                 &shape,
-                (gbps, cfg.max_context),
+                gbps,
+                cfg.max_context,
                 cfg.eos_token,
-                cfg.drafter.map_or(0, |d| d.window as usize),
             )?)),
         };
         let dec_staging = Staging::new(
@@ -1023,7 +1023,8 @@ impl CudaBackend {
     fn take_arrivals(&mut self) -> Result<(), BackendError> {
         if let Some(lane) = &self.lane {
             for (id, landed) in lane.take_arrived() {
-                self.seed_window(landed.st.slot, &[&landed.window])?;
+                let first = landed.st.first_token;
+                self.seed_window(landed.st.slot, &[&landed.prompt, first.as_slice()])?;
                 self.reqs.insert(id, landed.st);
             }
         }

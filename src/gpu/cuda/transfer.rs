@@ -52,11 +52,11 @@ pub fn handed_over_token(req: &ContextArrival, vocab: usize, eos: Option<u32>) -
 }
 
 /// An arrived request, until the step thread takes it: its sampling state (the first token
-/// in it) and its drafter window's first tokens (the prompt's tail and the first token).
+/// in it) and its prompt, which seeds a drafter window as after a prefill.
 #[derive(Debug)]
 pub(crate) struct Landed {
     pub st: ReqState,
-    pub window: Vec<u32>,
+    pub prompt: Vec<u32>,
 }
 
 /// The least time a transfer of `bytes` takes at `gbps`.
@@ -75,8 +75,6 @@ pub(crate) struct TransferLane {
     page_size: usize,
     vocab: usize,
     eos: Option<u32>,
-    /// Prompt tokens a drafter window keeps (0 without a drafter).
-    window: usize,
     max_context: usize,
     kv_bytes_per_token: u64,
     gbps: f64,
@@ -105,15 +103,14 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl TransferLane {
-    /// `eos`: the model's EOS (never handed over below `min_tokens`); `window`: the
-    /// drafter's window in tokens (0 without one).
+    /// `eos`: the model's EOS, never handed over below `min_tokens`.
     pub fn new(
         gpu: &Gpu,
         kv: &KvCache,
         shape: &ModelShape,
-        (gbps, max_context): (f64, usize),
+        gbps: f64,
+        max_context: usize,
         eos: Option<u32>,
-        window: usize,
     ) -> Result<Self, BackendError> {
         let max_pages = max_context.div_ceil(kv.page_size).max(1);
         Ok(TransferLane {
@@ -125,7 +122,6 @@ impl TransferLane {
             page_size: kv.page_size,
             vocab: shape.vocab,
             eos,
-            window,
             max_context,
             kv_bytes_per_token: shape.kv_bytes_per_token(),
             gbps,
@@ -245,14 +241,11 @@ impl ContextLane for TransferLane {
             std::thread::sleep(rest);
         }
         let first = handed_over_token(req, self.vocab, self.eos);
-        let tail = req.prompt.len().saturating_sub(self.window);
-        let mut window = Vec::with_capacity(req.prompt.len() - tail + 1);
-        if self.window > 0 {
-            window.extend_from_slice(&req.prompt[tail..]);
-        }
-        window.push(first);
-        let st = ReqState::new(req).with_first_token(first);
-        lock(&self.arrived).insert(req.id, Landed { st, window });
+        let landed = Landed {
+            st: ReqState::new(req).with_first_token(first),
+            prompt: req.prompt.clone(),
+        };
+        lock(&self.arrived).insert(req.id, landed);
         Ok(Arrived {
             seconds: t0.elapsed().as_secs_f64(),
             first_token: Some(first),
