@@ -294,16 +294,12 @@ fn flag(name: &str, kept: Result<(), String>) -> anyhow::Result<()> {
     kept.map_err(|why| anyhow::anyhow!("{name} {why}"))
 }
 
-/// Lanes and synthetic sessions a run may have: 100,000 synthetic sessions take about 7 GB,
-/// and a million lanes ran out of 24 GB, so past this a typo ends in an allocation failure.
-const MAX_LANES: u64 = 100_000;
-
 /// Timed runs of `--bench` (each a whole experiment; their speeds are kept).
 const MAX_BENCH_RUNS: u64 = 1000;
 
 /// The load flags' values, each by its rule; the error names the flag.
 fn check_load(args: &SimArgs) -> anyhow::Result<()> {
-    let lanes = |c: usize| rule::count(c as u64, MAX_LANES);
+    let lanes = |c: usize| rule::count(c as u64, crate::workload::MAX_LANES);
     if let Some(c) = args.concurrency {
         flag("--concurrency", lanes(c))?;
     }

@@ -62,3 +62,8 @@ pub use recording::{load_recording, Outcome, Recording, ServedRecord};
 pub use synth::{SynthParams, SyntheticAgentic};
 pub use types::{HashIds, HashRun, Request, Session, Subagent, TimedRequest};
 pub use weka::load_weka;
+
+/// Most closed-loop lanes, and synthetic sessions, one run may have (`genslot sim` and
+/// loadgen): 100,000 synthetic sessions take about 7 GB, and a million lanes ran out of
+/// 24 GB, so past this a typo ends in an allocation failure rather than a load.
+pub const MAX_LANES: u64 = 100_000;

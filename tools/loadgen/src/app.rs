@@ -18,9 +18,7 @@ use crate::summary::{RunInfo, Summary};
 /// Builds the request source named on the command line; returns it with a description.
 pub fn build_source(args: &RunArgs) -> anyhow::Result<(Box<dyn Source>, String)> {
     let s = &args.source;
-    // Past these a typo ends in an allocation failure, not a load (a lane is a task and
-    // its sessions; 100,000 synthetic sessions take about 7 GB).
-    const MAX_LANES: usize = 100_000;
+    const MAX_LANES: usize = genslot::workload::MAX_LANES as usize;
     if let Some(c) = args.concurrency.filter(|&c| c > MAX_LANES) {
         bail!("--concurrency must be at most {MAX_LANES}, got {c}");
     }
