@@ -278,13 +278,9 @@ pub fn compare_command(args: &CompareArgs) -> anyhow::Result<()> {
         )
     );
     if let Some(path) = &args.json {
-        let doc = serde_json::json!({
-            "a": args.a.display().to_string(),
-            "b": args.b.display().to_string(),
-            "rows": comparison.rows,
-            "warnings": comparison.warnings,
-            "notes": comparison.notes,
-        });
+        let mut doc = serde_json::to_value(&comparison)?;
+        doc["a"] = args.a.display().to_string().into();
+        doc["b"] = args.b.display().to_string().into();
         std::fs::write(path, serde_json::to_string_pretty(&doc)? + "\n")
             .with_context(|| format!("writing comparison {}", path.display()))?;
     }
