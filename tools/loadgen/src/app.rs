@@ -11,9 +11,9 @@ use crate::client::{connect_failure, Endpoint, EndpointKind};
 use crate::compare::{compare_files, render};
 use crate::poisson::PoissonArrivals;
 use crate::record::{ErrorKind, RequestRecord};
-use crate::runner::{run, RunConfig};
+use crate::runner::{run_until, RunConfig};
 use crate::source::Source;
-use crate::summary::{RunInfo, Summary};
+use crate::summary::{RunInfo, StopReason, Summary};
 
 /// Builds the request source named on the command line; returns it with a description.
 pub fn build_source(args: &RunArgs) -> anyhow::Result<(Box<dyn Source>, String)> {
@@ -65,8 +65,13 @@ pub fn build_source(args: &RunArgs) -> anyhow::Result<(Box<dyn Source>, String)>
     crate::replay::build(args)
 }
 
-/// `loadgen run`: drives the server, writes the requested files, prints the table.
-pub async fn run_command(args: &RunArgs) -> anyhow::Result<Summary> {
+/// `loadgen run`: drives the server, writes the requested files, prints the table. When
+/// `interrupt` resolves the run ends early (see [`crate::runner::run_until`]) and what ran is
+/// written and printed all the same; its summary's stop reason says so.
+pub async fn run_command(
+    args: &RunArgs,
+    interrupt: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<Summary> {
     if args.token_ids && args.endpoint == EndpointKind::Chat {
         bail!("--token-ids needs --endpoint completions (chat messages are text)");
     }
@@ -105,7 +110,7 @@ pub async fn run_command(args: &RunArgs) -> anyhow::Result<Summary> {
         send_jitter: args.send_jitter,
         jitter_seed: args.seed,
     };
-    let out = run(source.as_mut(), &cfg).await?;
+    let out = run_until(source.as_mut(), &cfg, interrupt).await?;
     if out.abandoned > 0 {
         eprintln!(
             "warning: {} requests ignored cancellation and were aborted without a record",
@@ -149,7 +154,7 @@ pub async fn run_command(args: &RunArgs) -> anyhow::Result<Summary> {
             .with_context(|| format!("writing summary {}", path.display()))?;
     }
     print!("{}", summary.render_table());
-    if summary.request_count.avg == 0.0 {
+    if summary.request_count.avg == 0.0 && summary.stop_reason != StopReason::Interrupted {
         bail!("{}", nothing_completed(&summary, &out.records, &args.url));
     }
     Ok(summary)
@@ -292,7 +297,6 @@ mod tests {
     use super::*;
     use crate::record::RequestError;
     use crate::summary::tests::{info, rec};
-    use crate::summary::StopReason;
 
     #[test]
     fn when_nothing_completed_the_warmups_that_took_the_run_are_counted() {

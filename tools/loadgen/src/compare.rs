@@ -217,6 +217,17 @@ pub fn compare_values(a: &Value, b: &Value) -> Comparison {
         .filter_map(|(name, n)| few_requests_warning(name, n))
         .collect();
     warnings.extend(unit_warnings(&a, &b));
+    warnings.extend(
+        [("A", &a), ("B", &b)]
+            .into_iter()
+            .filter(|(_, v)| v["stop_reason"] == "interrupted")
+            .map(|(name, _)| {
+                format!(
+                    "{name} was interrupted: it covers only the part of its run before the \
+                     interrupt"
+                )
+            }),
+    );
     // A side that completed nothing measured nothing: its zero throughputs are not values.
     let value = |v: &Value, n: Option<f64>, path: &[&str]| {
         lookup(v, path).filter(|_| n != Some(0.0) || !over_completed(path))

@@ -6,6 +6,9 @@
 //! `duration + grace`; then they are cancelled and recorded as `cancelled`. An open-loop
 //! source that runs out of rows ends the run when its last request completes.
 //!
+//! An interrupt (see [`run_until`]) stops the sends and cancels what is in flight at once:
+//! the records and summary cover the part that ran.
+//!
 //! A closed-loop lane whose request failed to connect, or was refused with a 429 or 503, backs
 //! off before its next send ([`crate::backoff`]), so a server that is down or restarting is not
 //! hammered; open-loop arrivals keep their timestamps.
@@ -139,6 +142,17 @@ impl BarCounts {
 
 /// Runs `source` against `cfg.endpoint` until a stop condition holds.
 pub async fn run(source: &mut dyn Source, cfg: &RunConfig) -> anyhow::Result<RunOutput> {
+    run_until(source, cfg, std::future::pending()).await
+}
+
+/// [`run`], or until `interrupt` resolves: then no request is sent after it and the ones in
+/// flight are cancelled without waiting for the grace period. Before `duration` the run's
+/// stop reason becomes [`StopReason::Interrupted`]; in the grace period it keeps its own.
+pub async fn run_until(
+    source: &mut dyn Source,
+    cfg: &RunConfig,
+    interrupt: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<RunOutput> {
     let http = reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(10))
         .tcp_nodelay(true)
@@ -160,7 +174,9 @@ pub async fn run(source: &mut dyn Source, cfg: &RunConfig) -> anyhow::Result<Run
     let t0 = Instant::now();
     let secs = |t: Instant| t.duration_since(t0).as_secs_f64();
     let stop_issuing_at = t0 + cfg.duration;
-    let cancel_at = stop_issuing_at + cfg.grace;
+    let mut cancel_at = stop_issuing_at + cfg.grace;
+    let mut interrupt = std::pin::pin!(interrupt);
+    let mut interrupted = false;
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<RequestRecord>();
     let (cancel_tx, cancel_rx) = watch::channel(false);
     let mut tasks = tokio::task::JoinSet::new();
@@ -257,6 +273,11 @@ pub async fn run(source: &mut dyn Source, cfg: &RunConfig) -> anyhow::Result<Run
                 }
             }
             _ = tokio::time::sleep_until(tokio::time::Instant::from_std(wake)) => {}
+            _ = &mut interrupt, if !interrupted => {
+                interrupted = true;
+                stop.get_or_insert(StopReason::Interrupted);
+                cancel_at = cancel_at.min(Instant::now());
+            }
         }
         while tasks.try_join_next().is_some() {}
         if cfg.max_requests.is_none() {

@@ -34,6 +34,8 @@ pub enum StopReason {
     Duration,
     MaxRequests,
     SourceExhausted,
+    /// Ctrl-C or SIGTERM: the summary covers the part that ran.
+    Interrupted,
 }
 
 /// What was run, for the record.
