@@ -190,6 +190,38 @@ fn a_weka_request_missing_a_field_names_file_line_and_field() {
 }
 
 #[test]
+fn a_weka_turn_with_no_prompt_a_negative_time_or_a_time_going_back_is_refused_by_name() {
+    let refused = |requests: &str| {
+        let text = format!(r#"{{"id":"x","requests":[{requests}]}}"#);
+        error_of(parse_weka_str(&text, Path::new("inline.json")))
+    };
+    let msg = refused(r#"{"t":0,"in":0,"out":3,"hash_ids":[]}"#);
+    assert!(msg.contains("x request 0: field `in` is 0"), "{msg}");
+    let msg = refused(r#"{"t":-2,"in":4,"out":3,"hash_ids":[1]}"#);
+    assert!(msg.contains("x request 0: field `t` is -2"), "{msg}");
+    let msg =
+        refused(r#"{"t":5,"in":4,"out":3,"hash_ids":[1]},{"t":4,"in":4,"out":3,"hash_ids":[1]}"#);
+    assert!(
+        msg.contains("x request 1: field `t` is 4, before the previous entry's 5"),
+        "{msg}"
+    );
+    // Inside a sub-agent too, named by where it sits.
+    let msg = refused(
+        r#"{"t":0,"in":4,"out":1,"hash_ids":[1]},{"t":9,"type":"subagent","requests":[
+            {"t":3,"in":4,"out":1,"hash_ids":[1]},{"t":1,"in":4,"out":1,"hash_ids":[1]}]}"#,
+    );
+    assert!(
+        msg.contains("x request 1 request 1: field `t` is 1"),
+        "{msg}"
+    );
+    // What real traces hold stays accepted: an empty output, equal times.
+    let text = r#"{"id":"ok","requests":[{"t":0,"in":4,"out":0,"hash_ids":[1]},
+        {"t":0,"in":4,"out":2,"hash_ids":[1]}]}"#;
+    let s = parse_weka_str(text, Path::new("inline.json")).expect("accepted");
+    assert_eq!(s[0].requests.len(), 2);
+}
+
+#[test]
 fn broken_weka_json_names_file_and_line() {
     let msg = error_of(load_weka(&fixture("weka_bad_json.jsonl")));
     assert!(msg.contains("weka_bad_json.jsonl:3:"), "{msg}");

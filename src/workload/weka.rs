@@ -164,9 +164,24 @@ fn convert_chain(
 ) -> Result<Session, WorkloadError> {
     let mut requests = Vec::new();
     let mut subagents = Vec::new();
+    // A chain's entries are its turns in order: their times never go back.
+    let mut previous_t = 0.0;
     for (i, e) in entries.into_iter().enumerate() {
         let at = format!("{where_} request {i}");
-        let t = finite(e.t, "t", &at, ctx)? + offset;
+        let raw_t = finite(e.t, "t", &at, ctx)?;
+        if raw_t < 0.0 {
+            return Err(ctx.invalid(format!(
+                "{at}: field `t` is {raw_t}: times are seconds from the chain's start"
+            )));
+        }
+        if raw_t < previous_t {
+            return Err(ctx.invalid(format!(
+                "{at}: field `t` is {raw_t}, before the previous entry's {previous_t}: a \
+                 chain's entries are its turns in time order"
+            )));
+        }
+        previous_t = raw_t;
+        let t = raw_t + offset;
         match e.kind.as_deref() {
             Some("subagent") => {
                 let inner = e
@@ -204,6 +219,13 @@ fn convert_chain(
             }
             kind => {
                 let input = tokens(e.input, "in", &at, ctx)?;
+                if input == 0 {
+                    // An empty output is a recorded turn (the real traces have some); an empty
+                    // prompt is not a request any server takes.
+                    return Err(ctx.invalid(format!(
+                        "{at}: field `in` is 0: a request has at least one prompt token"
+                    )));
+                }
                 let output = tokens(e.out, "out", &at, ctx)?;
                 let hash_ids = match (e.hash_ids, e.hash_runs) {
                     (Some(ids), _) => HashIds::from_ids(&ids),
