@@ -73,11 +73,13 @@ impl ApiError {
         }
     }
 
-    /// OpenAI's `type` field, derived from the status as vLLM does.
+    /// OpenAI's `type` field, derived from the status as vLLM does; a timeout is told apart
+    /// from a fault, since a client retries the one and reports the other.
     pub fn kind(&self) -> &'static str {
         match self.status {
             StatusCode::TOO_MANY_REQUESTS => "rate_limit_error",
             StatusCode::SERVICE_UNAVAILABLE => "service_unavailable",
+            StatusCode::GATEWAY_TIMEOUT => "timeout_error",
             s if s.is_client_error() => "invalid_request_error",
             _ => "internal_error",
         }
