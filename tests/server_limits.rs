@@ -217,7 +217,10 @@ async fn a_request_past_its_timeout_fails_clearly_and_is_cancelled() {
     assert_eq!(data.last().map(String::as_str), Some("[DONE]"));
     let error: Value = serde_json::from_str(&data[data.len() - 2]).unwrap();
     assert_eq!(error["error"]["code"], "request_timeout");
-    assert_eq!(error["error"]["type"], "timeout_error", "a timeout, not a fault");
+    assert_eq!(
+        error["error"]["type"], "timeout_error",
+        "a timeout, not a fault"
+    );
     assert!(data.len() > 3, "tokens streamed before the timeout");
 
     assert!(s.engine.wait_idle(WAIT).await, "both requests released");

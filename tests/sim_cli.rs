@@ -514,6 +514,16 @@ const SMALL: [&str; 8] = [
 ];
 
 #[test]
+fn a_huge_override_is_stated_in_exponent_form_not_hundreds_of_digits() {
+    let (text, _) = ran(&[
+        &SMALL[..],
+        &["--idle-cap", "1e300", "--arms", "control"][..],
+    ]
+    .concat());
+    assert!(text.contains("(--idle-cap 1e300)"), "{text}");
+}
+
+#[test]
 fn the_header_and_the_json_state_the_plant_overrides_the_config_and_the_workload() {
     let overrides = [
         "--idle-cap",

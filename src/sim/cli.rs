@@ -418,7 +418,7 @@ fn plant_label(args: &SimArgs, plant: &Plant) -> String {
         ("--per-request-above-ms", args.per_request_above_ms),
     ]
     .iter()
-    .filter_map(|(flag, v)| v.map(|v| format!("{flag} {v}")))
+    .filter_map(|(flag, v)| v.map(|v| format!("{flag} {}", rule::number(v))))
     .collect();
     if !given.is_empty() {
         text += &format!(" ({})", given.join(", "));
@@ -576,14 +576,20 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         // nothing completes; the reference's own scale is 2.6.
         const MAX_OUTPUT_SCALE: f64 = 100.0;
         if !(x.is_finite() && x > 0.0 && x <= MAX_OUTPUT_SCALE) {
-            bail!("--output-scale must be a finite number in (0, {MAX_OUTPUT_SCALE}], got {x}");
+            bail!(
+                "--output-scale must be a finite number in (0, {MAX_OUTPUT_SCALE}], got {}",
+                rule::number(x)
+            );
         }
         plant.output_scale = x;
     }
     if let Some(x) = args.idle_cap {
         // Infinity is no cap: the run's duration still ends it.
         if x.is_nan() || x < 0.0 {
-            bail!("--idle-cap must be >= 0 (inf for no cap), got {x}");
+            bail!(
+                "--idle-cap must be >= 0 (inf for no cap), got {}",
+                rule::number(x)
+            );
         }
         plant.idle_cap_s = x;
     }
