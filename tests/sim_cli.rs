@@ -720,7 +720,7 @@ fn an_unknown_arm_key_is_refused_listing_the_valid_keys() {
     assert!(
         err.contains(
             "unknown key `tpot` (one of tpot_budget, target_output_tps, max_batch_size, \
-             max_num_active_requests, order, victim, g0; or control alone)"
+             max_num_active_requests, order, victim, g0, g_from; or control alone)"
         ),
         "{err}"
     );

@@ -31,17 +31,20 @@ pub struct ArmSpec {
     pub victim: Option<VictimKey>,
     /// Where `tpot_budget`'s window gain g starts (default 1).
     pub g0: Option<f64>,
+    /// `g_from=paused`: g holds until the first completion of a paused request
+    /// (`g_from=any`, SPEC §4.3's, steps on every completion).
+    pub g_holds_until_paused: bool,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq)]
-#[error("bad arm `{arm}`: {why} (examples: control, tpot_budget=0.10, target_output_tps=auto, max_batch_size=144, tpot_budget=0.1+order=edf, tpot_budget=0.1+victim=newest_resident, tpot_budget=0.1+g0=0.25)")]
+#[error("bad arm `{arm}`: {why} (examples: control, tpot_budget=0.10, target_output_tps=auto, max_batch_size=144, tpot_budget=0.1+order=edf, tpot_budget=0.1+victim=newest_resident, tpot_budget=0.1+g0=0.25, tpot_budget=0.1+g_from=paused)")]
 pub struct ArmError {
     pub arm: String,
     pub why: String,
 }
 
 /// The keys an arm's `key=value` parts may name (`control` stands alone).
-pub const KEYS: [&str; 7] = [
+pub const KEYS: [&str; 8] = [
     "tpot_budget",
     "target_output_tps",
     "max_batch_size",
@@ -49,6 +52,7 @@ pub const KEYS: [&str; 7] = [
     "order",
     "victim",
     "g0",
+    "g_from",
 ];
 
 /// A rule enum's variant by its serde name (or an alias, such as `guard-first`); the error
@@ -70,6 +74,7 @@ impl ArmSpec {
             order: None,
             victim: None,
             g0: None,
+            g_holds_until_paused: false,
         }
     }
 
@@ -141,6 +146,18 @@ impl ArmSpec {
                     rule::finite_within(g, G_MIN, G_MAX).map_err(|why| err(format!("g0 {why}")))?;
                     arm.g0 = Some(g);
                 }
+                "g_from" => {
+                    arm.g_holds_until_paused = match v {
+                        "any" => false,
+                        "paused" => true,
+                        _ => {
+                            return Err(err(format!(
+                                "unknown g_from `{v}` (any: every completion steps g, as SPEC \
+                                 §4.3; paused: g holds until a paused request completes)"
+                            )))
+                        }
+                    };
+                }
                 _ => {
                     return Err(err(format!(
                         "unknown key `{k}` (one of {}; or control alone)",
@@ -149,10 +166,12 @@ impl ArmSpec {
                 }
             }
         }
-        if arm.g0.is_some() && !matches!(arm.mode, ModeSpec::TpotBudget(_)) {
-            return Err(err(
-                "g0 is tpot_budget's window gain: it needs tpot_budget=".into(),
-            ));
+        for key in ["g0", "g_from"] {
+            if seen.contains(&key) && !matches!(arm.mode, ModeSpec::TpotBudget(_)) {
+                return Err(err(format!(
+                    "{key} is about tpot_budget's window gain: it needs tpot_budget="
+                )));
+            }
         }
         Ok(arm)
     }
@@ -288,6 +307,7 @@ mod tests {
                 "order" => "order=edf".to_string(),
                 "victim" => "victim=newest_resident".to_string(),
                 "g0" => "tpot_budget=0.1+g0=0.5".to_string(),
+                "g_from" => "tpot_budget=0.1+g_from=paused".to_string(),
                 "tpot_budget" => "tpot_budget=0.1".to_string(),
                 _ => format!("{key}=8"),
             };
@@ -374,5 +394,26 @@ mod tests {
         let e = ArmSpec::parse("target_output_tps=auto+g0=0.5").unwrap_err();
         assert!(e.why.contains("needs tpot_budget"), "{}", e.why);
         assert!(ArmSpec::parse("g0=0.5").is_err());
+    }
+
+    #[test]
+    fn g_from_paused_holds_the_gain_and_needs_tpot_budget() {
+        let arm = ArmSpec::parse("tpot_budget=0.1+g0=0.5+g_from=paused").unwrap();
+        assert!(arm.g_holds_until_paused);
+        assert_eq!(arm.g0, Some(0.5));
+        assert!(
+            !ArmSpec::parse("tpot_budget=0.1+g_from=any")
+                .unwrap()
+                .g_holds_until_paused
+        );
+        assert!(
+            !ArmSpec::parse("tpot_budget=0.1")
+                .unwrap()
+                .g_holds_until_paused
+        );
+        let e = ArmSpec::parse("tpot_budget=0.1+g_from=later").unwrap_err();
+        assert!(e.why.contains("unknown g_from `later`"), "{}", e.why);
+        let e = ArmSpec::parse("target_output_tps=auto+g_from=paused").unwrap_err();
+        assert!(e.why.contains("g_from is about tpot_budget"), "{}", e.why);
     }
 }

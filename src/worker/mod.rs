@@ -50,6 +50,9 @@ pub struct WorkerParams {
     pub victim_key: VictimKey,
     /// Where `tpot_budget`'s window gain g starts (the simulator's `g0=` ablation).
     pub g0: f64,
+    /// Hold g until the first completion of a paused request (the simulator's
+    /// `g_from=paused` ablation).
+    pub g_holds_until_paused: bool,
     pub headroom: u32,
     pub kv: KvConfig,
     /// Recurrent-state bytes per request, for hybrid models.
@@ -71,6 +74,7 @@ impl WorkerParams {
             mode,
             victim_key: VictimKey::default(),
             g0: crate::policy::preemption::controller::G_START,
+            g_holds_until_paused: false,
             headroom,
             kv: KvConfig {
                 tokens_per_block: tpb,
@@ -104,8 +108,14 @@ impl WorkerParams {
         let preemption = match self.mode {
             Mode::Off => "off".to_string(),
             Mode::TpotBudget(b) => format!(
-                "tpot_budget {b} (g starts at {}), paused cap {}",
-                self.g0, self.headroom
+                "tpot_budget {b} (g starts at {}{}), paused cap {}",
+                self.g0,
+                if self.g_holds_until_paused {
+                    ", held until a paused request completes"
+                } else {
+                    ""
+                },
+                self.headroom
             ),
             Mode::TargetOutputTps(t) => {
                 format!("target_output_tps {t}, paused cap {}", self.headroom)

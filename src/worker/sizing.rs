@@ -91,6 +91,8 @@ pub fn resolve(cfg: &Config) -> Result<(WorkerParams, SetupDecision), SetupError
             .gen_preemption
             .initial_gain
             .unwrap_or(crate::policy::preemption::controller::G_START),
+        // SPEC §4.3; holding g is the simulator's ablation only.
+        g_holds_until_paused: false,
         headroom,
         kv: kv_config(cfg, rows, headroom),
         recurrent_state_bytes: cfg

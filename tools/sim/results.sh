@@ -37,14 +37,15 @@ sim --concurrency 220 --seeds 16 \
 sim --concurrency 220 --seeds 16 \
   --arms control,tpot_budget=0.10,tpot_budget=0.10+victim=newest_resident,tpot_budget=0.10+victim=most_remaining,tpot_budget=0.10+victim=fewest_remaining \
   --json "$out/sim-ablation-victim.json" | tee "$out/sim-ablation-victim.txt"
-# §3: where tpot_budget's window gain starts (g0), on the H200 preset at the served
-# experiment's load, over three windows (warm-up + measured: 60 + 120, 300 + 900, 600 + 3600 s).
+# §3: where tpot_budget's window gain starts (g0) and whether it holds until a paused request
+# completes (g_from=paused), on the H200 preset at the served experiment's load, over three
+# windows (warm-up + measured: 60 + 120, 300 + 900, 600 + 3600 s).
 for wdm in "60 180 180" "300 1200 900" "600 4200 3600"; do
   set -- $wdm
   ./target/release/genslot sim --preset h200-llama-8b --trace "$trace" --quiet \
     --context-scale 0.03125 --max-context 8192 --concurrency 288 --seeds 8 \
     --warmup "$1" --duration "$2" \
-    --arms control,tpot_budget=0.10,tpot_budget=0.10+g0=0.5,tpot_budget=0.10+g0=0.25 \
+    --arms control,tpot_budget=0.10,tpot_budget=0.10+g0=0.5,tpot_budget=0.10+g0=0.25,tpot_budget=0.10+g_from=paused,tpot_budget=0.10+g0=0.5+g_from=paused \
     --json "$out/sim-ablation-g0-$3.json" > /dev/null
 done
 # §1.3: the calibration scan of the control (output scale × idle cap) at c220.

@@ -4,6 +4,11 @@
 //! It integrates in log space, `ln g += (s − x) / (s · τ)` per completion, so near the
 //! fixed point of a plant whose inflation grows with g the error decays as e^(−n/τ):
 //! τ = 3000 completions is the time constant.
+//!
+//! SPEC §4.3 steps it on every completion once X is formed. An ablation (the simulator's
+//! `g_from=paused` arm) holds it until the first completion of a paused request instead:
+//! before one, every completion reports an inflation of 0 because nothing has been paused
+//! yet, and the integrator climbs on that (docs/results.md §4.3).
 
 pub const G_MIN: f64 = 0.25;
 /// Where g starts by default (SPEC §4.3 leaves it open); `gen_preemption.initial_gain` and
@@ -18,6 +23,9 @@ pub struct WindowGain {
     ln_g: f64,
     setpoint: f64,
     steps: u64,
+    /// Set by [`WindowGain::holding_until_paused`]: no step until a completion reports an
+    /// inflation above 0.
+    waiting_for_a_pause: bool,
 }
 
 impl WindowGain {
@@ -27,7 +35,15 @@ impl WindowGain {
             ln_g: g0.clamp(G_MIN, G_MAX).ln(),
             setpoint: SETPOINT_FRACTION * budget,
             steps: 0,
+            waiting_for_a_pause: false,
         }
+    }
+
+    /// With `hold`, g does not move until the first completion of a paused request (an
+    /// ablation; SPEC §4.3 steps on every completion).
+    pub fn holding_until_paused(mut self, hold: bool) -> Self {
+        self.waiting_for_a_pause = hold;
+        self
     }
 
     pub fn g(&self) -> f64 {
@@ -46,6 +62,12 @@ impl WindowGain {
     pub fn step(&mut self, x: f64) {
         if !x.is_finite() || self.setpoint <= 0.0 {
             return;
+        }
+        if self.waiting_for_a_pause {
+            if x <= 0.0 {
+                return;
+            }
+            self.waiting_for_a_pause = false;
         }
         self.ln_g = (self.ln_g + (self.setpoint - x) / (self.setpoint * TIME_CONSTANT))
             .clamp(G_MIN.ln(), G_MAX.ln());
@@ -91,6 +113,38 @@ mod tests {
                 "g0={g0}: inflation {mean_inflation}"
             );
         }
+    }
+
+    #[test]
+    fn a_holding_gain_ignores_completions_until_one_was_paused_then_steps_on_every_one() {
+        let mut spec = WindowGain::new(0.10, 0.5);
+        let mut held = WindowGain::new(0.10, 0.5).holding_until_paused(true);
+        for _ in 0..300 {
+            spec.step(0.0);
+            held.step(0.0);
+        }
+        assert!(
+            spec.g() > 0.5 * 1.09,
+            "the SPEC's gain climbs: {}",
+            spec.g()
+        );
+        assert_eq!(
+            (held.g(), held.steps()),
+            (0.5, 0),
+            "held until a paused completion"
+        );
+        held.step(0.2);
+        assert_eq!(held.steps(), 1);
+        assert!(
+            held.g() < 0.5,
+            "a paused completion over the setpoint lowers g"
+        );
+        let g = held.g();
+        held.step(0.0);
+        assert!(
+            held.g() > g,
+            "after it, unpaused completions step as the SPEC's do"
+        );
     }
 
     #[test]

@@ -46,7 +46,8 @@ impl ReferencePreemption {
         Self {
             params,
             stats: DecodeStats::default(),
-            gain: WindowGain::new(budget, params.g0),
+            gain: WindowGain::new(budget, params.g0)
+                .holding_until_paused(params.g_holds_until_paused),
             credit: Credit::default(),
             records: BTreeMap::new(),
         }

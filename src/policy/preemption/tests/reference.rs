@@ -315,6 +315,8 @@ fn run_history(
     let params = PreemptParams {
         victim_key: rule,
         g0: h.g0,
+        // Both gain rules, without another generated field: g0 is drawn on both sides of 1.
+        g_holds_until_paused: h.g0 < 1.0,
         ..PreemptParams::new(mode, h.max_active)
     };
     let mut walking = GenPreemption::new(params);
