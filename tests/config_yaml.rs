@@ -2,7 +2,8 @@
 //! errors, the shipped files and `check-config`.
 
 use genslot::config::{
-    check_config, AdmissionPolicy, Backend, Config, ConfigError, ModelSource, Position, Preemption,
+    check_config, AdmissionPolicy, Backend, Config, ConfigError, GainFrom, ModelSource, Position,
+    Preemption,
 };
 use std::path::{Path, PathBuf};
 
@@ -552,4 +553,35 @@ fn a_field_set_by_a_flag_is_named_by_its_flag_not_pointed_at_in_the_file() {
     let text = err.to_string();
     assert!(text.contains("[backend from --backend]"), "{text}");
     assert!(!text.contains("backend at line"), "{text}");
+}
+
+#[test]
+fn gain_from_takes_any_or_paused_with_tpot_budget_and_resolves_to_any() {
+    let yaml = |from: &str| {
+        format!(
+            "scheduler_config:\n  gen_preemption:\n    tpot_budget: 0.1\n    gain_from: {from}\n"
+        )
+    };
+    let held = accepted(&yaml("paused")).resolved();
+    assert_eq!(
+        held.scheduler_config.gen_preemption.gain_from,
+        Some(GainFrom::Paused)
+    );
+    let resolved = accepted(&preempt("tpot_budget", "0.1")).resolved();
+    assert_eq!(
+        resolved.scheduler_config.gen_preemption.gain_from,
+        Some(GainFrom::Any),
+        "SPEC §4.3's rule, written out"
+    );
+    let err = rejected_at(
+        &yaml("sometimes"),
+        "scheduler_config.gen_preemption.gain_from",
+        4,
+    );
+    assert!(err.to_string().contains("paused"), "{err}");
+    rejected_at(
+        &preempt("gain_from", "paused"),
+        "scheduler_config.gen_preemption.gain_from",
+        3,
+    );
 }

@@ -501,6 +501,61 @@ fn a_configs_initial_gain_starts_every_tpot_budget_arm_that_names_no_g0() {
     );
 }
 
+#[test]
+fn a_configs_gain_from_holds_every_tpot_budget_arm_that_names_no_g_from() {
+    let cfg = |from: &str| {
+        format!(
+            "max_batch_size: 8\nscheduler_config:\n  gen_admission: {{ min_samples: 20, target_window: 100 }}\n  gen_preemption: {{ tpot_budget: 0.1{from} }}\n"
+        )
+    };
+    let (_a, held) = written("held.yaml", &cfg(", gain_from: paused"));
+    let (_b, plain) = written("plain.yaml", &cfg(""));
+    let load = [
+        "--synthetic-sessions",
+        "60",
+        "--concurrency",
+        "32",
+        "--duration",
+        "600",
+        "--warmup",
+        "60",
+    ];
+    let run = |config: &std::path::Path, arms: &str| {
+        let head = ["--config", config.to_str().unwrap(), "--arms", arms];
+        ran(&[&head[..], &load[..]].concat())
+    };
+    let arm = |v: &serde_json::Value, name: &str| {
+        let mut a = v["arms"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["name"] == name)
+            .unwrap_or_else(|| panic!("no arm {name} in {v}"))
+            .clone();
+        a.as_object_mut().unwrap().remove("name");
+        a
+    };
+    let (text, from_config) = run(&held, "control,tpot_budget=0.10");
+    assert!(
+        text.contains(", g starts at 1 (config), held until a paused request completes"),
+        "{text}"
+    );
+    let (_, explicit) = run(&plain, "tpot_budget=0.10+g_from=paused,tpot_budget=0.10");
+    let holding = arm(&from_config, "tpot_budget=0.10");
+    assert_eq!(holding, arm(&explicit, "tpot_budget=0.10+g_from=paused"));
+    assert_ne!(
+        holding,
+        arm(&explicit, "tpot_budget=0.10"),
+        "holding g changes this saturated run"
+    );
+    // `g_from=` in the arm still wins over the config's.
+    let (_, overridden) = run(&held, "tpot_budget=0.10+g_from=any");
+    assert_eq!(
+        arm(&overridden, "tpot_budget=0.10+g_from=any"),
+        arm(&explicit, "tpot_budget=0.10")
+    );
+}
+
 /// A small synthetic run: 20 sessions in 4 lanes for 30 s, all measured.
 const SMALL: [&str; 8] = [
     "--synthetic-sessions",

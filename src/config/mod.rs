@@ -116,7 +116,7 @@ impl Config {
     }
 
     /// Fills the defaults that derive from other fields: `max_num_active_requests` from
-    /// `max_batch_size`, `tpot_budget`'s `initial_gain`, and the model shape when neither
+    /// `max_batch_size`, `tpot_budget`'s `initial_gain` and `gain_from`, and the model shape when neither
     /// shape nor path is given.
     pub fn resolve(&mut self) {
         self.max_num_active_requests
@@ -125,6 +125,7 @@ impl Config {
         if p.tpot_budget.is_some() {
             p.initial_gain
                 .get_or_insert(crate::policy::preemption::controller::G_START);
+            p.gain_from.get_or_insert(GainFrom::Any);
         }
         if self.model.shape.is_none() && self.model.path.is_none() {
             self.model.shape = Some(DEFAULT_MODEL_SHAPE.to_owned());

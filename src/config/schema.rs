@@ -275,6 +275,21 @@ pub struct GenPreemptionConfig {
     /// g has no completed paused request to learn from (docs/results.md §3, `g0`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub initial_gain: Option<f64>,
+    /// With `tpot_budget`: which completions step its window gain g (default `any`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gain_from: Option<GainFrom>,
+}
+
+/// Which completions step `tpot_budget`'s window gain g.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GainFrom {
+    /// Every completion once X is formed (SPEC §4.3).
+    Any,
+    /// None until the first completion of a paused request, then every one: before it every
+    /// completion reports an inflation of 0 and g climbs on it (an ablation outside the SPEC;
+    /// docs/results.md §3, the simulator's `g_from=paused`).
+    Paused,
 }
 
 /// The preemption mode after validation (SPEC §4.3); the core's `Mode`.

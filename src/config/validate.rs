@@ -39,6 +39,7 @@ pub const MAX_CONNECTIONS: u64 = 1 << 20;
 const TPOT_BUDGET: &str = "scheduler_config.gen_preemption.tpot_budget";
 const TARGET_TPS: &str = "scheduler_config.gen_preemption.target_output_tps";
 const INITIAL_GAIN: &str = "scheduler_config.gen_preemption.initial_gain";
+const GAIN_FROM: &str = "scheduler_config.gen_preemption.gain_from";
 
 /// Every rule `cfg` breaks; empty when it is valid.
 pub(crate) fn issues(cfg: &Config) -> Vec<Issue> {
@@ -371,6 +372,22 @@ fn preemption(cfg: &Config, out: &mut Vec<Issue>) {
             ),
         };
         out.extend(issue);
+    }
+    if cfg.scheduler_config.gen_preemption.gain_from.is_some()
+        && !matches!(mode, Preemption::TpotBudget(_))
+    {
+        out.push(
+            Issue::new(
+                GAIN_FROM,
+                "says which completions step `tpot_budget`'s window gain: set it with \
+                 `tpot_budget` only",
+            )
+            .with_related(if mode == Preemption::Off {
+                TPOT_BUDGET
+            } else {
+                TARGET_TPS
+            }),
+        );
     }
     let on_field = match mode {
         Preemption::Off => return,
@@ -726,6 +743,29 @@ mod tests {
         assert!(
             target[0].2.contains("with `tpot_budget` only"),
             "{target:?}"
+        );
+    }
+
+    #[test]
+    fn gain_from_needs_tpot_budget() {
+        let issue = |budget: Option<f64>, target: Option<f64>| {
+            let mut cfg = Config::default();
+            let p = &mut cfg.scheduler_config.gen_preemption;
+            (p.tpot_budget, p.target_output_tps) = (budget, target);
+            p.gain_from = Some(crate::config::GainFrom::Paused);
+            issues(&cfg)
+                .into_iter()
+                .map(|i| (i.field, i.related))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(issue(Some(0.1), None), []);
+        assert_eq!(
+            issue(None, None),
+            [(GAIN_FROM.to_owned(), vec![TPOT_BUDGET.to_owned()])]
+        );
+        assert_eq!(
+            issue(None, Some(20.0)),
+            [(GAIN_FROM.to_owned(), vec![TARGET_TPS.to_owned()])]
         );
     }
 

@@ -32,8 +32,9 @@ pub struct ArmSpec {
     /// Where `tpot_budget`'s window gain g starts (default 1).
     pub g0: Option<f64>,
     /// `g_from=paused`: g holds until the first completion of a paused request
-    /// (`g_from=any`, SPEC §4.3's, steps on every completion).
-    pub g_holds_until_paused: bool,
+    /// (`g_from=any`, SPEC §4.3's, steps on every completion); unset: the config's
+    /// `gain_from`, else `any`.
+    pub g_holds_until_paused: Option<bool>,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -74,7 +75,7 @@ impl ArmSpec {
             order: None,
             victim: None,
             g0: None,
-            g_holds_until_paused: false,
+            g_holds_until_paused: None,
         }
     }
 
@@ -148,8 +149,8 @@ impl ArmSpec {
                 }
                 "g_from" => {
                     arm.g_holds_until_paused = match v {
-                        "any" => false,
-                        "paused" => true,
+                        "any" => Some(false),
+                        "paused" => Some(true),
                         _ => {
                             return Err(err(format!(
                                 "unknown g_from `{v}` (any: every completion steps g, as SPEC \
@@ -399,17 +400,14 @@ mod tests {
     #[test]
     fn g_from_paused_holds_the_gain_and_needs_tpot_budget() {
         let arm = ArmSpec::parse("tpot_budget=0.1+g0=0.5+g_from=paused").unwrap();
-        assert!(arm.g_holds_until_paused);
+        assert_eq!(arm.g_holds_until_paused, Some(true));
         assert_eq!(arm.g0, Some(0.5));
-        assert!(
-            !ArmSpec::parse("tpot_budget=0.1+g_from=any")
-                .unwrap()
-                .g_holds_until_paused
-        );
-        assert!(
-            !ArmSpec::parse("tpot_budget=0.1")
-                .unwrap()
-                .g_holds_until_paused
+        let any = ArmSpec::parse("tpot_budget=0.1+g_from=any").unwrap();
+        assert_eq!(any.g_holds_until_paused, Some(false));
+        let unset = ArmSpec::parse("tpot_budget=0.1").unwrap();
+        assert_eq!(
+            unset.g_holds_until_paused, None,
+            "the config's gain_from, else any"
         );
         let e = ArmSpec::parse("tpot_budget=0.1+g_from=later").unwrap_err();
         assert!(e.why.contains("unknown g_from `later`"), "{}", e.why);

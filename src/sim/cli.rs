@@ -538,6 +538,19 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
             a.g0 = a.g0.or(Some(g));
         }
     }
+    // So is its `gain_from` (`g_from=` overrides).
+    let config_g_from = config
+        .as_ref()
+        .and_then(|c| c.scheduler_config.gen_preemption.gain_from);
+    if let Some(from) = config_g_from {
+        for a in arms
+            .iter_mut()
+            .filter(|a| matches!(a.mode, ModeSpec::TpotBudget(_)))
+        {
+            let holds = from == crate::config::GainFrom::Paused;
+            a.g_holds_until_paused = a.g_holds_until_paused.or(Some(holds));
+        }
+    }
     let (plant, admission) = match &config {
         Some(c) => from_config(c),
         None => {
@@ -715,6 +728,12 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
                     .any(|a| matches!(a.mode, ModeSpec::TpotBudget(_)))
             })
             .map_or(String::new(), |g| format!(", g starts at {g} (config)"));
+        let g_start = match config_g_from.filter(|_| !g_start.is_empty()) {
+            Some(crate::config::GainFrom::Paused) => {
+                format!("{g_start}, held until a paused request completes")
+            }
+            _ => g_start,
+        };
         // Open loop, a seed changes nothing: every seed replays the same arrivals.
         let same_seeds = if info.open_loop && r.seeds > 1 {
             "; open loop: every seed replays the same arrivals, so the seeds are identical runs"

@@ -91,8 +91,8 @@ pub fn resolve(cfg: &Config) -> Result<(WorkerParams, SetupDecision), SetupError
             .gen_preemption
             .initial_gain
             .unwrap_or(crate::policy::preemption::controller::G_START),
-        // SPEC §4.3; holding g is the simulator's ablation only.
-        g_holds_until_paused: false,
+        g_holds_until_paused: cfg.scheduler_config.gen_preemption.gain_from
+            == Some(crate::config::GainFrom::Paused),
         headroom,
         kv: kv_config(cfg, rows, headroom),
         recurrent_state_bytes: cfg
@@ -124,6 +124,20 @@ mod tests {
         assert_eq!(p.headroom, 48);
         assert_eq!(p.kv.index_rows, 176);
         assert_eq!(p.residents_capacity(), 176);
+    }
+
+    #[test]
+    fn the_gain_rule_and_start_reach_the_worker_as_configured() {
+        let (p, _) = resolve(&cfg(
+            "scheduler_config: { gen_preemption: { tpot_budget: 0.1, initial_gain: 0.5, gain_from: paused } }",
+        ))
+        .unwrap();
+        assert_eq!((p.g0, p.g_holds_until_paused), (0.5, true));
+        let (p, _) = resolve(&cfg(
+            "scheduler_config: { gen_preemption: { tpot_budget: 0.1 } }",
+        ))
+        .unwrap();
+        assert_eq!((p.g0, p.g_holds_until_paused), (1.0, false), "SPEC §4.3's");
     }
 
     #[test]
