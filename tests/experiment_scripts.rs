@@ -61,7 +61,7 @@ fn the_arm_configs_are_valid_and_differ_only_in_preemption() {
     let strip = |s: &str| {
         s.lines()
             .filter(|l| {
-                !["gen_preemption", "tpot_budget", "initial_gain"]
+                !["gen_preemption", "tpot_budget", "initial_gain", "gain_from"]
                     .iter()
                     .any(|k| l.contains(k))
             })

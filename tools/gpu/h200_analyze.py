@@ -25,10 +25,18 @@ ROOT = Path(__file__).resolve().parents[2]
 CONTROL_YAML = ROOT / "tools/gpu/h200-llama-8b-control.yaml"
 TRACE = ROOT / "../shared/traces/weka_cc_agentic/weka_traces_runs.jsonl.gz"
 PREEMPT_ARM = "tpot_budget=0.10"
-# The tpot-g05 runs' config starts the window gain at 0.5 (`initial_gain`): this arm.
-G05_ARM = PREEMPT_ARM + "+g0=0.5"
-# A run's arm (h200_experiment.sh) -> the simulator's arm of the same setting.
-ARM_OF = {"control": "control", "tpot": PREEMPT_ARM, "tpot-g05": G05_ARM}
+# A preemption run's arm (h200_experiment.sh) -> the simulator's arm of the same setting and
+# what it adds to the default in the prediction table: the tpot-g05 runs' config starts the
+# window gain at 0.5 (`initial_gain`), the -held ones hold it until a paused request
+# completes (`gain_from: paused`).
+PREEMPT_ARMS = {
+    "tpot": (PREEMPT_ARM, ""),
+    "tpot-g05": (PREEMPT_ARM + "+g0=0.5", ", g0 0.5"),
+    "tpot-held": (PREEMPT_ARM + "+g_from=paused", ", held"),
+    "tpot-g05-held": (PREEMPT_ARM + "+g0=0.5+g_from=paused", ", g0 0.5, held"),
+}
+ARM_OF = {"control": "control", **{k: v[0] for k, v in PREEMPT_ARMS.items()}}
+SIM_ARMS = ",".join(["control"] + [v[0] for v in PREEMPT_ARMS.values()])
 
 
 def sh(cmd, **kw):
@@ -70,7 +78,7 @@ def served_run(genslot, tarball, cfg, work):
     w, m = run["warmup_s"], run["measure_s"]
     out = d / "replay.json"
     sh([genslot, "sim", "--quiet", "--replay", d / "served.jsonl", "--config", cfg,
-        "--warmup", w, "--duration", w + m, "--arms", f"control,{PREEMPT_ARM},{G05_ARM}",
+        "--warmup", w, "--duration", w + m, "--arms", SIM_ARMS,
         "--json", out])
     rep = json.loads(out.read_text())
     # The counters' snapshots a run kept ("" where it has none): at the end of the warm-up,
@@ -255,7 +263,7 @@ def main():
 
     by = {(r["run"]["repeat"], r["run"]["arm"]): r for r in runs}
     paired = {}
-    for arm in ("tpot", "tpot-g05"):
+    for arm in PREEMPT_ARMS:
         pairs = [(by[(k, "control")], by[(k, arm)])
                  for k in sorted({k for k, _ in by}) if (k, "control") in by and (k, arm) in by]
         d90, d50, dtpot, dtps = [], [], [], []
@@ -279,8 +287,8 @@ def main():
     rows = []
     for r in controls:
         p = r["replay"]
-        rows.append(("replay of " + r["name"], p["control"], p[PREEMPT_ARM], r["served"]))
-        rows.append(("replay of " + r["name"] + ", g0 0.5", p["control"], p[G05_ARM], r["served"]))
+        rows += [("replay of " + r["name"] + label, p["control"], p[sim], r["served"])
+                 for sim, label in PREEMPT_ARMS.values()]
     if controls:
         r0 = controls[0]["run"]
         w, m = r0["warmup_s"], r0["measure_s"]
@@ -288,12 +296,12 @@ def main():
         sh([a.genslot, "sim", "--quiet", "--config", cfg, "--trace", a.trace,
             "--context-scale", r0["context_scale"], "--max-context", r0["max_context"],
             "--concurrency", r0["concurrency"], "--duration", w + m, "--warmup", w,
-            "--seeds", a.seeds, "--arms", f"control,{PREEMPT_ARM},{G05_ARM}", "--json", out])
+            "--seeds", a.seeds, "--arms", SIM_ARMS, "--json", out])
         closed = json.loads(out.read_text())
         arms = {x["name"]: x for x in closed["arms"]}
         closed_name = f"closed loop c{r0['concurrency']}, {a.seeds} seeds"
-        rows[:0] = [(closed_name, arms["control"], arms[PREEMPT_ARM], None),
-                    (closed_name + ", g0 0.5", arms["control"], arms[G05_ARM], None)]
+        rows[:0] = [(closed_name + label, arms["control"], arms[sim], None)
+                    for sim, label in PREEMPT_ARMS.values()]
     served_c = [r["served"] for r in controls]
     mean_served = {k: statistics.fmean(s[k] for s in served_c)
                    for k in ("ttft_p50_s", "ttft_p90_s", "mean_tpot_ms")} if served_c else {}

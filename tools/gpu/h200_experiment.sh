@@ -7,7 +7,7 @@
 #   bash h200_experiment.sh grid            step-time grid (genslot-gpu bench) and the
 #                                           transfer probe                   (~4 min)
 #   bash h200_experiment.sh run ARM REP     one served run: ARM = control | tpot (| tpot-g05
-#                                           | target),
+#                                           | tpot-held | tpot-g05-held | target),
 #                                           REP = 1, 2, ...; WARMUP_S + MEASURE_S of
 #                                           loadgen, every request recorded   (~7.5 min)
 #   bash h200_experiment.sh grid-only | probe   the two halves of `grid`

@@ -2,7 +2,8 @@
 # On the CPU machine: stage the served H200 experiment into DEST (default .gpu/, carried to
 # the H200 machine): the GPU binaries and tests (tools/gpu/stage.sh), loadgen, the Weka
 # trace, tools/gpu/h200_experiment.sh, and one config per arm (exp-control.yaml,
-# exp-tpot.yaml, exp-tpot-g05.yaml, exp-target.yaml), each checked here with
+# exp-tpot.yaml, exp-tpot-g05.yaml, exp-tpot-held.yaml, exp-tpot-g05-held.yaml,
+# exp-target.yaml), each checked here with
 # `genslot check-config` so a config error costs no time on the H200 machine.
 #
 # CONTEXT_YAML: the line(s) appended to every arm's config to select `context: transfer`
@@ -38,6 +39,12 @@ stage_arm tpot h200-llama-8b-tpot.yaml
 # simulator says holds a three-minute run's TPOT cost to the setpoint (docs/results.md §3).
 stage_arm tpot-g05 h200-llama-8b-control.yaml \
   "scheduler_config:"$'\n'"  gen_preemption: { tpot_budget: 0.10, initial_gain: 0.5 }"$'\n'
+# tpot-held, tpot-g05-held: the same two starts with g held until a paused request completes
+# (`gain_from: paused`, docs/results.md §3 and §4.3).
+stage_arm tpot-held h200-llama-8b-control.yaml \
+  "scheduler_config:"$'\n'"  gen_preemption: { tpot_budget: 0.10, gain_from: paused }"$'\n'
+stage_arm tpot-g05-held h200-llama-8b-control.yaml \
+  "scheduler_config:"$'\n'"  gen_preemption: { tpot_budget: 0.10, initial_gain: 0.5, gain_from: paused }"$'\n'
 # target_output_tps: the simulator's T (control rate / 1.10) at c288 is 37.4 tok/s; set
 # TARGET_OUTPUT_TPS from the first control run's served rate (h200_analyze.py prints it).
 stage_arm target h200-llama-8b-control.yaml \
