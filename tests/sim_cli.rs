@@ -444,16 +444,24 @@ fn seeds_are_a_count_from_one_to_the_configs_bound() {
     }
 }
 
-#[test]
-fn a_configs_initial_gain_starts_every_tpot_budget_arm_that_names_no_g0() {
-    let cfg = |gain: &str| {
-        format!(
-            "max_batch_size: 8\nscheduler_config:\n  gen_admission: {{ min_samples: 20, target_window: 100 }}\n  gen_preemption: {{ tpot_budget: 0.1{gain} }}\n"
-        )
-    };
-    let (_a, with) = written("with.yaml", &cfg(", initial_gain: 0.25"));
-    let (_b, without) = written("without.yaml", &cfg(""));
-    let load = [
+/// A config with `tpot_budget: 0.1` and `extra` in its `gen_preemption`, for a run saturated
+/// enough that g's start and rule change its numbers.
+fn preemption_config(name: &str, extra: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    written(
+        name,
+        &format!(
+            "max_batch_size: 8\nscheduler_config:\n  gen_admission: {{ min_samples: 20, target_window: 100 }}\n  gen_preemption: {{ tpot_budget: 0.1{extra} }}\n"
+        ),
+    )
+}
+
+/// `arms` on `config` over 60 sessions in 32 lanes: the header and the JSON.
+fn saturated(config: &std::path::Path, arms: &str) -> (String, serde_json::Value) {
+    let args = [
+        "--config",
+        config.to_str().unwrap(),
+        "--arms",
+        arms,
         "--synthetic-sessions",
         "60",
         "--concurrency",
@@ -463,96 +471,76 @@ fn a_configs_initial_gain_starts_every_tpot_budget_arm_that_names_no_g0() {
         "--warmup",
         "60",
     ];
-    let run = |config: &std::path::Path, arms: &str| {
-        let head = ["--config", config.to_str().unwrap(), "--arms", arms];
-        ran(&[&head[..], &load[..]].concat())
-    };
-    let (text, from_config) = run(&with, "control,tpot_budget=0.10");
+    ran(&args)
+}
+
+/// An arm's numbers by its name, the name left out.
+fn arm_numbers(v: &serde_json::Value, name: &str) -> serde_json::Value {
+    let mut a = v["arms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["name"] == name)
+        .unwrap_or_else(|| panic!("no arm {name} in {v}"))
+        .clone();
+    a.as_object_mut().unwrap().remove("name");
+    a
+}
+
+#[test]
+fn a_configs_initial_gain_starts_every_tpot_budget_arm_that_names_no_g0() {
+    let (_a, with) = preemption_config("with.yaml", ", initial_gain: 0.25");
+    let (_b, without) = preemption_config("without.yaml", "");
+    let (text, from_config) = saturated(&with, "control,tpot_budget=0.10");
     assert!(text.contains(", g starts at 0.25 (config)"), "{text}");
-    let (text, explicit) = run(&without, "tpot_budget=0.10+g0=0.25,tpot_budget=0.10");
+    let (text, explicit) = saturated(&without, "tpot_budget=0.10+g0=0.25,tpot_budget=0.10");
     assert!(
         text.contains(", g starts at 1 (config)"),
         "the default, resolved: {text}"
     );
-    // An arm's numbers by its name, the name left out.
-    let numbers = |v: &serde_json::Value, name: &str| {
-        let mut a = v["arms"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|a| a["name"] == name)
-            .unwrap_or_else(|| panic!("no arm {name} in {v}"))
-            .clone();
-        a.as_object_mut().unwrap().remove("name");
-        a
-    };
-    let started_low = numbers(&from_config, "tpot_budget=0.10");
-    assert_eq!(started_low, numbers(&explicit, "tpot_budget=0.10+g0=0.25"));
+    let started_low = arm_numbers(&from_config, "tpot_budget=0.10");
+    assert_eq!(
+        started_low,
+        arm_numbers(&explicit, "tpot_budget=0.10+g0=0.25")
+    );
     assert_ne!(
         started_low,
-        numbers(&explicit, "tpot_budget=0.10"),
+        arm_numbers(&explicit, "tpot_budget=0.10"),
         "g's start changes this saturated run"
     );
     // `g0=` in the arm still wins over the config's start.
-    let (_, overridden) = run(&with, "tpot_budget=0.10+g0=1");
+    let (_, overridden) = saturated(&with, "tpot_budget=0.10+g0=1");
     assert_eq!(
-        numbers(&overridden, "tpot_budget=0.10+g0=1"),
-        numbers(&explicit, "tpot_budget=0.10")
+        arm_numbers(&overridden, "tpot_budget=0.10+g0=1"),
+        arm_numbers(&explicit, "tpot_budget=0.10")
     );
 }
 
 #[test]
 fn a_configs_gain_from_holds_every_tpot_budget_arm_that_names_no_g_from() {
-    let cfg = |from: &str| {
-        format!(
-            "max_batch_size: 8\nscheduler_config:\n  gen_admission: {{ min_samples: 20, target_window: 100 }}\n  gen_preemption: {{ tpot_budget: 0.1{from} }}\n"
-        )
-    };
-    let (_a, held) = written("held.yaml", &cfg(", gain_from: paused"));
-    let (_b, plain) = written("plain.yaml", &cfg(""));
-    let load = [
-        "--synthetic-sessions",
-        "60",
-        "--concurrency",
-        "32",
-        "--duration",
-        "600",
-        "--warmup",
-        "60",
-    ];
-    let run = |config: &std::path::Path, arms: &str| {
-        let head = ["--config", config.to_str().unwrap(), "--arms", arms];
-        ran(&[&head[..], &load[..]].concat())
-    };
-    let arm = |v: &serde_json::Value, name: &str| {
-        let mut a = v["arms"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|a| a["name"] == name)
-            .unwrap_or_else(|| panic!("no arm {name} in {v}"))
-            .clone();
-        a.as_object_mut().unwrap().remove("name");
-        a
-    };
-    let (text, from_config) = run(&held, "control,tpot_budget=0.10");
+    let (_a, held) = preemption_config("held.yaml", ", gain_from: paused");
+    let (_b, plain) = preemption_config("plain.yaml", "");
+    let (text, from_config) = saturated(&held, "control,tpot_budget=0.10");
     assert!(
         text.contains(", g starts at 1 (config), held until a paused request completes"),
         "{text}"
     );
-    let (_, explicit) = run(&plain, "tpot_budget=0.10+g_from=paused,tpot_budget=0.10");
-    let holding = arm(&from_config, "tpot_budget=0.10");
-    assert_eq!(holding, arm(&explicit, "tpot_budget=0.10+g_from=paused"));
+    let (_, explicit) = saturated(&plain, "tpot_budget=0.10+g_from=paused,tpot_budget=0.10");
+    let holding = arm_numbers(&from_config, "tpot_budget=0.10");
+    assert_eq!(
+        holding,
+        arm_numbers(&explicit, "tpot_budget=0.10+g_from=paused")
+    );
     assert_ne!(
         holding,
-        arm(&explicit, "tpot_budget=0.10"),
+        arm_numbers(&explicit, "tpot_budget=0.10"),
         "holding g changes this saturated run"
     );
     // `g_from=` in the arm still wins over the config's.
-    let (_, overridden) = run(&held, "tpot_budget=0.10+g_from=any");
+    let (_, overridden) = saturated(&held, "tpot_budget=0.10+g_from=any");
     assert_eq!(
-        arm(&overridden, "tpot_budget=0.10+g_from=any"),
-        arm(&explicit, "tpot_budget=0.10")
+        arm_numbers(&overridden, "tpot_budget=0.10+g_from=any"),
+        arm_numbers(&explicit, "tpot_budget=0.10")
     );
 }
 

@@ -526,30 +526,19 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
     };
     let (duration, warmup, mut seeds) = run_shape(&args, recording.as_ref())?;
     let config = args.config.as_deref().map(Config::from_file).transpose()?;
-    // A config's start for g is every tpot_budget arm's that names none (`g0=` overrides).
-    let config_g0 = config
-        .as_ref()
-        .and_then(|c| c.scheduler_config.gen_preemption.initial_gain);
-    if let Some(g) = config_g0 {
-        for a in arms
-            .iter_mut()
-            .filter(|a| matches!(a.mode, ModeSpec::TpotBudget(_)))
-        {
-            a.g0 = a.g0.or(Some(g));
-        }
-    }
-    // So is its `gain_from` (`g_from=` overrides).
-    let config_g_from = config
-        .as_ref()
-        .and_then(|c| c.scheduler_config.gen_preemption.gain_from);
-    if let Some(from) = config_g_from {
-        for a in arms
-            .iter_mut()
-            .filter(|a| matches!(a.mode, ModeSpec::TpotBudget(_)))
-        {
-            let holds = from == crate::config::GainFrom::Paused;
-            a.g_holds_until_paused = a.g_holds_until_paused.or(Some(holds));
-        }
+    // A config's start for g and its gain rule are every tpot_budget arm's that names none of
+    // its own (`g0=`, `g_from=`).
+    let gain = config.as_ref().map(|c| &c.scheduler_config.gen_preemption);
+    let config_g0 = gain.and_then(|p| p.initial_gain);
+    let config_g_from = gain.and_then(|p| p.gain_from);
+    for a in arms
+        .iter_mut()
+        .filter(|a| matches!(a.mode, ModeSpec::TpotBudget(_)))
+    {
+        a.g0 = a.g0.or(config_g0);
+        a.g_holds_until_paused = a
+            .g_holds_until_paused
+            .or(config_g_from.map(|f| f == crate::config::GainFrom::Paused));
     }
     let (plant, admission) = match &config {
         Some(c) => from_config(c),
