@@ -280,17 +280,8 @@ pub struct GenPreemptionConfig {
     pub gain_from: Option<GainFrom>,
 }
 
-/// Which completions step `tpot_budget`'s window gain g.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum GainFrom {
-    /// Every completion once X is formed (SPEC §4.3).
-    Any,
-    /// None until the first completion of a paused request, then every one: before it every
-    /// completion reports an inflation of 0 and g climbs on it (an ablation outside the SPEC;
-    /// docs/results.md §3, the simulator's `g_from=paused`).
-    Paused,
-}
+/// Which completions step `tpot_budget`'s window gain g: the controller's own rule enum.
+pub use crate::policy::preemption::controller::GainFrom;
 
 /// The preemption mode after validation (SPEC §4.3); the core's `Mode`.
 pub use crate::policy::Mode as Preemption;

@@ -353,41 +353,43 @@ fn preemption(cfg: &Config, out: &mut Vec<Issue>) {
             return;
         }
     };
-    if let Some(g) = cfg.scheduler_config.gen_preemption.initial_gain {
-        use crate::policy::preemption::controller::{G_MAX, G_MIN};
-        let issue = match mode {
-            Preemption::TpotBudget(_) => rule::finite_within(g, G_MIN, G_MAX)
-                .err()
-                .map(|why| Issue::new(INITIAL_GAIN, why)),
-            _ => Some(
-                Issue::new(
-                    INITIAL_GAIN,
-                    "is where `tpot_budget`'s window gain starts: set it with `tpot_budget` only",
-                )
-                .with_related(if mode == Preemption::Off {
-                    TPOT_BUDGET
-                } else {
-                    TARGET_TPS
-                }),
-            ),
-        };
-        out.extend(issue);
-    }
-    if cfg.scheduler_config.gen_preemption.gain_from.is_some()
-        && !matches!(mode, Preemption::TpotBudget(_))
-    {
-        out.push(
-            Issue::new(
-                GAIN_FROM,
-                "says which completions step `tpot_budget`'s window gain: set it with \
-                 `tpot_budget` only",
-            )
-            .with_related(if mode == Preemption::Off {
+    let gain = &cfg.scheduler_config.gen_preemption;
+    match mode {
+        Preemption::TpotBudget(_) => {
+            if let Some(g) = gain.initial_gain {
+                use crate::policy::preemption::controller::{G_MAX, G_MIN};
+                if let Err(why) = rule::finite_within(g, G_MIN, G_MAX) {
+                    out.push(Issue::new(INITIAL_GAIN, why));
+                }
+            }
+        }
+        // The window gain's settings belong to `tpot_budget`: each one set beside the other
+        // mode, or with none, is refused, related to the field set (or the one missing).
+        _ => {
+            let related = if mode == Preemption::Off {
                 TPOT_BUDGET
             } else {
                 TARGET_TPS
-            }),
-        );
+            };
+            let gain_settings = [
+                (
+                    INITIAL_GAIN,
+                    gain.initial_gain.is_some(),
+                    "is where `tpot_budget`'s window gain starts",
+                ),
+                (
+                    GAIN_FROM,
+                    gain.gain_from.is_some(),
+                    "says which completions step `tpot_budget`'s window gain",
+                ),
+            ];
+            for (field, _, what) in gain_settings.iter().filter(|(_, set, _)| *set) {
+                out.push(
+                    Issue::new(field, format!("{what}: set it with `tpot_budget` only"))
+                        .with_related(related),
+                );
+            }
+        }
     }
     let on_field = match mode {
         Preemption::Off => return,

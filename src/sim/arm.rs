@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::config::{rule, MAX_ROWS};
 use crate::policy::names;
-use crate::policy::preemption::controller::{G_MAX, G_MIN};
+use crate::policy::preemption::controller::{GainFrom, G_MAX, G_MIN};
 use crate::policy::preemption::victim::VictimKey;
 use crate::policy::AdmissionPolicy;
 
@@ -31,10 +31,9 @@ pub struct ArmSpec {
     pub victim: Option<VictimKey>,
     /// Where `tpot_budget`'s window gain g starts (default 1).
     pub g0: Option<f64>,
-    /// `g_from=paused`: g holds until the first completion of a paused request
-    /// (`g_from=any`, SPEC §4.3's, steps on every completion); unset: the config's
-    /// `gain_from`, else `any`.
-    pub g_holds_until_paused: Option<bool>,
+    /// Which completions step g (`g_from=any|paused`); unset: the config's `gain_from`, else
+    /// `any` (SPEC §4.3).
+    pub gain_from: Option<GainFrom>,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -75,7 +74,7 @@ impl ArmSpec {
             order: None,
             victim: None,
             g0: None,
-            g_holds_until_paused: None,
+            gain_from: None,
         }
     }
 
@@ -147,18 +146,7 @@ impl ArmSpec {
                     rule::finite_within(g, G_MIN, G_MAX).map_err(|why| err(format!("g0 {why}")))?;
                     arm.g0 = Some(g);
                 }
-                "g_from" => {
-                    arm.g_holds_until_paused = match v {
-                        "any" => Some(false),
-                        "paused" => Some(true),
-                        _ => {
-                            return Err(err(format!(
-                                "unknown g_from `{v}` (any: every completion steps g, as SPEC \
-                                 §4.3; paused: g holds until a paused request completes)"
-                            )))
-                        }
-                    };
-                }
+                "g_from" => arm.gain_from = Some(rule::<GainFrom>("g_from", v).map_err(err)?),
                 _ => {
                     return Err(err(format!(
                         "unknown key `{k}` (one of {}; or control alone)",
@@ -400,15 +388,12 @@ mod tests {
     #[test]
     fn g_from_paused_holds_the_gain_and_needs_tpot_budget() {
         let arm = ArmSpec::parse("tpot_budget=0.1+g0=0.5+g_from=paused").unwrap();
-        assert_eq!(arm.g_holds_until_paused, Some(true));
+        assert_eq!(arm.gain_from, Some(GainFrom::Paused));
         assert_eq!(arm.g0, Some(0.5));
         let any = ArmSpec::parse("tpot_budget=0.1+g_from=any").unwrap();
-        assert_eq!(any.g_holds_until_paused, Some(false));
+        assert_eq!(any.gain_from, Some(GainFrom::Any));
         let unset = ArmSpec::parse("tpot_budget=0.1").unwrap();
-        assert_eq!(
-            unset.g_holds_until_paused, None,
-            "the config's gain_from, else any"
-        );
+        assert_eq!(unset.gain_from, None, "the config's gain_from, else any");
         let e = ArmSpec::parse("tpot_budget=0.1+g_from=later").unwrap_err();
         assert!(e.why.contains("unknown g_from `later`"), "{}", e.why);
         let e = ArmSpec::parse("target_output_tps=auto+g_from=paused").unwrap_err();

@@ -13,7 +13,7 @@ use super::{
     bench, count, load_label, presets, report, run_experiment, served, svg, timeline, Experiment,
     ExperimentResult, PlantOverrides, WorkloadInfo,
 };
-use crate::config::{rule, Config, MAX_ENTRIES, MAX_SECONDS, MAX_TIMING_UNIT};
+use crate::config::{rule, Config, GainFrom, MAX_ENTRIES, MAX_SECONDS, MAX_TIMING_UNIT};
 use crate::policy::admission::AdmissionParams;
 use crate::workload::context::context_lengths;
 use crate::workload::{
@@ -536,9 +536,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         .filter(|a| matches!(a.mode, ModeSpec::TpotBudget(_)))
     {
         a.g0 = a.g0.or(config_g0);
-        a.g_holds_until_paused = a
-            .g_holds_until_paused
-            .or(config_g_from.map(|f| f == crate::config::GainFrom::Paused));
+        a.gain_from = a.gain_from.or(config_g_from);
     }
     let (plant, admission) = match &config {
         Some(c) => from_config(c),
@@ -711,18 +709,18 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         } else {
             format!(", output scale {}", plant.output_scale)
         };
+        let held = match config_g_from {
+            Some(GainFrom::Paused) => ", held until a paused request completes",
+            _ => "",
+        };
         let g_start = config_g0
             .filter(|_| {
                 arms.iter()
                     .any(|a| matches!(a.mode, ModeSpec::TpotBudget(_)))
             })
-            .map_or(String::new(), |g| format!(", g starts at {g} (config)"));
-        let g_start = match config_g_from.filter(|_| !g_start.is_empty()) {
-            Some(crate::config::GainFrom::Paused) => {
-                format!("{g_start}, held until a paused request completes")
-            }
-            _ => g_start,
-        };
+            .map_or(String::new(), |g| {
+                format!(", g starts at {g} (config){held}")
+            });
         // Open loop, a seed changes nothing: every seed replays the same arrivals.
         let same_seeds = if info.open_loop && r.seeds > 1 {
             "; open loop: every seed replays the same arrivals, so the seeds are identical runs"

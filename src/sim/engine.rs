@@ -212,7 +212,7 @@ fn params_with(
     if let Some(g0) = arm.spec.g0 {
         p.g0 = g0;
     }
-    p.g_holds_until_paused = arm.spec.g_holds_until_paused.unwrap_or(false);
+    p.gain_from = arm.spec.gain_from.unwrap_or_default();
     if large_pages {
         let max_req =
             pages::max_request_tokens(&spec.workload, spec.plant.output_scale, p.tokens_per_step);

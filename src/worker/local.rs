@@ -26,7 +26,7 @@ impl LocalPorts {
         let mut preempt_params = PreemptParams::new(params.mode, params.max_active);
         preempt_params.victim_key = params.victim_key;
         preempt_params.g0 = params.g0;
-        preempt_params.g_holds_until_paused = params.g_holds_until_paused;
+        preempt_params.gain_from = params.gain_from;
         Self {
             queue: AdmissionQueue::new(params.admission),
             preempt: GenPreemption::new(preempt_params),

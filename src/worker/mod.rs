@@ -50,9 +50,8 @@ pub struct WorkerParams {
     pub victim_key: VictimKey,
     /// Where `tpot_budget`'s window gain g starts (the simulator's `g0=` ablation).
     pub g0: f64,
-    /// Hold g until the first completion of a paused request (the simulator's
-    /// `g_from=paused` ablation).
-    pub g_holds_until_paused: bool,
+    /// Which completions step g (the config's `gain_from`, the simulator's `g_from=`).
+    pub gain_from: crate::policy::preemption::controller::GainFrom,
     pub headroom: u32,
     pub kv: KvConfig,
     /// Recurrent-state bytes per request, for hybrid models.
@@ -74,7 +73,7 @@ impl WorkerParams {
             mode,
             victim_key: VictimKey::default(),
             g0: crate::policy::preemption::controller::G_START,
-            g_holds_until_paused: false,
+            gain_from: Default::default(),
             headroom,
             kv: KvConfig {
                 tokens_per_block: tpb,
@@ -110,7 +109,7 @@ impl WorkerParams {
             Mode::TpotBudget(b) => format!(
                 "tpot_budget {b} (g starts at {}{}), paused cap {}",
                 self.g0,
-                if self.g_holds_until_paused {
+                if self.gain_from == crate::policy::preemption::controller::GainFrom::Paused {
                     ", held until a paused request completes"
                 } else {
                     ""

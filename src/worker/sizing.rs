@@ -91,8 +91,11 @@ pub fn resolve(cfg: &Config) -> Result<(WorkerParams, SetupDecision), SetupError
             .gen_preemption
             .initial_gain
             .unwrap_or(crate::policy::preemption::controller::G_START),
-        g_holds_until_paused: cfg.scheduler_config.gen_preemption.gain_from
-            == Some(crate::config::GainFrom::Paused),
+        gain_from: cfg
+            .scheduler_config
+            .gen_preemption
+            .gain_from
+            .unwrap_or_default(),
         headroom,
         kv: kv_config(cfg, rows, headroom),
         recurrent_state_bytes: cfg
@@ -107,6 +110,7 @@ pub fn resolve(cfg: &Config) -> Result<(WorkerParams, SetupDecision), SetupError
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::preemption::controller::GainFrom;
     use crate::policy::setup::OffReason;
     use crate::policy::Mode;
 
@@ -132,12 +136,12 @@ mod tests {
             "scheduler_config: { gen_preemption: { tpot_budget: 0.1, initial_gain: 0.5, gain_from: paused } }",
         ))
         .unwrap();
-        assert_eq!((p.g0, p.g_holds_until_paused), (0.5, true));
+        assert_eq!((p.g0, p.gain_from), (0.5, GainFrom::Paused));
         let (p, _) = resolve(&cfg(
             "scheduler_config: { gen_preemption: { tpot_budget: 0.1 } }",
         ))
         .unwrap();
-        assert_eq!((p.g0, p.g_holds_until_paused), (1.0, false), "SPEC §4.3's");
+        assert_eq!((p.g0, p.gain_from), (1.0, GainFrom::Any), "SPEC §4.3's");
     }
 
     #[test]

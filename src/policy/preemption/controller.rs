@@ -10,6 +10,19 @@
 //! before one, every completion reports an inflation of 0 because nothing has been paused
 //! yet, and the integrator climbs on that (docs/results.md §4.3).
 
+/// Which completions step g (the config's `gain_from`, the simulator's `g_from=`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GainFrom {
+    /// Every completion once X is formed (SPEC §4.3).
+    #[default]
+    Any,
+    /// None until the first completion of a paused request, then every one: before it every
+    /// completion reports an inflation of 0 and g climbs on it (an ablation outside the SPEC;
+    /// docs/results.md §3).
+    Paused,
+}
+
 pub const G_MIN: f64 = 0.25;
 /// Where g starts by default (SPEC §4.3 leaves it open); `gen_preemption.initial_gain` and
 /// the simulator's `g0=` arm move it.
@@ -23,8 +36,7 @@ pub struct WindowGain {
     ln_g: f64,
     setpoint: f64,
     steps: u64,
-    /// Set by [`WindowGain::holding_until_paused`]: no step until a completion reports an
-    /// inflation above 0.
+    /// Set by [`GainFrom::Paused`]: no step until a completion reports an inflation above 0.
     waiting_for_a_pause: bool,
 }
 
@@ -39,10 +51,9 @@ impl WindowGain {
         }
     }
 
-    /// With `hold`, g does not move until the first completion of a paused request (an
-    /// ablation; SPEC §4.3 steps on every completion).
-    pub fn holding_until_paused(mut self, hold: bool) -> Self {
-        self.waiting_for_a_pause = hold;
+    /// Which completions step g.
+    pub fn stepping_from(mut self, from: GainFrom) -> Self {
+        self.waiting_for_a_pause = from == GainFrom::Paused;
         self
     }
 
@@ -118,7 +129,7 @@ mod tests {
     #[test]
     fn a_holding_gain_ignores_completions_until_one_was_paused_then_steps_on_every_one() {
         let mut spec = WindowGain::new(0.10, 0.5);
-        let mut held = WindowGain::new(0.10, 0.5).holding_until_paused(true);
+        let mut held = WindowGain::new(0.10, 0.5).stepping_from(GainFrom::Paused);
         for _ in 0..300 {
             spec.step(0.0);
             held.step(0.0);

@@ -76,9 +76,8 @@ pub struct PreemptParams {
     pub victim_key: VictimKey,
     /// Initial window gain g.
     pub g0: f64,
-    /// Hold g until the first completion of a paused request (an ablation; SPEC §4.3 steps
-    /// on every completion).
-    pub g_holds_until_paused: bool,
+    /// Which completions step g (SPEC §4.3: any).
+    pub gain_from: controller::GainFrom,
 }
 
 impl PreemptParams {
@@ -88,7 +87,7 @@ impl PreemptParams {
             max_active,
             victim_key: VictimKey::default(),
             g0: controller::G_START,
-            g_holds_until_paused: false,
+            gain_from: controller::GainFrom::Any,
         }
     }
 }
@@ -255,8 +254,7 @@ impl GenPreemption {
             params,
             cap: paused_cap(params.max_active),
             stats: DecodeStats::default(),
-            gain: WindowGain::new(budget, params.g0)
-                .holding_until_paused(params.g_holds_until_paused),
+            gain: WindowGain::new(budget, params.g0).stepping_from(params.gain_from),
             credit: Credit::default(),
             records: IdMap::default(),
             paused: IdMap::default(),

@@ -46,8 +46,7 @@ impl ReferencePreemption {
         Self {
             params,
             stats: DecodeStats::default(),
-            gain: WindowGain::new(budget, params.g0)
-                .holding_until_paused(params.g_holds_until_paused),
+            gain: WindowGain::new(budget, params.g0).stepping_from(params.gain_from),
             credit: Credit::default(),
             records: BTreeMap::new(),
         }

@@ -12,6 +12,7 @@ use proptest::test_runner::{TestCaseError, TestRunner};
 use super::*;
 use crate::policy::admission::QueueFacts;
 use crate::policy::names;
+use crate::policy::preemption::controller::GainFrom;
 use crate::policy::preemption::reference::ReferencePreemption;
 
 /// Histories (and single states) per mode; each runs under every victim rule.
@@ -316,7 +317,11 @@ fn run_history(
         victim_key: rule,
         g0: h.g0,
         // Both gain rules, without another generated field: g0 is drawn on both sides of 1.
-        g_holds_until_paused: h.g0 < 1.0,
+        gain_from: if h.g0 < 1.0 {
+            GainFrom::Paused
+        } else {
+            GainFrom::Any
+        },
         ..PreemptParams::new(mode, h.max_active)
     };
     let mut walking = GenPreemption::new(params);
