@@ -11,6 +11,7 @@ pub mod policy;
 pub mod pools;
 pub mod sampling;
 pub mod server;
+pub mod signal;
 pub mod sim;
 pub mod text;
 pub mod timing;

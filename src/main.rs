@@ -126,29 +126,8 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     runtime.block_on(genslot::actors::serve::serve_recorded(
         cfg,
         args.record.as_deref(),
-        shutdown_signal(),
+        genslot::signal::interrupt_or_terminate(),
     ))
-}
-
-/// Ctrl-C or SIGTERM.
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        if tokio::signal::ctrl_c().await.is_err() {
-            std::future::pending::<()>().await;
-        }
-    };
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    tokio::select! {
-        _ = ctrl_c => {}
-        _ = term => {}
-    }
 }
 
 fn report(r: anyhow::Result<()>) -> ExitCode {

@@ -2,6 +2,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+use genslot::signal::interrupt_or_terminate;
 use loadgen::cli::{with_default_subcommand, Cli, Command};
 use loadgen::summary::StopReason;
 
@@ -24,40 +25,19 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
     }
 }
 
-/// Ctrl-C or SIGTERM. Never resolves where neither can be listened for.
-async fn signal() {
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending().await,
-        }
-    };
-    let ctrl_c = async {
-        if tokio::signal::ctrl_c().await.is_err() {
-            std::future::pending::<()>().await;
-        }
-    };
-    tokio::select! {
-        _ = ctrl_c => {}
-        _ = terminate => {}
-    }
-}
-
 /// Resolves at the first interrupt, so the run can cancel what is in flight and write what
 /// ran; a second one quits at once, writing nothing (a server that ignores cancellation
 /// cannot hold the terminal).
 async fn first_interrupt() {
     let (tx, rx) = tokio::sync::oneshot::channel();
     tokio::spawn(async move {
-        signal().await;
+        interrupt_or_terminate().await;
         eprintln!(
             "\ninterrupted: cancelling the requests in flight and writing what ran \
              (interrupt again to quit at once)"
         );
         let _ = tx.send(());
-        signal().await;
+        interrupt_or_terminate().await;
         eprintln!("interrupted again: quitting without writing the results");
         std::process::exit(i32::from(INTERRUPTED));
     });
