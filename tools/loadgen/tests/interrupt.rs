@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use common::cli::args;
 use common::Behavior;
 use loadgen::record::Outcome;
-use loadgen::runner::run_until;
+use loadgen::runner::{run_until, RunOutput};
 use loadgen::source::FixedLanes;
 use loadgen::summary::StopReason;
 
@@ -23,25 +23,27 @@ fn six_then_hang(i: u64) -> Behavior {
     }
 }
 
-#[tokio::test]
-async fn an_interrupt_stops_the_sends_and_cancels_what_is_in_flight_without_the_grace() {
-    let mock = common::start(six_then_hang, None).await;
+/// Two fixed lanes against `url` for `duration`, with a minute of grace, interrupted after
+/// `interrupt_ms`: the run must end well before the grace would have.
+async fn interrupted(url: &str, duration: Duration, interrupt_ms: u64) -> RunOutput {
     let mut source = FixedLanes::new(2, 8, 4, 0.0, false);
-    let mut cfg = common::config(&mock.url(), Duration::from_secs(60), None);
+    let mut cfg = common::config(url, duration, None);
     cfg.grace = Duration::from_secs(60);
     let started = Instant::now();
-    let out = run_until(
-        &mut source,
-        &cfg,
-        tokio::time::sleep(Duration::from_millis(800)),
-    )
-    .await
-    .expect("run");
+    let interrupt = tokio::time::sleep(Duration::from_millis(interrupt_ms));
+    let out = run_until(&mut source, &cfg, interrupt).await.expect("run");
     assert!(
         started.elapsed() < Duration::from_secs(10),
         "the run waited {:?} after the interrupt",
         started.elapsed()
     );
+    out
+}
+
+#[tokio::test]
+async fn an_interrupt_stops_the_sends_and_cancels_what_is_in_flight_without_the_grace() {
+    let mock = common::start(six_then_hang, None).await;
+    let out = interrupted(&mock.url(), Duration::from_secs(60), 800).await;
     assert_eq!(out.stop_reason, StopReason::Interrupted);
     let count = |o: Outcome| out.records.iter().filter(|r| r.outcome() == o).count();
     assert_eq!(count(Outcome::Completed), 6);
@@ -53,18 +55,7 @@ async fn an_interrupt_stops_the_sends_and_cancels_what_is_in_flight_without_the_
 #[tokio::test]
 async fn an_interrupt_in_the_grace_period_keeps_the_runs_stop_reason() {
     let mock = common::start(|_| Behavior::Hang, None).await;
-    let mut source = FixedLanes::new(2, 8, 4, 0.0, false);
-    let mut cfg = common::config(&mock.url(), Duration::from_millis(200), None);
-    cfg.grace = Duration::from_secs(60);
-    let started = Instant::now();
-    let out = run_until(
-        &mut source,
-        &cfg,
-        tokio::time::sleep(Duration::from_millis(600)),
-    )
-    .await
-    .expect("run");
-    assert!(started.elapsed() < Duration::from_secs(10));
+    let out = interrupted(&mock.url(), Duration::from_millis(200), 600).await;
     assert_eq!(
         out.stop_reason,
         StopReason::Duration,
