@@ -9,13 +9,15 @@ use std::path::{Path, PathBuf};
 /// Bottom to top. A layer holds one or more groups of modules; a module may import its own
 /// group and every lower layer, never a higher layer nor another group of its own layer.
 const LAYERS: &[&[&[&str]]] = &[
-    // Roots: shared ids, metric names, sampling parameters, trace readers, the GGUF reader.
+    // Roots: shared ids, metric names, sampling parameters, trace readers, the GGUF reader,
+    // the stop signals.
     &[
         &["ids"],
         &["metrics"],
         &["sampling"],
         &["workload"],
         &["gguf"],
+        &["signal"],
     ],
     // The decision core; it asks about room through closures and never sees a pool.
     &[&["policy"]],
