@@ -10,8 +10,8 @@ use super::arm::{ArmSpec, ModeSpec};
 use super::engine::{RunSpec, Workload};
 use super::plant::Plant;
 use super::{
-    bench, count, load_label, presets, report, run_experiment, served, svg, timeline, Experiment,
-    ExperimentResult, PlantOverrides, WorkloadInfo,
+    bench, calibrate, count, load_label, presets, report, run_experiment, served, svg, timeline,
+    Experiment, ExperimentResult, PlantOverrides, WorkloadInfo,
 };
 use crate::config::{rule, Config, GainFrom, MAX_ENTRIES, MAX_SECONDS, MAX_TIMING_UNIT};
 use crate::policy::admission::AdmissionParams;
@@ -111,6 +111,13 @@ pub struct SimArgs {
     /// Override the step model's extra ms per request past its jump batch size.
     #[arg(long)]
     pub per_request_above_ms: Option<f64>,
+    /// Every step term x F, in [0.25, 4]: a card that much slower or faster than the one the
+    /// timing was fitted on. `auto` (with --replay of a control run): the factor at which the
+    /// replayed control's mean TPOT over the window equals the served run's, found by
+    /// bisection and stated in the header and the JSON (`plant_overrides.step_scale`); pass
+    /// that factor to the replays of the other arms' recordings from the same machine.
+    #[arg(long, value_name = "F|auto", value_parser = parse_step_scale)]
+    pub step_scale: Option<StepScaleArg>,
     /// X's window for every arm, control included: the number of recent waited TTFTs X is
     /// the percentile of (SPEC §4.2; default 1000). X forms at min(200, this) samples.
     #[arg(long)]
@@ -176,6 +183,43 @@ impl TraceFormatArg {
             Self::Azure => Some(TraceFormat::Azure),
         }
     }
+}
+
+/// `--step-scale`: a factor, or `auto` (fitted to a recording's TPOT).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum StepScaleArg {
+    Factor(f64),
+    Auto,
+}
+
+fn parse_step_scale(s: &str) -> Result<StepScaleArg, String> {
+    if s == "auto" {
+        return Ok(StepScaleArg::Auto);
+    }
+    s.parse()
+        .map(StepScaleArg::Factor)
+        .map_err(|_| format!("a factor such as 1.05, or auto; got `{s}`"))
+}
+
+/// `--step-scale auto`: the factor at which the replayed control decodes at the served
+/// control's mean TPOT (`calibrate`), each try one seed of the control alone.
+fn auto_step_scale(base: &RunSpec, served_tpot_ms: f64) -> anyhow::Result<calibrate::ScaleFit> {
+    let control = ArmSpec::parse_list("control")?;
+    let fit = calibrate::fit_step_scale(served_tpot_ms, |factor| {
+        let mut spec = base.clone();
+        spec.plant.step = spec.plant.step.scaled(factor);
+        let exp = Experiment {
+            base: spec,
+            arms: control.clone(),
+            seeds: 1,
+            threads: 1,
+            progress: false,
+        };
+        let r = run_experiment(&exp)?;
+        Ok(r.arms.first().map_or(f64::NAN, |a| a.mean_tpot_ms))
+    })
+    .context("--step-scale auto")?;
+    Ok(fit)
 }
 
 /// The workload, with the context transform applied to a trace or the synthetic sessions,
@@ -407,7 +451,7 @@ fn seconds(x: f64) -> String {
 
 /// The plant as the header names it: the preset, or the config file, and the plant flags
 /// that override it (`--output-scale` is stated on its own, as every scale but 1 is).
-fn plant_label(args: &SimArgs, plant: &Plant) -> String {
+fn plant_label(args: &SimArgs, plant: &Plant, step_scale: Option<f64>) -> String {
     let mut text = match &args.config {
         Some(path) => format!("config {}", file_name(path)),
         None => format!("preset {}", plant.name),
@@ -419,6 +463,10 @@ fn plant_label(args: &SimArgs, plant: &Plant) -> String {
     ]
     .iter()
     .filter_map(|(flag, v)| v.map(|v| format!("{flag} {}", rule::number(v))))
+    .chain(step_scale.map(|f| match args.step_scale {
+        Some(StepScaleArg::Auto) => format!("--step-scale auto: x{f:.4}"),
+        _ => format!("--step-scale {}", rule::number(f)),
+    }))
     .collect();
     if !given.is_empty() {
         text += &format!(" ({})", given.join(", "));
@@ -639,17 +687,65 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
             plant.output_scale = 1.0;
         }
     }
+    let step_scale = match args.step_scale {
+        None => None,
+        Some(StepScaleArg::Factor(x)) => {
+            let (lo, hi) = calibrate::SCALE_RANGE;
+            flag("--step-scale", rule::finite_within(x, lo, hi))?;
+            Some(x)
+        }
+        Some(StepScaleArg::Auto) => {
+            let Some(rec) = &recording else {
+                bail!(
+                    "--step-scale auto fits the step to a served run's TPOT: give the run's \
+                     recording with --replay (or a factor, e.g. --step-scale 1.05)"
+                );
+            };
+            let served = served::summarise(rec, warmup, duration);
+            if served.pauses > 0 {
+                bail!(
+                    "--step-scale auto fits the step to a control run, and this recording's \
+                     window holds {} (a preemption arm's TPOT includes its pauses): fit on the \
+                     control run of the same machine and pass its factor here, --step-scale F",
+                    count(served.pauses, "pause")
+                );
+            }
+            let base = RunSpec {
+                plant: plant.clone(),
+                admission,
+                workload: workload.clone(),
+                concurrency: 0,
+                duration_s: duration,
+                warmup_s: warmup,
+                seed: 0,
+            };
+            let fit = auto_step_scale(&base, served.mean_tpot_ms)?;
+            sayln!(
+                "step x{:.4}: the replayed control's mean TPOT {:.3} ms, the served run's {:.3} \
+                 ms ({} replays)",
+                fit.factor,
+                fit.tpot_ms,
+                served.mean_tpot_ms,
+                fit.runs
+            );
+            Some(fit.factor)
+        }
+    };
+    if let Some(f) = step_scale {
+        plant.step = plant.step.scaled(f);
+    }
     let overrides = PlantOverrides {
         output_scale: args.output_scale,
         idle_cap_s: args.idle_cap,
         jump_ms: args.jump_ms,
         per_request_above_ms: args.per_request_above_ms,
+        step_scale,
     };
     // Timed arrivals are the same for every seed: one run unless more are asked for.
     if matches!(workload, Workload::Timed(..)) && args.seeds.is_none() {
         seeds = 1;
     }
-    let plant_text = plant_label(&args, &plant);
+    let plant_text = plant_label(&args, &plant, step_scale);
     let info = workload_info(
         &args,
         format,

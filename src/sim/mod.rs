@@ -4,6 +4,7 @@
 
 pub mod arm;
 pub mod bench;
+pub mod calibrate;
 pub mod cli;
 pub mod engine;
 pub mod fit;
@@ -115,6 +116,9 @@ pub struct PlantOverrides {
     pub jump_ms: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub per_request_above_ms: Option<f64>,
+    /// `--step-scale`'s factor on every step term (`auto`'s as found).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub step_scale: Option<f64>,
 }
 
 impl PlantOverrides {

@@ -76,6 +76,20 @@ impl StepModel {
             tokens_per_step: t.tokens_per_step,
         }
     }
+
+    /// The same step `factor` times as long at every batch and context: each time term
+    /// scaled, the jump's threshold and the tokens a step kept (a card slower or faster than
+    /// the one the model was fitted on; `sim --step-scale`).
+    pub fn scaled(&self, factor: f64) -> Self {
+        StepModel {
+            base_ms: self.base_ms * factor,
+            per_request_ms: self.per_request_ms * factor,
+            per_kv_token_ns: self.per_kv_token_ns * factor,
+            jump_ms: self.jump_ms * factor,
+            per_request_above_ms: self.per_request_above_ms * factor,
+            ..*self
+        }
+    }
 }
 
 impl TransferModel {
@@ -109,5 +123,27 @@ mod tests {
         assert!((at128 - (80.0 + 6.4 + 0.5) * 1e-3).abs() < 1e-12);
         assert!((at129 - at128 - (0.05 + 10.0 + 0.5) * 1e-3).abs() < 1e-12);
         assert!((at140 - at129 - 11.0 * (0.05 + 0.5) * 1e-3).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_scaled_step_is_that_many_times_as_long_on_both_sides_of_the_jump() {
+        let m = StepModel {
+            base_ms: 4.5,
+            per_request_ms: 0.006,
+            per_kv_token_ns: 31.6,
+            jump_above: Some(64),
+            jump_ms: 1.5,
+            per_request_above_ms: 0.02,
+            tokens_per_step: 1.3,
+        };
+        let s = m.scaled(1.045);
+        for (batch, kv) in [(1, 4096), (64, 262_144), (65, 266_240), (128, 524_288)] {
+            let (a, b) = (m.step_s(batch, kv), s.step_s(batch, kv));
+            assert!(
+                (b / a - 1.045).abs() < 1e-12,
+                "batch {batch}: {b} against {a}"
+            );
+        }
+        assert_eq!((s.jump_above, s.tokens_per_step), (Some(64), 1.3));
     }
 }

@@ -3,8 +3,9 @@
 tools/gpu/h200_experiment.sh returned: fits the step and transfer models (`genslot fit-step`),
 summarises every served run over its measured window from its recording (`genslot sim
 --replay`, which also gives the simulator's replay of that run under the control and the
-preemption configs), runs the closed-loop simulator on the same load, and prints the tables
-for docs/results.md and BENCHMARKS.md as markdown (and `--json`).
+preemption configs, on the grid's fit and on it with the step scaled to each start's control
+run), runs the closed-loop simulator on the same load, and prints the tables for
+docs/results.md and BENCHMARKS.md as markdown (and `--json`).
 
     python3 tools/gpu/h200_analyze.py RESULTS_DIR [--grid GRID.json] [--probe PROBE.jsonl]
         [--genslot BIN]
@@ -107,6 +108,21 @@ def served_run(genslot, tarball, cfg, work):
         counts[key] = 1e3 * total / n if n > 0 else None
     return {"run": run, "served": rep["served"], "counters": counts,
             "replay": {a["name"]: a for a in rep["arms"]}, "name": d.name}
+
+
+def calibrated_replay(genslot, r, cfg, work, scale):
+    """The run's recording replayed under every arm on the plant with its step scaled:
+    `scale` "auto" (a control run) finds the factor at which the replayed control decodes at
+    the served control's mean TPOT; a number applies the factor the control of the same
+    machine start found. Returns (the factor, the arms by name)."""
+    d = work / r["name"]
+    w, m = r["run"]["warmup_s"], r["run"]["measure_s"]
+    out = d / "replay-calibrated.json"
+    sh([genslot, "sim", "--quiet", "--replay", d / "served.jsonl", "--config", cfg,
+        "--warmup", w, "--duration", w + m, "--arms", SIM_ARMS, "--step-scale", scale,
+        "--json", out])
+    rep = json.loads(out.read_text())
+    return rep["plant_overrides"]["step_scale"], {a["name"]: a for a in rep["arms"]}
 
 
 def recorded(recording):
@@ -281,7 +297,38 @@ def main():
         paired[arm] = {"ttft_p90_s": d90, "ttft_p50_s": d50, "mean_tpot_pct": dtpot,
                        "total_tps_pct": dtps}
 
-    # The simulator, two ways.
+    # Each start's step, from its control run: the factor on the grid's fit at which the
+    # replayed control decodes at the served TPOT (`sim --step-scale auto`), then every run
+    # of that start replayed on that plant under its own arm.
+    scale_of = {}
+    for r in runs:
+        if r["run"]["arm"] == "control":
+            scale_of[r["run"]["repeat"]], r["calibrated"] = calibrated_replay(
+                a.genslot, r, cfg, work, "auto")
+    for r in runs:
+        k = r["run"]["repeat"]
+        if r["run"]["arm"] != "control" and k in scale_of:
+            _, r["calibrated"] = calibrated_replay(a.genslot, r, cfg, work, str(scale_of[k]))
+    checked = [r for r in runs if "calibrated" in r and ARM_OF.get(r["run"]["arm"])]
+    if checked:
+        print("\nEach run's recording replayed under its own arm on the grid's fit with the step "
+              "scaled to that start's control (`--step-scale`: the factor at which the "
+              "replayed control's mean TPOT equals the served one), against the served "
+              "run:\n")
+        print("| run | arm | step x | served TTFT p50 / p90 / p99 | mean TPOT ms | replay TTFT "
+              "p50 / p90 / p99 | mean TPOT ms | replay vs served: p90 / TPOT |")
+        print("|---|---|---|---|---|---|---|---|")
+        for r in checked:
+            s_, sim = r["served"], r["calibrated"][ARM_OF[r["run"]["arm"]]]
+            ttft = lambda x: " / ".join(f"{x[k]:.2f}" for k in
+                                        ("ttft_p50_s", "ttft_p90_s", "ttft_p99_s"))
+            print(f"| {r['name']} | {r['run']['arm']} | {scale_of[r['run']['repeat']]:.4f} | "
+                  f"{ttft(s_)} | {s_['mean_tpot_ms']:.2f} | {ttft(sim)} | "
+                  f"{sim['mean_tpot_ms']:.2f} | "
+                  f"{100 * (sim['ttft_p90_s'] / s_['ttft_p90_s'] - 1):+.0f}% / "
+                  f"{100 * (sim['mean_tpot_ms'] / s_['mean_tpot_ms'] - 1):+.1f}% |")
+
+    # The simulator, three ways.
     print("\n## Simulator prediction\n")
     controls = [r for r in runs if r["run"]["arm"] == "control"]
     rows = []
@@ -289,6 +336,9 @@ def main():
         p = r["replay"]
         rows += [("replay of " + r["name"] + label, p["control"], p[sim], r["served"])
                  for sim, label in PREEMPT_ARMS.values()]
+        p, f = r["calibrated"], scale_of[r["run"]["repeat"]]
+        rows += [(f"replay of {r['name']}, step x{f:.4f}{label}", p["control"], p[sim],
+                  r["served"]) for sim, label in PREEMPT_ARMS.values()]
     if controls:
         r0 = controls[0]["run"]
         w, m = r0["warmup_s"], r0["measure_s"]
@@ -329,6 +379,7 @@ def main():
                   f"{statistics.fmean(rates) / 1.10:.1f} tok/s (TARGET_OUTPUT_TPS for staging)")
     if a.json:
         a.json.write_text(json.dumps({"fit": fit, "runs": runs, "paired": paired,
+            "step_scale": scale_of,
             "predictions": [{"name": n, "control": c, "preempt": b} for n, c, b, _ in rows]},
             indent=1) + "\n")
 
