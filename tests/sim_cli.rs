@@ -856,3 +856,22 @@ fn a_trace_with_no_request_is_refused_naming_the_file() {
         "{err}"
     );
 }
+
+#[test]
+fn a_first_seed_heads_the_report_with_the_seeds_that_ran() {
+    for (extra, says) in [
+        (&["--first-seed", "3", "--seeds", "1"][..], "seed 3 x 60 s"),
+        (&["--first-seed", "3", "--seeds", "2"], "seeds 3-4 x 60 s"),
+        (&["--seeds", "2"], "2 seeds x 60 s"),
+    ] {
+        let out = genslot()
+            .args(["sim", "--quiet", "--preset", "default", "--arms", "control"])
+            .args(["--concurrency", "8", "--duration", "60", "--warmup", "0"])
+            .args(extra)
+            .output()
+            .expect("run genslot sim");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{extra:?}: {stdout}");
+        assert!(stdout.contains(says), "{extra:?}: {stdout}");
+    }
+}

@@ -80,6 +80,11 @@ pub struct SimArgs {
     /// trace, whose runs are the same for every seed].
     #[arg(long)]
     pub seeds: Option<u64>,
+    /// The seeds run S, S + 1, ... [default: 0]. A seed places the AgentX lanes as loadgen's
+    /// --seed does, so `--first-seed K --seeds 1` runs the lanes of `loadgen --seed K` on
+    /// the same trace, rules and context transform: that served run's simulated twin.
+    #[arg(long, value_name = "S", default_value_t = 0)]
+    pub first_seed: u64,
     /// Simulated seconds per run, at most 1e6 [default: 3600; with --replay, the recording's
     /// span].
     #[arg(long)]
@@ -440,6 +445,15 @@ fn check_flags_fit(args: &SimArgs, format: TraceFormat) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `16 seeds` from seed 0; `seed 3` or `seeds 3-18` from another first seed.
+fn seed_label(first: u64, n: u64) -> String {
+    match (first, n) {
+        (0, n) => count(n, "seed"),
+        (f, 1) => format!("seed {f}"),
+        (f, n) => format!("seeds {f}-{}", f.saturating_add(n - 1)),
+    }
+}
+
 /// Whole seconds as they are, others to the millisecond.
 fn seconds(x: f64) -> String {
     if x.fract() == 0.0 {
@@ -717,7 +731,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
                 concurrency: 0,
                 duration_s: duration,
                 warmup_s: warmup,
-                seed: 0,
+                seed: args.first_seed,
             };
             let fit = auto_step_scale(&base, served.mean_tpot_ms)?;
             sayln!(
@@ -776,7 +790,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
                 concurrency: c,
                 duration_s: duration,
                 warmup_s: warmup,
-                seed: 0,
+                seed: args.first_seed,
             },
             arms: arms.clone(),
             seeds,
@@ -825,7 +839,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         };
         sayln!(
             "\n== {load}, {workload_text}, {plant_text}{outputs}, {} x {} s (first {} s unmeasured{same_seeds}){queue}{g_start}{} ==",
-            count(r.seeds, "seed"),
+            seed_label(r.first_seed, r.seeds),
             seconds(r.duration_s),
             seconds(r.warmup_s),
             r.target_output_tps
@@ -861,7 +875,10 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         }
         if let Some(base) = &args.svg {
             let path = svg_path(base, c, loads.len() > 1);
-            let title = format!("TTFT CDF, {load}, {plant_text}, {}", count(r.seeds, "seed"));
+            let title = format!(
+                "TTFT CDF, {load}, {plant_text}, {}",
+                seed_label(r.first_seed, r.seeds)
+            );
             let mut curves = r.ttft_samples.clone();
             if let Some(rec) = &recording {
                 // The replay check as a picture: the served run's own curve beside the arms'.

@@ -64,6 +64,9 @@ pub struct ArmSpeed {
 pub struct ExperimentResult {
     pub concurrency: usize,
     pub seeds: u64,
+    /// The seeds ran `first_seed..first_seed + seeds` (`--first-seed`; 0 unless given).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub first_seed: u64,
     pub duration_s: f64,
     pub warmup_s: f64,
     pub preset: String,
@@ -155,6 +158,7 @@ pub struct WorkloadInfo {
 }
 
 pub struct Experiment {
+    /// The run every arm and seed shares; its `seed` is the first of the `seeds` run.
     pub base: RunSpec,
     pub arms: Vec<ArmSpec>,
     pub seeds: u64,
@@ -324,7 +328,9 @@ pub fn run_experiment(exp: &Experiment) -> Result<ExperimentResult, String> {
         spec: arms[control_idx].clone(),
         mode: Mode::Off,
     };
-    let control_jobs = (0..exp.seeds)
+    let seeds = exp.base.seed..exp.base.seed.saturating_add(exp.seeds);
+    let control_jobs = seeds
+        .clone()
         .map(|s| (control_idx, s, control_arm.clone()))
         .collect();
     let mut results = run_jobs(exp, control_jobs, &bar)?;
@@ -359,7 +365,7 @@ pub fn run_experiment(exp: &Experiment) -> Result<ExperimentResult, String> {
                 Mode::TargetOutputTps(t)
             }
         };
-        for s in 0..exp.seeds {
+        for s in seeds.clone() {
             jobs.push((
                 i,
                 s,
@@ -448,6 +454,7 @@ pub fn run_experiment(exp: &Experiment) -> Result<ExperimentResult, String> {
     Ok(ExperimentResult {
         concurrency: exp.base.concurrency,
         seeds: exp.seeds,
+        first_seed: exp.base.seed,
         duration_s: exp.base.duration_s,
         warmup_s: exp.base.warmup_s,
         preset: exp.base.plant.name.clone(),
@@ -491,6 +498,10 @@ pub fn run_experiment(exp: &Experiment) -> Result<ExperimentResult, String> {
 
 fn is_one(x: &f64) -> bool {
     *x == 1.0
+}
+
+fn is_zero(x: &u64) -> bool {
+    *x == 0
 }
 
 #[cfg(test)]

@@ -4,7 +4,8 @@ tools/gpu/h200_experiment.sh returned: fits the step and transfer models (`gensl
 summarises every served run over its measured window from its recording (`genslot sim
 --replay`, which also gives the simulator's replay of that run under the control and the
 preemption configs, on the grid's fit and on it with the step scaled to each start's control
-run), runs the closed-loop simulator on the same load, and prints the tables for
+run), runs the closed-loop simulator on the same load (over several seeds, and on loadgen's
+seed alone with that start's step: the run's twin), and prints the tables for
 docs/results.md and BENCHMARKS.md as markdown (and `--json`).
 
     python3 tools/gpu/h200_analyze.py RESULTS_DIR [--grid GRID.json] [--probe PROBE.jsonl]
@@ -328,7 +329,7 @@ def main():
                   f"{100 * (sim['ttft_p90_s'] / s_['ttft_p90_s'] - 1):+.0f}% / "
                   f"{100 * (sim['mean_tpot_ms'] / s_['mean_tpot_ms'] - 1):+.1f}% |")
 
-    # The simulator, three ways.
+    # The simulator, four ways.
     print("\n## Simulator prediction\n")
     controls = [r for r in runs if r["run"]["arm"] == "control"]
     rows = []
@@ -350,8 +351,23 @@ def main():
         closed = json.loads(out.read_text())
         arms = {x["name"]: x for x in closed["arms"]}
         closed_name = f"closed loop c{r0['concurrency']}, {a.seeds} seeds"
+        twins = []
+        # Each start's twin: the closed loop on loadgen's seed alone (the same lanes) with
+        # the step that start's control decoded at.
+        for r in controls:
+            run, f = r["run"], scale_of[r["run"]["repeat"]]
+            out = work / f"twin-{run['repeat']}.json"
+            sh([a.genslot, "sim", "--quiet", "--config", cfg, "--trace", a.trace,
+                "--context-scale", run["context_scale"], "--max-context", run["max_context"],
+                "--concurrency", run["concurrency"], "--duration", w + m, "--warmup", w,
+                "--first-seed", run["seed"], "--seeds", 1, "--step-scale", f,
+                "--arms", SIM_ARMS, "--json", out])
+            tw = {x["name"]: x for x in json.loads(out.read_text())["arms"]}
+            twins += [(f"closed loop c{run['concurrency']}, seed {run['seed']}, step x{f:.4f}"
+                       + label, tw["control"], tw[sim], r["served"])
+                      for sim, label in PREEMPT_ARMS.values()]
         rows[:0] = [(closed_name + label, arms["control"], arms[sim], None)
-                    for sim, label in PREEMPT_ARMS.values()]
+                    for sim, label in PREEMPT_ARMS.values()] + twins
     served_c = [r["served"] for r in controls]
     mean_served = {k: statistics.fmean(s[k] for s in served_c)
                    for k in ("ttft_p50_s", "ttft_p90_s", "mean_tpot_ms")} if served_c else {}
