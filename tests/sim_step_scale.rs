@@ -134,23 +134,23 @@ fn auto_refuses_a_recording_with_pauses_and_a_run_without_one() {
     assert!(err.contains("holds 1 pause (a preemption arm"), "{err}");
     assert!(err.contains("--step-scale F"), "{err}");
 
-    let out = genslot()
-        .args([
-            "sim",
-            "--quiet",
-            "--preset",
-            "default",
-            "--step-scale",
-            "auto",
-        ])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = refused(&["--step-scale", "auto"]);
     assert!(
         err.contains("give the run's recording with --replay"),
         "{err}"
     );
+}
+
+/// `genslot sim` on the default preset with ARGS, refused: its standard error.
+fn refused(args: &[&str]) -> String {
+    let out = genslot()
+        .args(["sim", "--quiet", "--preset", "default"])
+        .args(["--seeds", "1", "--duration", "10", "--warmup", "0"])
+        .args(args)
+        .output()
+        .expect("run genslot sim");
+    assert!(!out.status.success(), "{args:?} was accepted");
+    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 #[test]
@@ -166,20 +166,7 @@ fn a_factor_outside_its_range_or_not_a_number_is_refused() {
         ),
         ("fast", "a factor such as 1.05, or auto; got `fast`"),
     ] {
-        let out = genslot()
-            .args([
-                "sim",
-                "--quiet",
-                "--preset",
-                "default",
-                "--step-scale",
-                value,
-            ])
-            .args(["--seeds", "1", "--duration", "10", "--warmup", "0"])
-            .output()
-            .unwrap();
-        assert!(!out.status.success(), "{value}");
-        let err = String::from_utf8_lossy(&out.stderr);
+        let err = refused(&["--step-scale", value]);
         assert!(err.contains(says), "{value}: {err}");
     }
 }
