@@ -13,7 +13,7 @@ use super::{
     bench, calibrate, count, load_label, presets, report, run_experiment, served, svg, timeline,
     Experiment, ExperimentResult, PlantOverrides, WorkloadInfo,
 };
-use crate::config::{rule, Config, GainFrom, MAX_ENTRIES, MAX_SECONDS, MAX_TIMING_UNIT};
+use crate::config::{rule, Config, MAX_ENTRIES, MAX_SECONDS, MAX_TIMING_UNIT};
 use crate::policy::admission::AdmissionParams;
 use crate::workload::context::context_lengths;
 use crate::workload::{
@@ -819,10 +819,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         } else {
             format!(", output scale {}", plant.output_scale)
         };
-        let held = match config_g_from {
-            Some(GainFrom::Paused) => ", held until a paused request completes",
-            _ => "",
-        };
+        let held = config_g_from.unwrap_or_default().note();
         let g_start = config_g0
             .filter(|_| {
                 arms.iter()

@@ -109,11 +109,7 @@ impl WorkerParams {
             Mode::TpotBudget(b) => format!(
                 "tpot_budget {b} (g starts at {}{}), paused cap {}",
                 self.g0,
-                if self.gain_from == crate::policy::preemption::controller::GainFrom::Paused {
-                    ", held until a paused request completes"
-                } else {
-                    ""
-                },
+                self.gain_from.note(),
                 self.headroom
             ),
             Mode::TargetOutputTps(t) => {

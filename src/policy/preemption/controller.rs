@@ -23,6 +23,16 @@ pub enum GainFrom {
     Paused,
 }
 
+impl GainFrom {
+    /// What a start line or a run's header adds after g's start: nothing for the SPEC's rule.
+    pub fn note(self) -> &'static str {
+        match self {
+            GainFrom::Any => "",
+            GainFrom::Paused => ", held until a paused request completes",
+        }
+    }
+}
+
 pub const G_MIN: f64 = 0.25;
 /// Where g starts by default (SPEC §4.3 leaves it open); `gen_preemption.initial_gain` and
 /// the simulator's `g0=` arm move it.
