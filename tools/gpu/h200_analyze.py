@@ -71,18 +71,33 @@ def fitted_config(genslot, grid, probe, work):
     return cfg, fit_text, json.loads((work / "fit.json").read_text())
 
 
+def replay(genslot, d, run, cfg, out, *extra):
+    """`genslot sim --replay` of the recording in `d` over the run's measured window under
+    every arm (`extra`: more flags), written to `out` and returned parsed."""
+    w, m = run["warmup_s"], run["measure_s"]
+    sh([genslot, "sim", "--quiet", "--replay", d / "served.jsonl", "--config", cfg,
+        "--warmup", w, "--duration", w + m, "--arms", SIM_ARMS, *extra, "--json", out])
+    return json.loads(out.read_text())
+
+
+def closed_loop(a, cfg, run, out, *extra):
+    """The closed-loop simulator on the run's load (its context transform, lanes and
+    window) under every arm (`extra`: the seeds and more), written to `out`, parsed."""
+    w, m = run["warmup_s"], run["measure_s"]
+    sh([a.genslot, "sim", "--quiet", "--config", cfg, "--trace", a.trace,
+        "--context-scale", run["context_scale"], "--max-context", run["max_context"],
+        "--concurrency", run["concurrency"], "--duration", w + m, "--warmup", w,
+        *extra, "--arms", SIM_ARMS, "--json", out])
+    return json.loads(out.read_text())
+
+
 def served_run(genslot, tarball, cfg, work):
     d = work / tarball.name.replace(".tar.gz", "")
     d.mkdir(parents=True, exist_ok=True)
     with tarfile.open(tarball) as t:
         t.extractall(d, filter="data")
     run = json.loads((d / "run.json").read_text())
-    w, m = run["warmup_s"], run["measure_s"]
-    out = d / "replay.json"
-    sh([genslot, "sim", "--quiet", "--replay", d / "served.jsonl", "--config", cfg,
-        "--warmup", w, "--duration", w + m, "--arms", SIM_ARMS,
-        "--json", out])
-    rep = json.loads(out.read_text())
+    rep = replay(genslot, d, run, cfg, d / "replay.json")
     # The counters' snapshots a run kept ("" where it has none): at the end of the warm-up,
     # at the end of the measured window (h200_experiment.sh since 2026-12-04), and after the
     # grace, when the batch drains and steps are shorter.
@@ -117,12 +132,7 @@ def calibrated_replay(genslot, r, cfg, work, scale):
     the served control's mean TPOT; a number applies the factor the control of the same
     machine start found. Returns (the factor, the arms by name)."""
     d = work / r["name"]
-    w, m = r["run"]["warmup_s"], r["run"]["measure_s"]
-    out = d / "replay-calibrated.json"
-    sh([genslot, "sim", "--quiet", "--replay", d / "served.jsonl", "--config", cfg,
-        "--warmup", w, "--duration", w + m, "--arms", SIM_ARMS, "--step-scale", scale,
-        "--json", out])
-    rep = json.loads(out.read_text())
+    rep = replay(genslot, d, r["run"], cfg, d / "replay-calibrated.json", "--step-scale", scale)
     return rep["plant_overrides"]["step_scale"], {a["name"]: a for a in rep["arms"]}
 
 
@@ -342,13 +352,7 @@ def main():
                   r["served"]) for sim, label in PREEMPT_ARMS.values()]
     if controls:
         r0 = controls[0]["run"]
-        w, m = r0["warmup_s"], r0["measure_s"]
-        out = work / "closed.json"
-        sh([a.genslot, "sim", "--quiet", "--config", cfg, "--trace", a.trace,
-            "--context-scale", r0["context_scale"], "--max-context", r0["max_context"],
-            "--concurrency", r0["concurrency"], "--duration", w + m, "--warmup", w,
-            "--seeds", a.seeds, "--arms", SIM_ARMS, "--json", out])
-        closed = json.loads(out.read_text())
+        closed = closed_loop(a, cfg, r0, work / "closed.json", "--seeds", a.seeds)
         arms = {x["name"]: x for x in closed["arms"]}
         closed_name = f"closed loop c{r0['concurrency']}, {a.seeds} seeds"
         twins = []
@@ -356,13 +360,9 @@ def main():
         # the step that start's control decoded at.
         for r in controls:
             run, f = r["run"], scale_of[r["run"]["repeat"]]
-            out = work / f"twin-{run['repeat']}.json"
-            sh([a.genslot, "sim", "--quiet", "--config", cfg, "--trace", a.trace,
-                "--context-scale", run["context_scale"], "--max-context", run["max_context"],
-                "--concurrency", run["concurrency"], "--duration", w + m, "--warmup", w,
-                "--first-seed", run["seed"], "--seeds", 1, "--step-scale", f,
-                "--arms", SIM_ARMS, "--json", out])
-            tw = {x["name"]: x for x in json.loads(out.read_text())["arms"]}
+            twin = closed_loop(a, cfg, run, work / f"twin-{run['repeat']}.json",
+                               "--first-seed", run["seed"], "--seeds", 1, "--step-scale", f)
+            tw = {x["name"]: x for x in twin["arms"]}
             twins += [(f"closed loop c{run['concurrency']}, seed {run['seed']}, step x{f:.4f}"
                        + label, tw["control"], tw[sim], r["served"])
                       for sim, label in PREEMPT_ARMS.values()]
