@@ -371,7 +371,7 @@ fn preemption(cfg: &Config, out: &mut Vec<Issue>) {
             } else {
                 TARGET_TPS
             };
-            let gain_settings = [
+            for (field, set, what) in [
                 (
                     INITIAL_GAIN,
                     gain.initial_gain.is_some(),
@@ -382,12 +382,13 @@ fn preemption(cfg: &Config, out: &mut Vec<Issue>) {
                     gain.gain_from.is_some(),
                     "says which completions step `tpot_budget`'s window gain",
                 ),
-            ];
-            for (field, _, what) in gain_settings.iter().filter(|(_, set, _)| *set) {
-                out.push(
-                    Issue::new(field, format!("{what}: set it with `tpot_budget` only"))
-                        .with_related(related),
-                );
+            ] {
+                if set {
+                    out.push(
+                        Issue::new(field, format!("{what}: set it with `tpot_budget` only"))
+                            .with_related(related),
+                    );
+                }
             }
         }
     }
