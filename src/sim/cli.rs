@@ -701,6 +701,11 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
             plant.output_scale = 1.0;
         }
     }
+    // The served run over the window, from a recording: what `--step-scale auto` fits and
+    // what the replay check prints beside the simulated control.
+    let served = recording
+        .as_ref()
+        .map(|rec| served::summarise(rec, warmup, duration));
     let step_scale = match args.step_scale {
         None => None,
         Some(StepScaleArg::Factor(x)) => {
@@ -709,13 +714,12 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
             Some(x)
         }
         Some(StepScaleArg::Auto) => {
-            let Some(rec) = &recording else {
+            let Some(served) = &served else {
                 bail!(
                     "--step-scale auto fits the step to a served run's TPOT: give the run's \
                      recording with --replay (or a factor, e.g. --step-scale 1.05)"
                 );
             };
-            let served = served::summarise(rec, warmup, duration);
             if served.pauses > 0 {
                 bail!(
                     "--step-scale auto fits the step to a control run, and this recording's \
@@ -780,7 +784,6 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         args.sweep.clone()
     };
     let mut all: Vec<ExperimentResult> = Vec::new();
-    let mut served_json: Option<served::ServedSummary> = None;
     for &c in &loads {
         let exp = Experiment {
             base: RunSpec {
@@ -844,12 +847,10 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         );
         say!("{}", report::arm_table(&r.arms));
         say!("{}", report::paired_table(&r.paired));
-        if let Some(rec) = &recording {
-            let served = served::summarise(rec, warmup, duration);
-            if let Some(control) = r.arms.iter().find(|a| a.name == "control") {
-                say!("{}", served::table(&served, control));
-            }
-            served_json = Some(served);
+        if let (Some(served), Some(control)) =
+            (&served, r.arms.iter().find(|a| a.name == "control"))
+        {
+            say!("{}", served::table(served, control));
         }
         for w in &r.warnings {
             sayln!("warning: {w}");
@@ -897,7 +898,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         all.push(r);
     }
     if let Some(path) = &args.json {
-        let text = if let (Some(served), [one]) = (&served_json, all.as_slice()) {
+        let text = if let (Some(served), [one]) = (&served, all.as_slice()) {
             serde_json::to_string_pretty(&ReplayJson {
                 served,
                 experiment: one,
