@@ -101,6 +101,14 @@ fn a_number_outside_its_flags_rule_is_refused_naming_the_flag_and_the_rule() {
             "--output-scale must be a finite number in (0, 100], got 1000000000000",
         ),
         (&["--idle-cap", "-1"], "--idle-cap must be >= 0"),
+        (
+            &["--send-jitter", "-5"],
+            "--send-jitter must be a finite number in [0, 1000000], got -5",
+        ),
+        (
+            &["--send-jitter", "NaN"],
+            "--send-jitter must be a finite number in [0, 1000000], got NaN",
+        ),
         (&["--context-scale", "2"], "--context-scale: "),
         (&["--max-context", "0"], "--max-context: "),
     ] {
@@ -165,6 +173,7 @@ fn lane_flags_on_an_open_loop_trace_are_refused_pointing_at_the_rate_scale() {
             ("--concurrency", "10"),
             ("--sweep", "1,2"),
             ("--idle-cap", "3"),
+            ("--send-jitter", "40"),
         ] {
             let err = refused(&["--trace", trace, flag, value]);
             assert!(
@@ -223,7 +232,11 @@ fn lane_flags_on_a_replay_are_refused() {
          \"max_tokens\":4,\"output_tokens\":4,\"first_token_s\":1.5,\"finish_s\":2.0,\
          \"pauses\":0,\"outcome\":\"completed\"}\n",
     );
-    for (flag, value) in [("--concurrency", "4"), ("--idle-cap", "3")] {
+    for (flag, value) in [
+        ("--concurrency", "4"),
+        ("--idle-cap", "3"),
+        ("--send-jitter", "40"),
+    ] {
         let err = refused(&["--replay", recording.to_str().unwrap(), flag, value]);
         assert!(
             err.contains(&format!(
@@ -571,6 +584,8 @@ fn the_header_and_the_json_state_the_plant_overrides_the_config_and_the_workload
     let overrides = [
         "--idle-cap",
         "5",
+        "--send-jitter",
+        "40",
         "--jump-ms",
         "5",
         "--per-request-above-ms",
@@ -582,17 +597,24 @@ fn the_header_and_the_json_state_the_plant_overrides_the_config_and_the_workload
     assert!(
         text.contains(
             "== c4, synthetic workload (20 sessions), preset reference (--idle-cap 5, \
-             --jump-ms 5, --per-request-above-ms 0.5), output scale 2.6, 1 seed x 30 s"
+             --send-jitter 40, --jump-ms 5, --per-request-above-ms 0.5), output scale 2.6, \
+             1 seed x 30 s"
         ),
         "{text}"
     );
     assert_eq!(
         v["plant_overrides"],
-        serde_json::json!({ "idle_cap_s": 5.0, "jump_ms": 5.0, "per_request_above_ms": 0.5 }),
+        serde_json::json!({
+            "idle_cap_s": 5.0,
+            "send_jitter_ms": 40.0,
+            "jump_ms": 5.0,
+            "per_request_above_ms": 0.5
+        }),
         "{v}"
     );
     // The plant that ran, overrides applied; the fields the docs read stay.
     assert_eq!(v["plant"]["idle_cap_s"], 5.0, "{v}");
+    assert_eq!(v["plant"]["send_jitter_s"], 0.04, "{v}");
     assert_eq!(v["plant"]["step"]["jump_ms"], 5.0, "{v}");
     assert_eq!(v["plant"]["step"]["per_request_above_ms"], 0.5, "{v}");
     assert_eq!(v["preset"], "reference", "{v}");

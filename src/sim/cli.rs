@@ -110,6 +110,12 @@ pub struct SimArgs {
     /// Override the preset's AgentX idle cap on gaps, seconds (inf: no cap).
     #[arg(long)]
     pub idle_cap: Option<f64>,
+    /// Closed-loop lanes: after each completion a lane waits a delay drawn uniformly from
+    /// [0, this) ms before its next send, seeded by the run's seed with loadgen's draw, so
+    /// `--first-seed K --send-jitter 40` waits what `loadgen --seed K` (default 40ms) does.
+    /// Default 0: lanes send the instant their previous request completes.
+    #[arg(long, value_name = "MS")]
+    pub send_jitter: Option<f64>,
     /// Override the step model's jump above its jump batch size, ms (with a jump batch).
     #[arg(long)]
     pub jump_ms: Option<f64>,
@@ -410,6 +416,8 @@ fn lane_flags(args: &SimArgs) -> Option<&'static str> {
         Some("--sweep")
     } else if args.idle_cap.is_some() {
         Some("--idle-cap")
+    } else if args.send_jitter.is_some() {
+        Some("--send-jitter")
     } else {
         None
     }
@@ -472,6 +480,7 @@ fn plant_label(args: &SimArgs, plant: &Plant, step_scale: Option<f64>) -> String
     };
     let given: Vec<String> = [
         ("--idle-cap", args.idle_cap),
+        ("--send-jitter", args.send_jitter),
         ("--jump-ms", args.jump_ms),
         ("--per-request-above-ms", args.per_request_above_ms),
     ]
@@ -655,6 +664,13 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         }
         plant.idle_cap_s = x;
     }
+    if let Some(ms) = args.send_jitter {
+        flag(
+            "--send-jitter",
+            rule::finite_within(ms, 0.0, MAX_TIMING_UNIT),
+        )?;
+        plant.send_jitter_s = ms / 1e3;
+    }
     for (name, value, field) in [
         ("--jump-ms", args.jump_ms, &mut plant.step.jump_ms),
         (
@@ -755,6 +771,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
     let overrides = PlantOverrides {
         output_scale: args.output_scale,
         idle_cap_s: args.idle_cap,
+        send_jitter_ms: args.send_jitter,
         jump_ms: args.jump_ms,
         per_request_above_ms: args.per_request_above_ms,
         step_scale,

@@ -6,6 +6,7 @@
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::policy::admission::AdmissionParams;
 use crate::policy::preemption::paused_cap;
@@ -14,8 +15,8 @@ use crate::policy::{AdmissionPolicy, Mode};
 use crate::pools::PoolReport;
 use crate::worker::{Arrival, KvReady, PassInputs, PassOutput, Stepped, WorkerCore, WorkerParams};
 use crate::workload::{
-    AgentxReplay, Issue, OpenLoopReplay, OpenLoopRules, PrefixHashes, Replay, ReplayRules, Session,
-    TimedRequest,
+    AgentxReplay, Issue, OpenLoopReplay, OpenLoopRules, PrefixHashes, Replay, ReplayRules,
+    SendJitter, Session, TimedRequest,
 };
 
 use super::arm::ArmSpec;
@@ -153,6 +154,8 @@ impl Ord for Timed {
 #[derive(Debug, Clone)]
 struct Req {
     sent: f64,
+    /// Closed loop: the lane that sent it (its completion draws the lane's send jitter).
+    lane: Option<usize>,
     input: u32,
     max_tokens: u32,
     measured: bool,
@@ -315,6 +318,9 @@ fn run_with(
     let (mut batch_sum, mut step_sum, mut window_steps) = (0.0f64, 0.0f64, 0u64);
     let (mut paused_sum, mut window_passes) = (0.0f64, 0u64);
     let mut timeline = super::timeline::Recorder::new();
+    // A lane's next send waits its seeded jitter after each completion, as loadgen's do.
+    let mut jitter = SendJitter::new(Duration::from_secs_f64(plant.send_jitter_s), spec.seed);
+    let mut lane_ready = |lane: Option<usize>, now: f64| now + lane.map_or(0.0, |l| jitter.next(l));
 
     replay.start(0.0);
     let mut now = 0.0f64;
@@ -358,6 +364,7 @@ fn run_with(
                     is.id,
                     Req {
                         sent: is.send_at,
+                        lane: is.lane,
                         input: is.input_tokens,
                         max_tokens: ((is.max_tokens as f64 * plant.output_scale).round() as u32)
                             .max(1),
@@ -475,10 +482,12 @@ fn run_with(
         }
         for id in &o.rejected {
             // Queue full: the request fails; its lane moves on.
+            let mut lane = None;
             if let Some(r) = reqs.remove(*id) {
                 measured_open -= r.measured as u64;
+                lane = r.lane;
             }
-            let _ = replay.on_complete(*id, now);
+            let _ = replay.on_complete(*id, lane_ready(lane, now));
         }
         for f in &o.first_tokens {
             if let Some(r) = reqs.get_mut(f.id) {
@@ -486,7 +495,9 @@ fn run_with(
             }
         }
         for d in &o.departed {
+            let mut lane = None;
             if let Some(r) = reqs.remove(d.id) {
+                lane = r.lane;
                 if r.measured {
                     measured_open -= 1;
                     let first = r.first.unwrap_or(now);
@@ -504,7 +515,7 @@ fn run_with(
                     });
                 }
             }
-            let _ = replay.on_complete(d.id, now);
+            let _ = replay.on_complete(d.id, lane_ready(lane, now));
         }
         if !o.batch.is_empty() {
             pending.stepped.resize_with(o.batch.len(), Stepped::default);
@@ -627,6 +638,55 @@ mod tests {
         }
         let sessions = spec().workload;
         assert_ne!(at(sessions.clone(), 0).records, at(sessions, 1).records);
+    }
+
+    /// `--send-jitter`: after each completion a lane waits loadgen's draw for that completion
+    /// (its seed, its lane, its count) on top of everything else, and sends the same requests.
+    #[test]
+    fn a_lanes_next_send_waits_loadgens_jitter_draw_for_its_nth_completion() {
+        // No sub-agents: one lane's requests run one at a time, so each send follows the
+        // completion before it and the two runs differ by the draws alone.
+        let sessions: Arc<[Session]> = Arc::from(
+            SyntheticAgentic::new(SynthParams {
+                spawn_prob: 0.0,
+                ..SynthParams::default()
+            })
+            .generate(20, 5),
+        );
+        let arm = ResolvedArm {
+            spec: ArmSpec::control(),
+            mode: Mode::Off,
+        };
+        let base = RunSpec {
+            workload: Workload::Sessions(sessions),
+            concurrency: 1,
+            duration_s: 600.0,
+            warmup_s: 0.0,
+            ..spec()
+        };
+        let sends = |jitter_s: f64| {
+            let mut spec = base.clone();
+            spec.plant.send_jitter_s = jitter_s;
+            run(&spec, &arm, true).unwrap().issued
+        };
+        let plain = sends(0.0);
+        let jittered = sends(0.040);
+        let n = plain.len().min(jittered.len());
+        assert!(n > 20, "{n} sends");
+        let what = |i: &Issued| (i.lane, i.session, i.instance, i.input_tokens, i.max_tokens);
+        let mut moved = 0;
+        for k in 1..n {
+            assert_eq!(what(&jittered[k]), what(&plain[k]), "send {k}");
+            let extra = (jittered[k].send_at - jittered[k - 1].send_at)
+                - (plain[k].send_at - plain[k - 1].send_at);
+            let draw = SendJitter::draw(Duration::from_millis(40), base.seed, 0, k as u64 - 1);
+            assert!(
+                (extra - draw).abs() < 1e-9,
+                "send {k}: {extra} s more, drawn {draw}"
+            );
+            moved += usize::from(draw > 0.0);
+        }
+        assert!(moved > n / 2);
     }
 
     #[test]

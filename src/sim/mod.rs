@@ -107,14 +107,16 @@ pub struct ExperimentResult {
     pub timelines: Vec<timeline::ArmTimeline>,
 }
 
-/// The plant flags a run was given (`--output-scale`, `--idle-cap`, `--jump-ms`,
-/// `--per-request-above-ms`), where given.
+/// The plant flags a run was given (`--output-scale`, `--idle-cap`, `--send-jitter`,
+/// `--jump-ms`, `--per-request-above-ms`), where given.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct PlantOverrides {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output_scale: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub idle_cap_s: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub send_jitter_ms: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub jump_ms: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -21,6 +21,9 @@ pub struct Plant {
     /// AgentX replay: idle cap on gaps (s) and the start-point fraction range.
     pub idle_cap_s: f64,
     pub start_fraction: (f64, f64),
+    /// AgentX replay: each completion's lane waits a seeded delay uniform in [0, this) s
+    /// before its next send (loadgen's `--send-jitter`, the same draw: `workload::jitter`).
+    pub send_jitter_s: f64,
 }
 
 impl Plant {
@@ -40,6 +43,7 @@ impl Plant {
             output_scale: 1.0,
             idle_cap_s: 10.0,
             start_fraction: (0.0, 1.0),
+            send_jitter_s: 0.0,
         }
     }
 }

@@ -74,6 +74,7 @@ pub fn reference() -> Plant {
         output_scale: 2.6,
         idle_cap_s: 15.0,
         start_fraction: (0.0, 1.0),
+        send_jitter_s: 0.0,
     }
 }
 
@@ -112,6 +113,7 @@ pub fn h200_llama_8b() -> Plant {
         output_scale: 1.0,
         idle_cap_s: 10.0,
         start_fraction: (0.0, 1.0),
+        send_jitter_s: 0.0,
     }
 }
 

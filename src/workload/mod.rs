@@ -19,6 +19,8 @@
 //!   flagged warm-up turn, end-to-start gaps with an idle cap, sub-agents inside their
 //!   parent's lane, `max_tokens` = recorded output. Rules in [`agentx`].
 //! - [`OpenLoopReplay`]: arrivals by timestamp with a rate scale and count/duration caps.
+//! - [`SendJitter`]: the seeded delay a closed-loop lane adds after each completion, the
+//!   caller's to add to `now` (loadgen's `--send-jitter`, the simulator's too).
 //!
 //! # Recorded traffic and the context transform
 //! [`load_recording`] reads what `genslot serve --record` wrote (format and clock in
@@ -35,6 +37,7 @@ pub mod context;
 pub mod error;
 pub mod format;
 pub mod issue;
+pub mod jitter;
 mod ledger;
 pub mod mooncake;
 pub mod open_loop;
@@ -54,6 +57,7 @@ pub use context::{ContextTransform, LengthStats, TransformError};
 pub use error::{ReplayError, WorkloadError};
 pub use format::{load_trace, Trace, TraceFormat};
 pub use issue::{Issue, Replay};
+pub use jitter::SendJitter;
 pub use mooncake::load_mooncake;
 pub use open_loop::{OpenLoopReplay, OpenLoopRules};
 pub use prefix::PrefixHashes;
