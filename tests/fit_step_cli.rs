@@ -85,3 +85,34 @@ fn a_transfer_record_that_gives_no_transfer_time_is_an_error() {
         "{text}"
     );
 }
+
+/// A step the bench ran on aliased pages (a batch whose KV the card cannot hold) read the
+/// same pages again and again: it is left out of the fit, and the output says which.
+#[test]
+fn steps_run_on_aliased_pages_are_left_out_of_the_fit_and_named() {
+    let line = |b: u32, c: u64| 5.0 + 0.05 * f64::from(b) + 3e-5 * (u64::from(b) * c) as f64;
+    let clean = grid(line);
+    let (_c, clean) = written("clean.json", &clean);
+    // The same grid with one more step, aliased and far off the line.
+    let mut v: serde_json::Value = serde_json::from_str(&grid(line)).unwrap();
+    v["steps"].as_array_mut().unwrap().push(serde_json::json!({
+        "batch": 128, "context": 16384, "graph_ms": 1.0, "pages_aliased": true
+    }));
+    let (_a, aliased) = written("aliased.json", &v.to_string());
+    let (ok, with) = fit(&[&aliased]);
+    assert!(ok, "{with}");
+    assert!(
+        with.contains("left out: batch 128 at 16384 (pages aliased"),
+        "{with}"
+    );
+    let (ok, without) = fit(&[&clean]);
+    assert!(ok, "{without}");
+    let model = |text: &str| {
+        text.lines()
+            .find(|l| l.starts_with("step model:"))
+            .map(str::to_owned)
+            .unwrap_or_default()
+    };
+    assert!(!model(&with).is_empty(), "{with}");
+    assert_eq!(model(&with), model(&without));
+}

@@ -289,9 +289,16 @@ pub fn fit_steps(points: &[StepPoint], jump: JumpChoice) -> Result<(StepFit, Res
         }
         JumpChoice::Auto => {
             let (plain, plain_sse) = fit_with(points, None)?;
+            // A jump is a step that grows past a batch size (the reference's above 128): a
+            // fit whose jump or slope past it is negative bends a curve, and no config takes it.
+            let rises = |f: &StepFit| {
+                f.jump
+                    .is_some_and(|j| j.jump_ms >= 0.0 && j.per_request_above_ms >= 0.0)
+            };
             let best = jump_candidates(points)
                 .into_iter()
                 .filter_map(|j| fit_with(points, Some(j)).ok())
+                .filter(|(f, _)| rises(f))
                 .min_by(|a, b| a.1.total_cmp(&b.1));
             match best {
                 Some((f, sse)) if sse <= 0.5 * plain_sse => f,
@@ -392,6 +399,31 @@ mod tests {
         assert!(fit.jump.is_none(), "no jump in the data, none fitted");
         assert!(r.worst_rel < 1e-9);
         assert_eq!(r.points.len(), 54);
+    }
+
+    /// Steps that climb fast over the first few rows and slower after (the H100's grid) fit a
+    /// "jump" falling past batch 4 exactly; auto takes only jumps that rise, as a config does.
+    #[test]
+    fn auto_never_fits_a_jump_that_falls() {
+        let bending = StepFit {
+            base_ms: 5.4,
+            per_request_ms: 0.15,
+            per_kv_token_ns: 42.4,
+            jump: Some(Jump {
+                above: 4,
+                jump_ms: 0.1,
+                per_request_above_ms: -0.145,
+            }),
+        };
+        let points = grid(&bending, |_| 1.0);
+        let (exact, r) = fit_steps(&points, JumpChoice::Above(4)).unwrap();
+        assert!(r.worst_rel < 1e-9 && exact.jump.is_some_and(|j| j.per_request_above_ms < 0.0));
+        let (fit, _) = fit_steps(&points, JumpChoice::Auto).unwrap();
+        assert!(
+            fit.jump
+                .is_none_or(|j| j.jump_ms >= 0.0 && j.per_request_above_ms >= 0.0),
+            "{fit:?}"
+        );
     }
 
     #[test]

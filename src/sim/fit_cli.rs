@@ -60,6 +60,10 @@ struct GridRow {
     context: u64,
     #[serde(alias = "step_ms", alias = "ms")]
     graph_ms: f64,
+    /// The bench ran this batch on fewer KV pages than its contexts need, read again and
+    /// again (the card holds too little KV for it): not the step such a batch takes.
+    #[serde(default)]
+    pages_aliased: bool,
 }
 
 #[derive(Deserialize)]
@@ -236,12 +240,29 @@ pub fn run(args: FitArgs) -> anyhow::Result<()> {
             }
         }
         sayln!("grid: {what}");
+        let aliased: Vec<String> = g
+            .steps
+            .iter()
+            .filter(|r| r.pages_aliased)
+            .map(|r| format!("batch {} at {}", r.batch, r.context))
+            .collect();
+        if !aliased.is_empty() {
+            sayln!(
+                "left out: {} (pages aliased: the card holds too little KV for them)",
+                aliased.join(", ")
+            );
+        }
         sources.push(what);
-        steps.extend(g.steps.iter().map(|r| StepPoint {
-            batch: r.batch,
-            kv_tokens: u64::from(r.batch) * r.context,
-            ms: r.graph_ms,
-        }));
+        steps.extend(
+            g.steps
+                .iter()
+                .filter(|r| !r.pages_aliased)
+                .map(|r| StepPoint {
+                    batch: r.batch,
+                    kv_tokens: u64::from(r.batch) * r.context,
+                    ms: r.graph_ms,
+                }),
+        );
         transfer.extend(g.transfer.iter().map(|t| TransferPoint {
             context_tokens: t.context_tokens,
             ms: t.ms,

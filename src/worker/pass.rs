@@ -9,7 +9,7 @@ use super::table::ResidentTable;
 use super::{Admitted, PassInputs, PassOutput, Res, WorkerParams, WorkerTotals};
 use crate::ids::RequestId;
 use crate::policy::admission::Popped;
-use crate::policy::preemption::{Departure, PreemptDecision, Resident, StepView};
+use crate::policy::preemption::{Departure, KvRoom, PreemptDecision, Resident, StepView};
 use crate::pools::AdmitBudget;
 
 #[derive(Debug, Clone)]
@@ -130,6 +130,7 @@ impl PassMachine {
         self.departures(inp, out);
 
         // Track, resume, pause.
+        let kv = self.kv_room(facts.head_tokens);
         let reply = ports
             .step(StepView {
                 now,
@@ -137,6 +138,7 @@ impl PassMachine {
                 by_admission: Some(self.residents.admission_order()),
                 departed: &out.departed,
                 queue: facts,
+                kv,
             })
             .await;
         self.d = reply.d;
@@ -195,6 +197,29 @@ impl PassMachine {
         out.window = dec.window;
         out.queue_len = queue_len;
         out.paused = reply.paused;
+    }
+
+    /// What the KV pool can promise a pause (`policy::preemption::kv_room`): the pages every
+    /// resident and the head need to finish (context and `max_tokens`, with a step's extra
+    /// tokens and the sliding-window reservation), against the pool's pages.
+    fn kv_room(&self, head_tokens: Option<u64>) -> KvRoom {
+        let kv = &self.params.kv;
+        let tpb = u64::from(kv.tokens_per_block.max(1));
+        let extra = u64::from(self.params.tokens_per_step.saturating_sub(1));
+        let swa = u64::from(kv.swa_pages_per_resident());
+        let pages = |tokens: u64| (tokens + extra).div_ceil(tpb) + swa;
+        let committed_pages = self
+            .residents
+            .rows()
+            .iter()
+            .zip(self.residents.res())
+            .map(|(r, x)| pages(u64::from(x.context_tokens) + u64::from(r.max_tokens)))
+            .sum();
+        KvRoom {
+            committed_pages,
+            head_pages: head_tokens.map(pages),
+            total_pages: u64::from(kv.total_pages),
+        }
     }
 
     /// KV arrivals: the resident's record, and the transfer times the queue learns from.

@@ -33,20 +33,29 @@ stage_arm() { # NAME SOURCE [EXTRA_YAML]
   "$DEST/genslot" check-config "$DEST/exp-$1.yaml" > /dev/null \
     || { echo "error: $DEST/exp-$1.yaml does not pass check-config (CONTEXT_YAML?)" >&2; exit 1; }
 }
-stage_arm control h200-llama-8b-control.yaml
-stage_arm tpot h200-llama-8b-tpot.yaml
+# CARD: which card's configs (tools/gpu/CARD-llama-8b-control.yaml; default h200). The
+# H100's KV is half the H200's: its tpot arm is its control with the preemption line.
+CARD=${CARD:-h200}
+CONTROL=$CARD-llama-8b-control.yaml
+[ -f "tools/gpu/$CONTROL" ] || { echo "error: no tools/gpu/$CONTROL (CARD=$CARD)" >&2; exit 1; }
+stage_arm control "$CONTROL"
+if [ -f "tools/gpu/$CARD-llama-8b-tpot.yaml" ]; then
+  stage_arm tpot "$CARD-llama-8b-tpot.yaml"
+else
+  stage_arm tpot "$CONTROL" "scheduler_config:"$'\n'"  gen_preemption: { tpot_budget: 0.10 }"$'\n'
+fi
 # tpot-g05: the preemption arm with the controller's window gain starting at 0.5, which the
 # simulator says holds a three-minute run's TPOT cost to the setpoint (docs/results.md §3).
-stage_arm tpot-g05 h200-llama-8b-control.yaml \
+stage_arm tpot-g05 "$CONTROL" \
   "scheduler_config:"$'\n'"  gen_preemption: { tpot_budget: 0.10, initial_gain: 0.5 }"$'\n'
 # tpot-held, tpot-g05-held: the same two starts with g held until a paused request completes
 # (`gain_from: paused`, docs/results.md §3 and §4.3).
-stage_arm tpot-held h200-llama-8b-control.yaml \
+stage_arm tpot-held "$CONTROL" \
   "scheduler_config:"$'\n'"  gen_preemption: { tpot_budget: 0.10, gain_from: paused }"$'\n'
-stage_arm tpot-g05-held h200-llama-8b-control.yaml \
+stage_arm tpot-g05-held "$CONTROL" \
   "scheduler_config:"$'\n'"  gen_preemption: { tpot_budget: 0.10, initial_gain: 0.5, gain_from: paused }"$'\n'
 # target_output_tps: the simulator's T (control rate / 1.10) at c288 is 37.4 tok/s; set
 # TARGET_OUTPUT_TPS from the first control run's served rate (h200_analyze.py prints it).
-stage_arm target h200-llama-8b-control.yaml \
+stage_arm target "$CONTROL" \
   "scheduler_config:"$'\n'"  gen_preemption: { target_output_tps: ${TARGET_OUTPUT_TPS:-37.4} }"$'\n'
 du -sh "$DEST"

@@ -5,7 +5,7 @@ use actix::{Actor, ActorContext, Context, Handler, Message, MessageResult};
 use super::{describe, Describe, Halt};
 use crate::actors::messages::DisablePreemption;
 use crate::policy::admission::QueueFacts;
-use crate::policy::preemption::{Departure, GenPreemption, Resident, StatLine, StepView};
+use crate::policy::preemption::{Departure, GenPreemption, KvRoom, Resident, StatLine, StepView};
 use crate::worker::ports::{op, StepReply};
 use crate::worker::PreemptionView;
 
@@ -33,6 +33,7 @@ pub struct Step {
     pub by_admission: Vec<u32>,
     pub departed: Vec<Departure>,
     pub queue: QueueFacts,
+    pub kv: KvRoom,
 }
 
 pub struct StepDone {
@@ -50,6 +51,7 @@ impl Handler<Step> for ControllerActor {
             by_admission: Some(&m.by_admission),
             departed: &m.departed,
             queue: m.queue,
+            kv: m.kv,
         };
         let reply = op::step(&mut self.core, &view);
         MessageResult(StepDone { step: m, reply })

@@ -312,6 +312,7 @@ impl Ports for ActorPorts {
         m.departed.clear();
         m.departed.extend_from_slice(view.departed);
         m.queue = view.queue;
+        m.kv = view.kv;
         match ask(&self.components.controller, m, &mut self.failed, NAMES[1]).await {
             Some(done) => {
                 self.step = done.step;

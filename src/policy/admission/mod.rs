@@ -102,6 +102,8 @@ pub struct QueueFacts {
     pub target_formed: bool,
     /// The head's slack (`None` when the queue is empty or X is not formed).
     pub head_slack: Option<f64>,
+    /// The head's context and `max_tokens`, the tokens it may hold (with its slack).
+    pub head_tokens: Option<u64>,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -329,13 +331,21 @@ impl AdmissionQueue {
 
     /// The controller's view of the queue as of the last `refresh`.
     pub fn facts(&self) -> QueueFacts {
+        // Without C every slack is None, so the head need not be found.
+        let head = match self.common {
+            Some(_) => self
+                .head_seq()
+                .and_then(|seq| self.entries.get(&seq))
+                .map(|e| (self.slack_of(e.key), e.waiter)),
+            None => None,
+        };
+        let head_slack = head.and_then(|(slack, _)| slack);
         QueueFacts {
             target_formed: self.target_formed(),
-            // Without C every slack is None, so the head need not be found.
-            head_slack: match self.common {
-                Some(_) => self.head().and_then(|h| h.slack),
-                None => None,
-            },
+            head_slack,
+            head_tokens: head
+                .filter(|_| head_slack.is_some())
+                .map(|(_, w)| u64::from(w.context_tokens) + u64::from(w.max_tokens)),
         }
     }
 

@@ -11,6 +11,7 @@
 mod choose;
 pub mod controller;
 pub mod idmap;
+pub mod kv_room;
 mod lane;
 pub mod objective;
 mod record;
@@ -26,6 +27,7 @@ use super::stats::RunningMean;
 use crate::ids::RequestId;
 use controller::WindowGain;
 use idmap::IdMap;
+pub use kv_room::KvRoom;
 use lane::{Paused, Resumes};
 use objective::{met_target, Credit, RateState};
 use record::Record;
@@ -130,6 +132,8 @@ pub struct StepView<'a> {
     pub departed: &'a [Departure],
     /// The admission queue, refreshed for `now`.
     pub queue: QueueFacts,
+    /// The KV pool's promise: a pause needs the head to fit ([`KvRoom::fits_head`]).
+    pub kv: KvRoom,
 }
 
 /// Admission order, the order of `StepView::by_admission` and of the batch: oldest admission
@@ -444,13 +448,15 @@ impl GenPreemption {
         active
     }
 
-    /// Pause: at most one per pass, only when no slot is free, the paused cap has room and
-    /// the head is at risk for the window `w`; the victim frees the slot the head needs.
+    /// Pause: at most one per pass, only when no slot is free, the paused cap has room, the
+    /// head is at risk for the window `w` and the KV pool can let every resident and the head
+    /// finish (`kv_room`); the victim frees the slot the head needs.
     fn pause_one(&mut self, view: &StepView, active: u32, w: f64) -> Option<RequestId> {
         let needed = view.queue.target_formed
             && active == self.params.max_active
             && (self.paused.len() as u32) < self.cap
-            && risk::head_at_risk(self.params.mode, view.queue.head_slack, w);
+            && risk::head_at_risk(self.params.mode, view.queue.head_slack, w)
+            && view.kv.fits_head();
         if !needed {
             return None;
         }

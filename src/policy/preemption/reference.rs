@@ -127,8 +127,8 @@ impl ReferencePreemption {
             ..PreemptDecision::default()
         };
 
-        // 3. Pause: at most one, when no slot is free, the paused cap has room and the head
-        // is at risk.
+        // 3. Pause: at most one, when no slot is free, the paused cap has room, the head
+        // is at risk and every resident and the head can finish in the KV pool.
         if self.params.mode.is_on() {
             let w = self.window();
             decision.window = w;
@@ -137,6 +137,7 @@ impl ReferencePreemption {
                 && active == self.params.max_active as usize
                 && paused < paused_cap(self.params.max_active) as usize
                 && risk::head_at_risk(self.params.mode, view.queue.head_slack, w)
+                && view.kv.fits_head()
             {
                 if let Some((id, kind)) = self.victim(view) {
                     self.records.entry(id).or_default().start_pause(kind, now);

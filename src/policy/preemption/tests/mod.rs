@@ -78,6 +78,7 @@ fn step(
         by_admission: None,
         departed,
         queue: q.facts(),
+        kv: KvRoom::UNBOUNDED,
     })
 }
 
@@ -122,6 +123,41 @@ fn pauses_only_when_full_and_the_head_is_at_risk() {
     let d = step(&mut p, now, &rs, &[], &risk_queue(now));
     assert_eq!(d.pauses.len(), 1);
     assert_eq!(d.admission_count, MAX - 1);
+}
+
+/// A pause keeps its victim's pages and admits the head: only when the KV pool can still let
+/// every resident and the head finish (their contexts and `max_tokens`), in either mode.
+#[test]
+fn a_pause_needs_the_kv_pool_to_hold_every_resident_and_the_head_to_finish() {
+    let now = 100.0;
+    let q = risk_queue(now);
+    let room = |committed| KvRoom {
+        committed_pages: committed,
+        head_pages: Some(40),
+        total_pages: 1000,
+    };
+    let target = with_d(
+        GenPreemption::new(PreemptParams::new(Mode::TargetOutputTps(5.0), MAX)),
+        D,
+    );
+    for mut p in [tpot(), target] {
+        let mut at = |kv: KvRoom| {
+            p.step(&StepView {
+                now,
+                residents: &full_house(),
+                by_admission: None,
+                departed: &[],
+                queue: q.facts(),
+                kv,
+            })
+        };
+        let d = at(room(961));
+        assert!(d.pauses.is_empty(), "one page short: no pause");
+        assert_eq!(d.admission_count, MAX);
+        let d = at(room(960));
+        assert_eq!(d.pauses.len(), 1, "exactly full: the pause goes ahead");
+        assert_eq!(d.admission_count, MAX - 1);
+    }
 }
 
 #[test]

@@ -84,6 +84,8 @@ struct Pass {
     /// Whether residents still waiting for their first token get it now.
     first_tokens: bool,
     queue: QueueFacts,
+    /// The KV pool's promise: mostly room, sometimes a head that does not fit.
+    kv: KvRoom,
     /// The supervisor turns preemption off before this pass.
     disable: bool,
 }
@@ -127,10 +129,13 @@ fn pass() -> impl Strategy<Value = Pass> {
         leaving,
         (0usize..4, 0usize..48, proptest::bool::weighted(0.7)),
         (proptest::bool::weighted(0.85), head),
-        proptest::bool::weighted(0.01),
+        (
+            proptest::bool::weighted(0.01),
+            proptest::bool::weighted(0.8),
+        ),
     )
         .prop_map(
-            |(dt, leaving, (admit, shape, first_tokens), (formed, head), disable)| Pass {
+            |(dt, leaving, (admit, shape, first_tokens), (formed, head), (disable, fits))| Pass {
                 dt,
                 leaving,
                 admit,
@@ -139,6 +144,12 @@ fn pass() -> impl Strategy<Value = Pass> {
                 queue: QueueFacts {
                     target_formed: formed,
                     head_slack: head.filter(|_| formed),
+                    head_tokens: head.filter(|_| formed).map(|_| 4096),
+                },
+                kv: KvRoom {
+                    committed_pages: if fits { 900 } else { 990 },
+                    head_pages: Some(64),
+                    total_pages: 1000,
                 },
                 disable,
             },
@@ -365,6 +376,7 @@ fn run_history(
             by_admission,
             departed: &departed,
             queue: pass.queue,
+            kv: pass.kv,
         };
         let pauses_before: Vec<_> = paused_before
             .iter()
@@ -637,6 +649,7 @@ fn single_state_agrees(s: &SingleState) -> Result<(), TestCaseError> {
                 by_admission,
                 departed: &[],
                 queue: QueueFacts::default(),
+                kv: KvRoom::UNBOUNDED,
             };
             prop_assert_eq!(
                 fast.choose_victim(&view),
