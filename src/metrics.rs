@@ -23,6 +23,10 @@ pub const NUM_REQUESTS_PAUSED: &str = "genslot_num_requests_paused";
 pub const PAUSES_TOTAL: &str = "genslot_pauses_total";
 /// Counter, label [`LABEL_FORCED`] = [`FORCED_YES`] | [`FORCED_NO`]: resumes of paused requests. Engine.
 pub const RESUMES_TOTAL: &str = "genslot_resumes_total";
+/// Counter: batch rows left out of a pass because their decode growth found no free KV page
+/// (they wait; a count that climbs while nothing completes is a KV pool that cannot serve).
+/// Engine.
+pub const KV_WAITS_TOTAL: &str = "genslot_kv_waits_total";
 /// Counter: requests cancelled (client gone or timed out) while paused in place: what
 /// pausing cost beyond the TPOT it adds. Engine.
 pub const CANCELLED_WHILE_PAUSED_TOTAL: &str = "genslot_requests_cancelled_while_paused_total";
@@ -185,6 +189,10 @@ fn describe_all() {
     );
     describe_counter!(PAUSES_TOTAL, "Pauses decided by the preemption controller.");
     describe_counter!(
+        KV_WAITS_TOTAL,
+        "Batch rows left out of a pass because their decode growth found no free KV page."
+    );
+    describe_counter!(
         RESUMES_TOTAL,
         "Resumes of paused requests; forced=true when the pause ended regardless of free slots (the maximum pause, or in target mode a slack at 0.01 D)."
     );
@@ -262,6 +270,7 @@ fn register_at_zero() {
     }
     for name in [
         PAUSES_TOTAL,
+        KV_WAITS_TOTAL,
         CANCELLED_WHILE_PAUSED_TOTAL,
         PROMPT_TOKENS_TOTAL,
         GENERATION_TOKENS_TOTAL,
@@ -377,6 +386,7 @@ mod tests {
             NUM_REQUESTS_PAUSED,
             PAUSES_TOTAL,
             RESUMES_TOTAL,
+            KV_WAITS_TOTAL,
             CANCELLED_WHILE_PAUSED_TOTAL,
             TIME_TO_FIRST_TOKEN_SECONDS,
             TIME_PER_OUTPUT_TOKEN_SECONDS,

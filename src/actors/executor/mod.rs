@@ -429,6 +429,9 @@ impl Executor {
             }
             self.gpu_send(GpuMsg::Resume(Resume(ids)));
         }
+        if !out.kv_waiting.is_empty() {
+            counter!(m::KV_WAITS_TOTAL).increment(out.kv_waiting.len() as u64);
+        }
         let kept = (out.displaced.iter())
             .chain(&out.token_limited)
             .chain(&out.kv_waiting);
