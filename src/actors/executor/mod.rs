@@ -193,6 +193,8 @@ pub struct Executor {
     last_step: Option<(f64, usize)>,
     /// Last set sent in a `Retain` (sent again only when it changes).
     retained: Vec<RequestId>,
+    /// Rows that waited for a KV page since the last stat line.
+    kv_waits: u64,
     record: Option<Vec<(PassInputs, PassOutput)>>,
     recorder: Option<Recorder>,
     stopped: bool,
@@ -233,6 +235,7 @@ impl Executor {
             poll_queued: false,
             last_step: None,
             retained: Vec::new(),
+            kv_waits: 0,
             record: init.record.then(Vec::new),
             recorder: init.recorder,
             stopped: false,
@@ -431,6 +434,7 @@ impl Executor {
         }
         if !out.kv_waiting.is_empty() {
             counter!(m::KV_WAITS_TOTAL).increment(out.kv_waiting.len() as u64);
+            self.kv_waits += out.kv_waiting.len() as u64;
         }
         let kept = (out.displaced.iter())
             .chain(&out.token_limited)
