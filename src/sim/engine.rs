@@ -482,11 +482,10 @@ fn run_with(
         }
         for id in &o.rejected {
             // Queue full: the request fails; its lane moves on.
-            let mut lane = None;
-            if let Some(r) = reqs.remove(*id) {
+            let lane = reqs.remove(*id).and_then(|r| {
                 measured_open -= r.measured as u64;
-                lane = r.lane;
-            }
+                r.lane
+            });
             let _ = replay.on_complete(*id, lane_ready(lane, now));
         }
         for f in &o.first_tokens {
@@ -495,26 +494,23 @@ fn run_with(
             }
         }
         for d in &o.departed {
-            let mut lane = None;
-            if let Some(r) = reqs.remove(d.id) {
-                lane = r.lane;
-                if r.measured {
-                    measured_open -= 1;
-                    let first = r.first.unwrap_or(now);
-                    let decode = now - first;
-                    out.records.push(Record {
-                        ttft_s: first - r.sent,
-                        e2e_s: now - r.sent,
-                        tpot_s: (d.output_tokens > 1)
-                            .then(|| decode / (d.output_tokens - 1) as f64),
-                        input_tokens: r.input,
-                        output_tokens: d.output_tokens,
-                        decode_s: decode,
-                        queue_s: r.admitted - r.sent,
-                        context_s: r.kv_ready - r.admitted,
-                    });
-                }
+            let removed = reqs.remove(d.id);
+            if let Some(r) = removed.as_ref().filter(|r| r.measured) {
+                measured_open -= 1;
+                let first = r.first.unwrap_or(now);
+                let decode = now - first;
+                out.records.push(Record {
+                    ttft_s: first - r.sent,
+                    e2e_s: now - r.sent,
+                    tpot_s: (d.output_tokens > 1).then(|| decode / (d.output_tokens - 1) as f64),
+                    input_tokens: r.input,
+                    output_tokens: d.output_tokens,
+                    decode_s: decode,
+                    queue_s: r.admitted - r.sent,
+                    context_s: r.kv_ready - r.admitted,
+                });
             }
+            let lane = removed.and_then(|r| r.lane);
             let _ = replay.on_complete(d.id, lane_ready(lane, now));
         }
         if !o.batch.is_empty() {

@@ -317,10 +317,14 @@ impl AdmissionQueue {
         next(self.params.policy, self.common.is_some(), &offers)
     }
 
+    /// The entry of the waiter the queue would pop next.
+    fn head_entry(&self) -> Option<&Entry> {
+        self.head_seq().and_then(|seq| self.entries.get(&seq))
+    }
+
     /// The waiter the queue would pop next.
     pub fn head(&self) -> Option<Head> {
-        let seq = self.head_seq()?;
-        let e = self.entries.get(&seq)?;
+        let e = self.head_entry()?;
         let slack = self.slack_of(e.key);
         Some(Head {
             id: e.waiter.id,
@@ -332,20 +336,12 @@ impl AdmissionQueue {
     /// The controller's view of the queue as of the last `refresh`.
     pub fn facts(&self) -> QueueFacts {
         // Without C every slack is None, so the head need not be found.
-        let head = match self.common {
-            Some(_) => self
-                .head_seq()
-                .and_then(|seq| self.entries.get(&seq))
-                .map(|e| (self.slack_of(e.key), e.waiter)),
-            None => None,
-        };
-        let head_slack = head.and_then(|(slack, _)| slack);
+        let head = self.common.and_then(|_| self.head_entry());
         QueueFacts {
             target_formed: self.target_formed(),
-            head_slack,
+            head_slack: head.and_then(|e| self.slack_of(e.key)),
             head_tokens: head
-                .filter(|_| head_slack.is_some())
-                .map(|(_, w)| u64::from(w.context_tokens) + u64::from(w.max_tokens)),
+                .map(|e| u64::from(e.waiter.context_tokens) + u64::from(e.waiter.max_tokens)),
         }
     }
 
