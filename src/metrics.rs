@@ -27,6 +27,9 @@ pub const RESUMES_TOTAL: &str = "genslot_resumes_total";
 /// (they wait; a count that climbs while nothing completes is a KV pool that cannot serve).
 /// Engine.
 pub const KV_WAITS_TOTAL: &str = "genslot_kv_waits_total";
+/// Counter: requests aborted because every running row waited for a KV page and none could
+/// step (`policy::kv_stall`): the pool is too small for the load. Engine.
+pub const KV_ABORTS_TOTAL: &str = "genslot_kv_aborts_total";
 /// Counter: requests cancelled (client gone or timed out) while paused in place: what
 /// pausing cost beyond the TPOT it adds. Engine.
 pub const CANCELLED_WHILE_PAUSED_TOTAL: &str = "genslot_requests_cancelled_while_paused_total";
@@ -193,6 +196,10 @@ fn describe_all() {
         "Batch rows left out of a pass because their decode growth found no free KV page."
     );
     describe_counter!(
+        KV_ABORTS_TOTAL,
+        "Requests aborted because every running row waited for a KV page (the newest admission gives up its pages so the others can finish)."
+    );
+    describe_counter!(
         RESUMES_TOTAL,
         "Resumes of paused requests; forced=true when the pause ended regardless of free slots (the maximum pause, or in target mode a slack at 0.01 D)."
     );
@@ -271,6 +278,7 @@ fn register_at_zero() {
     for name in [
         PAUSES_TOTAL,
         KV_WAITS_TOTAL,
+        KV_ABORTS_TOTAL,
         CANCELLED_WHILE_PAUSED_TOTAL,
         PROMPT_TOKENS_TOTAL,
         GENERATION_TOKENS_TOTAL,
@@ -387,6 +395,7 @@ mod tests {
             PAUSES_TOTAL,
             RESUMES_TOTAL,
             KV_WAITS_TOTAL,
+            KV_ABORTS_TOTAL,
             CANCELLED_WHILE_PAUSED_TOTAL,
             TIME_TO_FIRST_TOKEN_SECONDS,
             TIME_PER_OUTPUT_TOKEN_SECONDS,

@@ -38,6 +38,7 @@ async fn the_stat_line_is_logged_every_interval_with_the_controller_state() {
         "D=-",
         "tpot_inflation=",
         "kv_waits=0",
+        "kv_aborts=0",
     ] {
         assert!(lines[0].contains(field), "{field} in {}", lines[0]);
     }

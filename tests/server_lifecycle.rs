@@ -167,6 +167,7 @@ async fn health_metrics_and_debug_endpoints_answer() {
         genslot::metrics::PAUSES_TOTAL,
         genslot::metrics::RESUMES_TOTAL,
         genslot::metrics::KV_WAITS_TOTAL,
+        genslot::metrics::KV_ABORTS_TOTAL,
         genslot::metrics::TIME_TO_FIRST_TOKEN_SECONDS,
         genslot::metrics::TIME_PER_OUTPUT_TOKEN_SECONDS,
         genslot::metrics::E2E_REQUEST_LATENCY_SECONDS,

@@ -3,12 +3,18 @@
 //! pause had to leave room for every resident to finish, this load filled the pool with
 //! residents that all needed a page to grow. No row could step, none finished, none freed a
 //! page: the worker stopped for good and the `tpot_budget` arm lost 79 % of its throughput
-//! (docs/results.md §7). The synthetic sessions need no trace file.
+//! (docs/results.md §7). And a pool too small for what its residents go on to write stopped
+//! the worker without any pause, until a stalled pass learned to abort its newest admission
+//! (`policy::kv_stall`, docs/results.md §7.1). The synthetic sessions need no trace file.
 
 use std::process::Command;
 
-/// `genslot sim` on the H100 plant, synthetic Weka-like sessions, one seed, both arms.
-fn run(seed: &str) -> serde_json::Value {
+const H100: &str = "tools/gpu/h100-llama-8b-control.yaml";
+/// The same plant with 2,048 tokens of KV a slot.
+const KV_SHORT: &str = "tests/fixtures/config/h100-llama-8b-kv-short.yaml";
+
+/// `genslot sim` on an H100 plant, synthetic Weka-like sessions, one seed.
+fn run(config: &str, seed: &str, arms: &str) -> serde_json::Value {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("out.json");
     let out = Command::new(env!("CARGO_BIN_EXE_genslot"))
@@ -16,7 +22,7 @@ fn run(seed: &str) -> serde_json::Value {
             "sim",
             "--quiet",
             "--config",
-            "tools/gpu/h100-llama-8b-control.yaml",
+            config,
             "--synthetic-sessions",
             "710",
             "--context-scale",
@@ -34,7 +40,7 @@ fn run(seed: &str) -> serde_json::Value {
             "--seeds",
             "1",
             "--arms",
-            "control,tpot_budget=0.10",
+            arms,
             "--json",
         ])
         .arg(&json)
@@ -50,7 +56,7 @@ fn run(seed: &str) -> serde_json::Value {
 
 #[test]
 fn pauses_never_fill_the_kv_pool_with_residents_that_cannot_finish() {
-    let v = run("0");
+    let v = run(H100, "0", "control,tpot_budget=0.10");
     let (control, tpot) = (&v["arms"][0], &v["arms"][1]);
     assert_eq!(tpot["name"], "tpot_budget=0.10", "{v}");
     assert_eq!(
@@ -61,5 +67,21 @@ fn pauses_never_fill_the_kv_pool_with_residents_that_cannot_finish() {
     assert!(
         ratio > 0.97,
         "throughput {ratio:.3} of the control's: {tpot}"
+    );
+}
+
+#[test]
+fn a_kv_pool_too_small_for_its_residents_aborts_a_few_requests_instead_of_stopping() {
+    let v = run(KV_SHORT, "0", "control");
+    let control = &v["arms"][0];
+    let (done, aborted) = (&control["requests"], &control["kv_aborts"]);
+    let (done, aborted) = (done.as_u64().unwrap(), aborted.as_u64().unwrap());
+    // Before the rule the worker stopped 20 s in: nothing measured at all.
+    assert!(done > 800, "{control}");
+    assert_eq!(control["unfinished"], 0, "{control}");
+    assert!(aborted > 0, "this pool stalls: {control}");
+    assert!(
+        aborted * 10 < done,
+        "an abort a stall, and growth first, keep aborts rare: {control}"
     );
 }

@@ -4,6 +4,7 @@
 
 pub mod admission;
 pub mod batch;
+pub mod kv_stall;
 pub mod names;
 pub mod preemption;
 pub mod setup;

@@ -85,6 +85,8 @@ pub struct RunResult {
     pub displaced: u64,
     /// Measured requests that had not finished when the run stopped.
     pub unfinished: u64,
+    /// Measured requests aborted because the KV pool stalled the worker (`policy::kv_stall`).
+    pub kv_aborts: u64,
     pub passes: u64,
     pub events: u64,
     pub simulated_s: f64,
@@ -495,7 +497,12 @@ fn run_with(
         }
         for d in &o.departed {
             let removed = reqs.remove(d.id);
-            if let Some(r) = removed.as_ref().filter(|r| r.measured) {
+            let measured = removed.as_ref().filter(|r| r.measured);
+            if measured.is_some() && o.kv_aborted.contains(&d.id) {
+                // Failed, as its client sees it: no record (its lane moves on below).
+                measured_open -= 1;
+                out.kv_aborts += 1;
+            } else if let Some(r) = measured {
                 measured_open -= 1;
                 let first = r.first.unwrap_or(now);
                 let decode = now - first;

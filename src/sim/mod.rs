@@ -413,6 +413,16 @@ pub fn run_experiment(exp: &Experiment) -> Result<ExperimentResult, String> {
         if let Some(w) = runs.iter().find_map(|r| r.setup_warning.clone()) {
             warnings.push(format!("{}: {w}", a.name));
         }
+        let aborts: u64 = runs.iter().map(|r| r.kv_aborts).sum();
+        if aborts > 0 {
+            warnings.push(format!(
+                "{}: {} aborted: every running row waited for a KV page, so a stalled pass \
+                 aborted its newest admission (these failed, and are not in the percentiles); \
+                 the KV pool is too small for this load",
+                a.name,
+                count(aborts, "measured request")
+            ));
+        }
         if i != control_idx {
             paired.push(report::paired(
                 &a.name,

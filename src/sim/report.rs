@@ -53,6 +53,9 @@ pub struct ArmSummary {
     pub displaced: u64,
     pub requests: usize,
     pub unfinished: u64,
+    /// Measured requests aborted by a stalled KV pool (`policy::kv_stall`): failed, not in
+    /// the percentiles.
+    pub kv_aborts: u64,
     pub mean_batch: f64,
     pub mean_step_ms: f64,
     pub target_output_tps: Option<f64>,
@@ -105,6 +108,7 @@ pub fn summarise(
         displaced: runs.iter().map(|r| r.displaced).sum(),
         requests: records.len(),
         unfinished: runs.iter().map(|r| r.unfinished).sum(),
+        kv_aborts: runs.iter().map(|r| r.kv_aborts).sum(),
         mean_batch: mean(runs.iter().map(|r| r.mean_batch)),
         mean_step_ms: 1e3 * mean(runs.iter().map(|r| r.mean_step_s)),
         target_output_tps: arm_target,

@@ -143,6 +143,9 @@ pub struct PassOutput {
     pub token_limited: Vec<RequestId>,
     /// Left out because decode growth found no free KV page (they wait, nothing is evicted).
     pub kv_waiting: Vec<RequestId>,
+    /// Aborted because the last pass stalled: every row waited for a KV page
+    /// (`policy::kv_stall`); each left with a departure, and its client gets an error.
+    pub kv_aborted: Vec<RequestId>,
     pub batch: Vec<BatchRow>,
     pub first_tokens: Vec<FirstToken>,
     pub departed: Vec<Departure>,
@@ -167,6 +170,7 @@ impl PassOutput {
             displaced,
             token_limited,
             kv_waiting,
+            kv_aborted,
             batch,
             first_tokens,
             departed,
@@ -186,6 +190,7 @@ impl PassOutput {
         displaced.clear();
         token_limited.clear();
         kv_waiting.clear();
+        kv_aborted.clear();
         batch.clear();
         first_tokens.clear();
         departed.clear();

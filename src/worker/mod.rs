@@ -209,6 +209,8 @@ pub struct WorkerTotals {
     pub cancelled: u64,
     pub displaced: u64,
     pub kv_waits: u64,
+    /// Residents aborted by a stalled pass (`policy::kv_stall`).
+    pub kv_aborts: u64,
 }
 
 /// One worker's scheduling state: the pass machine and the component cores it drives

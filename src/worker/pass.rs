@@ -9,6 +9,7 @@ use super::table::ResidentTable;
 use super::{Admitted, PassInputs, PassOutput, Res, WorkerParams, WorkerTotals};
 use crate::ids::RequestId;
 use crate::policy::admission::Popped;
+use crate::policy::kv_stall;
 use crate::policy::preemption::{Departure, KvRoom, PreemptDecision, Resident, StepView};
 use crate::pools::AdmitBudget;
 
@@ -32,6 +33,10 @@ pub struct PassMachine {
     pub(super) pass_no: u64,
     pub(super) totals: WorkerTotals,
     pub(super) last_batch: usize,
+    /// Rows that waited for a KV page in the last pass (`kv_stall`'s growth first).
+    kv_waited: usize,
+    /// The resident a stalled pass chose to abort; the next pass departs it.
+    abort_next: Option<RequestId>,
     pub(super) buf: Buffers,
 }
 
@@ -72,6 +77,8 @@ impl PassMachine {
             pass_no: 0,
             totals: WorkerTotals::default(),
             last_batch: 0,
+            kv_waited: 0,
+            abort_next: None,
             buf: Buffers::default(),
         }
     }
@@ -148,7 +155,11 @@ impl PassMachine {
         // Admit: paused requests already took their slots; the rest go to the queue, in
         // order, while every pool has room. The departed release their leases first (the
         // step never reads a pool), and the pools say how much room that leaves.
-        let free = self.params.max_active.saturating_sub(dec.admission_count);
+        let free = if kv_stall::admissions_wait(self.kv_waited, !dec.pauses.is_empty()) {
+            0
+        } else {
+            self.params.max_active.saturating_sub(dec.admission_count)
+        };
         let budget = if !self.buf.gone.is_empty() || free > 0 {
             ports.release(&self.buf.gone).await
         } else {
@@ -188,6 +199,16 @@ impl PassMachine {
         self.displacement(has_drafter, out);
         if !self.buf.retain.is_empty() {
             ports.drafter_retention(&self.buf.retain).await;
+        }
+
+        self.kv_waited = out.kv_waiting.len();
+        self.abort_next = None;
+        let awaiting = self.residents.res().iter();
+        let awaiting = awaiting.filter(|x| !x.is(Res::KV_READY)).count();
+        if kv_stall::stalled(out.batch.len(), self.kv_waited, awaiting) {
+            let order = self.residents.admission_order().iter();
+            let rows = self.residents.rows();
+            self.abort_next = kv_stall::abort_victim(order.map(|&p| rows[p as usize].id));
         }
 
         out.pauses = dec.pauses;
@@ -284,6 +305,12 @@ impl PassMachine {
                 b.leaving.push(id);
             }
         }
+        // A stalled last pass chose a resident to abort (`kv_stall`): nothing stepped since.
+        let aborted = self
+            .abort_next
+            .take()
+            .filter(|&id| self.residents.contains_key(&id) && !b.leaving.contains(&id));
+        b.leaving.extend(aborted);
         b.leaving.sort_unstable();
         b.leaving.dedup();
         b.gone.clear();
@@ -293,6 +320,9 @@ impl PassMachine {
             let completed = b.finished.binary_search(&id).is_ok();
             if completed {
                 totals.completed += 1;
+            } else if aborted == Some(id) {
+                totals.kv_aborts += 1;
+                out.kv_aborted.push(id);
             } else {
                 totals.cancelled += 1;
                 out.cancelled.push(id);

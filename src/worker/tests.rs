@@ -578,6 +578,78 @@ fn a_row_whose_growth_finds_no_page_waits_out_of_the_batch_without_its_first_tok
     assert_eq!(out.batch[0].context_len, 32);
 }
 
+/// Four 32-token pages; two requests of 32-token contexts that each write 60 tokens, so each
+/// needs three pages and both together six. They grow to two pages each and then both wait
+/// for a third: no row can step, and before `kv_stall` none ever would again.
+#[test]
+fn a_pass_where_every_row_waits_for_a_page_aborts_the_newest_admission_and_the_rest_finish() {
+    let mut d = Driver::new(WorkerParams::simple(4, Mode::Off, 0, 128));
+    let first = d.arrive(32, 60);
+    let newest = d.arrive(32, 60);
+    let stalled = d
+        .run_until(|o| o.batch.is_empty() && o.kv_waiting.len() == 2, 200)
+        .expect("both rows come to wait for a third page");
+    d.core.check_invariants(&stalled).unwrap();
+    assert!(
+        stalled.kv_aborted.is_empty(),
+        "the stalled pass itself aborts nobody"
+    );
+    let abort = d.pass();
+    d.core.check_invariants(&abort).unwrap();
+    assert_eq!(abort.kv_aborted, [newest]);
+    assert!(
+        abort.cancelled.is_empty(),
+        "an abort is not a client's cancellation"
+    );
+    let gone: Vec<_> = abort.departed.iter().map(|x| (x.id, x.completed)).collect();
+    assert_eq!(gone, [(newest, false)]);
+    assert_eq!(
+        abort.batch.iter().map(|r| r.id).collect::<Vec<_>>(),
+        [first]
+    );
+    assert_eq!(d.core.totals().kv_aborts, 1);
+    let done = d
+        .run_until(|o| o.departed.iter().any(|x| x.id == first), 200)
+        .expect("the older request finishes in the pages the newest gave up");
+    d.core.check_invariants(&done).unwrap();
+    assert!(done.departed[0].completed);
+    assert_eq!(done.departed[0].output_tokens, 60);
+    assert_eq!(d.core.totals().kv_aborts, 1, "one abort was enough");
+    for u in d.core.pool_usage() {
+        assert_eq!(u.used, 0, "pool {} leaked", u.pool);
+    }
+}
+
+/// The same two requests and a third waiting: the pages the abort frees go to the row that
+/// waited, not to the waiter, which is admitted once no row waits.
+#[test]
+fn while_rows_wait_for_a_kv_page_the_queue_admits_nobody() {
+    let mut d = Driver::new(WorkerParams::simple(4, Mode::Off, 0, 128));
+    let first = d.arrive(32, 60);
+    d.arrive(32, 60);
+    d.run_until(|o| o.batch.is_empty() && o.kv_waiting.len() == 2, 200)
+        .expect("a stall");
+    let waiter = d.arrive(32, 4);
+    let abort = d.pass();
+    assert_eq!(abort.kv_aborted.len(), 1);
+    assert!(
+        abort.admitted.is_empty(),
+        "the freed pages are the waiting row's"
+    );
+    assert_eq!(
+        abort.batch.iter().map(|r| r.id).collect::<Vec<_>>(),
+        [first]
+    );
+    assert_eq!(abort.queue_len, 1);
+    let next = d.pass();
+    assert!(next.kv_waiting.is_empty());
+    assert_eq!(
+        next.admitted.iter().map(|a| a.id).collect::<Vec<_>>(),
+        [waiter],
+        "no row waited in the last pass"
+    );
+}
+
 #[test]
 fn the_worker_starts_tpot_budgets_window_gain_where_its_params_say() {
     let mut p = params(8, Mode::TpotBudget(0.1), false);

@@ -315,11 +315,12 @@ pub fn encode_output(out: &PassOutput, buf: &mut Vec<u8>) {
         + out.forced_resumes.len()
         + out.displaced.len()
         + out.token_limited.len()
-        + out.kv_waiting.len();
+        + out.kv_waiting.len()
+        + out.kv_aborted.len();
     buf.reserve(
         2 + 8
             + 8
-            + 12 * 4
+            + 13 * 4
             + ids * 8
             + out.admitted.len() * (8 + 3 * 4)
             + out.batch.len() * (8 + 2 * 4 + 1)
@@ -349,6 +350,7 @@ pub fn encode_output(out: &PassOutput, buf: &mut Vec<u8>) {
     w.ids(&out.displaced);
     w.ids(&out.token_limited);
     w.ids(&out.kv_waiting);
+    w.ids(&out.kv_aborted);
     w.len(out.batch.len());
     for b in &out.batch {
         w.u64(b.id);
@@ -563,6 +565,7 @@ mod tests {
             ("admission count", |o| o.admission_count = 1),
             ("a rejection", |o| o.rejected.push(8)),
             ("kv waiting", |o| o.kv_waiting.push(8)),
+            ("a kv abort", |o| o.kv_aborted.push(8)),
         ];
         let mut seen = vec![base];
         for (what, change) in changes {

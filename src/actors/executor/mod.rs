@@ -26,6 +26,7 @@ use super::record::{Leaving, Recorder};
 use crate::gpu::{ContextArrival, StepOutput, StepRow};
 use crate::ids::RequestId;
 use crate::metrics as m;
+use crate::policy::kv_stall;
 use crate::sampling::SamplingParams;
 use crate::server::engine::{EngineEvent, FinishReason};
 use crate::timing::Clock;
@@ -194,7 +195,7 @@ pub struct Executor {
     /// Last set sent in a `Retain` (sent again only when it changes).
     retained: Vec<RequestId>,
     /// Rows that waited for a KV page since the last stat line.
-    kv_waits: u64,
+    kv: observe::KvCounts,
     record: Option<Vec<(PassInputs, PassOutput)>>,
     recorder: Option<Recorder>,
     stopped: bool,
@@ -235,7 +236,7 @@ impl Executor {
             poll_queued: false,
             last_step: None,
             retained: Vec::new(),
-            kv_waits: 0,
+            kv: observe::KvCounts::default(),
             record: init.record.then(Vec::new),
             recorder: init.recorder,
             stopped: false,
@@ -434,7 +435,7 @@ impl Executor {
         }
         if !out.kv_waiting.is_empty() {
             counter!(m::KV_WAITS_TOTAL).increment(out.kv_waiting.len() as u64);
-            self.kv_waits += out.kv_waiting.len() as u64;
+            self.kv.waits += out.kv_waiting.len() as u64;
         }
         let kept = (out.displaced.iter())
             .chain(&out.token_limited)
@@ -445,6 +446,17 @@ impl Executor {
             self.gpu_send(GpuMsg::Retain(Retain(self.retained.clone())));
         }
         for d in &out.departed {
+            if out.kv_aborted.contains(&d.id) {
+                if let Some(l) = self.live.remove(&d.id) {
+                    counter!(m::KV_ABORTS_TOTAL).increment(1);
+                    self.kv.aborts += 1;
+                    let kv = &st.machine.params().kv;
+                    let why = kv_stall::abort_message(kv.total_pages, kv.tokens_per_block);
+                    self.leave(d.id, &l, Outcome::Failed, out.now, Some(&why));
+                    let _ = l.events.send(EngineEvent::Failed { message: why });
+                }
+                continue;
+            }
             if let Some(l) = self.live.remove(&d.id) {
                 let reason = if l.stop {
                     FinishReason::Stop

@@ -43,13 +43,13 @@ impl Executor {
         let controller = self.components.controller.clone();
         let queue = self.components.queue.clone();
         let ranks = self.rank_status();
-        let kv_waits = std::mem::take(&mut self.kv_waits);
+        let kv = std::mem::take(&mut self.kv);
         ctx.spawn(
             async move {
                 let (s, q) =
                     futures::join!(controller.send(TakeStatLine), queue.send(QueueSnapshot));
                 if let (Ok(s), Ok(q)) = (s, q) {
-                    tracing::info!("{}", stat_line(&s, &q, ranks, kv_waits));
+                    tracing::info!("{}", stat_line(&s, &q, ranks, kv));
                 }
             }
             .into_actor(self),
@@ -57,14 +57,21 @@ impl Executor {
     }
 }
 
-/// SPEC §4.7's stat line, with the rows that waited for a KV page since the last line (a
-/// worker whose KV pool cannot serve shows them climbing while completions stay at 0) and
-/// the queue's state after it.
+/// Rows that waited for a KV page and requests aborted for one, since the last stat line.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct KvCounts {
+    pub waits: u64,
+    pub aborts: u64,
+}
+
+/// SPEC §4.7's stat line, with the KV pool's waits and aborts since the last line (a pool
+/// too small for the load shows waits climbing and then aborts, `policy::kv_stall`) and the
+/// queue's state after it.
 fn stat_line(
     s: &crate::policy::preemption::StatLine,
     q: &QueueView,
     ranks: Option<RankStatus>,
-    kv_waits: u64,
+    kv: KvCounts,
 ) -> String {
     let fmt = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.3}"));
     let target = match (s.below_target, s.credit) {
@@ -76,7 +83,7 @@ fn stat_line(
         format!(" ranks={} passes_checked={}", r.ranks, r.passes_checked)
     });
     format!(
-        "preemption: pauses={} resumes={} forced={} paused={}/{} g={} W={:.3}s D={}s tpot_inflation={:.4} completions={}{} kv_waits={} | queue: waiting={} X={} overdue={} late={} guard={} on_time={}{}",
+        "preemption: pauses={} resumes={} forced={} paused={}/{} g={} W={:.3}s D={}s tpot_inflation={:.4} completions={}{} kv_waits={} kv_aborts={} | queue: waiting={} X={} overdue={} late={} guard={} on_time={}{}",
         s.pauses,
         s.resumes,
         s.forced_resumes,
@@ -88,7 +95,8 @@ fn stat_line(
         s.tpot_inflation,
         s.completions,
         target,
-        kv_waits,
+        kv.waits,
+        kv.aborts,
         q.len,
         x_text(q),
         t.overdue,
@@ -187,7 +195,8 @@ mod tests {
         };
         let q = view(AdmissionPolicy::Auto);
         assert_eq!(x_text(&q), "- (forming: 0/200 waited TTFTs)");
-        assert!(stat_line(&line(), &q, None, 0).contains("X=- (forming: 0/200 waited TTFTs) "));
+        assert!(stat_line(&line(), &q, None, KvCounts::default())
+            .contains("X=- (forming: 0/200 waited TTFTs) "));
         assert_eq!(x_text(&view(AdmissionPolicy::Fcfs)), "-");
         let fixed = QueueView::of(&AdmissionQueue::new(AdmissionParams {
             fixed_target: Some(13.5),
@@ -198,10 +207,11 @@ mod tests {
     }
 
     #[test]
-    fn the_stat_line_counts_the_rows_that_waited_for_a_kv_page() {
+    fn the_stat_line_counts_the_rows_that_waited_for_a_kv_page_and_the_aborts() {
         let q = QueueView::of(&AdmissionQueue::new(AdmissionParams::default()));
-        assert!(stat_line(&line(), &q, None, 7).contains(" kv_waits=7 | queue:"));
-        assert!(stat_line(&line(), &q, None, 0).contains(" kv_waits=0 | queue:"));
+        let kv = |waits, aborts| KvCounts { waits, aborts };
+        assert!(stat_line(&line(), &q, None, kv(7, 2)).contains(" kv_waits=7 kv_aborts=2 | queue:"));
+        assert!(stat_line(&line(), &q, None, kv(0, 0)).contains(" kv_waits=0 kv_aborts=0 | queue:"));
     }
 
     fn line() -> crate::policy::preemption::StatLine {
