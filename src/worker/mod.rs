@@ -118,7 +118,7 @@ impl WorkerParams {
         };
         format!(
             "scheduler: {} slots; batch up to {} rows and {} tokens; queue {}, {x}, up to {} \
-             waiting; preemption {preemption}; KV {} pages of {} tokens",
+             waiting; preemption {preemption}; KV {} pages of {} tokens ({} tokens a slot)",
             self.max_active,
             self.max_batch_size,
             self.max_num_tokens,
@@ -126,6 +126,8 @@ impl WorkerParams {
             a.max_waiting,
             self.kv.total_pages,
             self.kv.tokens_per_block,
+            u64::from(self.kv.total_pages) * u64::from(self.kv.tokens_per_block)
+                / u64::from(self.max_active.max(1)),
         )
     }
 }

@@ -667,7 +667,7 @@ fn the_start_summary_names_the_limits_the_queue_the_mode_and_the_pool() {
         "scheduler: 128 slots; batch up to 128 rows and 8192 tokens",
         "queue auto, X = p90 of the last 1000 waited TTFTs (from 200), up to 4096 waiting",
         "preemption tpot_budget 0.1 (g starts at 0.5), paused cap 48",
-        "KV 125000 pages of 32 tokens",
+        "KV 125000 pages of 32 tokens (31250 tokens a slot",
     ] {
         assert!(s.contains(part), "{part:?} not in {s:?}");
     }
