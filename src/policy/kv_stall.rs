@@ -42,10 +42,9 @@ pub fn abort_victim(by_admission: impl DoubleEndedIterator<Item = RequestId>) ->
 /// The error the aborted request's client gets.
 pub fn abort_message(total_pages: u32, tokens_per_block: u32) -> String {
     format!(
-        "aborted to keep the worker running: the KV cache ({total_pages} pages of \
-         {tokens_per_block} tokens) is full and every running request needs a new page to \
-         go on, so the most recently admitted request gave up its pages; raise \
-         kv_cache_config.max_tokens or lower max_batch_size for this load"
+        "KV cache full ({total_pages} pages of {tokens_per_block} tokens) and every running \
+         request needs a page: this newest one is aborted so the others can finish; raise \
+         kv_cache_config.max_tokens or lower max_batch_size"
     )
 }
 

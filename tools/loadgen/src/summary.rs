@@ -116,6 +116,10 @@ pub struct Summary {
     /// Failed measured requests by kind (`http_500`, `connect`, `dropped_stream`, `timeout`,
     /// `stream_error`); cancellations are in `cancelled_request_count`.
     pub errors_by_kind: BTreeMap<String, u64>,
+    /// The first failed request's message of each kind (the server's `error.message` where
+    /// it sent one), so the table says why and not only how many.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub error_examples: BTreeMap<String, String>,
     /// Warm-up requests sent but left out of every statistic above.
     pub warmup_excluded: u64,
     /// Arrivals dropped unsent because the concurrency cap was in flight (`--request-rate`
@@ -133,6 +137,25 @@ pub struct Summary {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub server_metrics: Option<ServerDelta>,
     pub run: RunInfo,
+}
+
+/// An error's text for the table: the server's `message` when the text is its JSON error
+/// object (a stream's error event, an HTTP error body), else the text as it is.
+fn server_message(text: &str) -> String {
+    let v: Option<serde_json::Value> = serde_json::from_str(text).ok();
+    let message = v.as_ref().and_then(|v| {
+        let v = v.get("error").unwrap_or(v);
+        v.get("message")?.as_str().map(str::to_owned)
+    });
+    message.unwrap_or_else(|| text.to_owned())
+}
+
+/// At most `n` characters of `s`, an ellipsis marking a cut.
+fn clip(s: &str, n: usize) -> String {
+    match s.char_indices().nth(n) {
+        Some((at, _)) => format!("{}…", &s[..at]),
+        None => s.to_owned(),
+    }
 }
 
 fn first_version() -> u32 {
@@ -164,8 +187,12 @@ impl Summary {
             .filter(|r| r.outcome() == Outcome::Failed)
             .collect();
         let mut errors_by_kind = BTreeMap::new();
+        let mut error_examples = BTreeMap::new();
         for e in failed.iter().filter_map(|r| r.error.as_ref()) {
             *errors_by_kind.entry(e.key()).or_insert(0u64) += 1;
+            error_examples
+                .entry(e.key())
+                .or_insert_with(|| server_message(&e.message));
         }
         // AIPerf's min_request_timestamp and max_response_timestamp, over valid records.
         let window_start = completed.iter().map(|r| r.start_s).reduce(f64::min);
@@ -217,6 +244,7 @@ impl Summary {
             total_error_isl: (!failed.is_empty())
                 .then(|| Scalar::new("tokens", isl(&failed) as f64)),
             errors_by_kind,
+            error_examples,
             warmup_excluded: (records.len() - measured.len()) as u64,
             arrivals_skipped: 0,
             warmup_errors: records.iter().filter(|r| r.warmup && !r.ok()).count() as u64,
@@ -315,6 +343,9 @@ impl Summary {
         }
         for (kind, n) in &self.errors_by_kind {
             let _ = writeln!(out, "{:<34} {:>10}", format!("errors: {kind}"), n);
+            if let Some(m) = self.error_examples.get(kind) {
+                let _ = writeln!(out, "  first: {}", clip(m, 240));
+            }
         }
         if let Some(m) = &self.server_metrics {
             let _ = writeln!(out, "{:<34} {:>10}", "server pauses", m.pauses);
@@ -432,6 +463,34 @@ pub(crate) mod tests {
         assert!((s.output_token_throughput.avg - 29.0 / 4.0).abs() < 1e-12);
         assert!((s.request_throughput.avg - 2.0 / 4.0).abs() < 1e-12);
         assert!(!s.was_cancelled);
+    }
+
+    #[test]
+    fn the_table_shows_each_error_kinds_first_message_the_servers_own_where_it_sent_one() {
+        let failure = |id, kind, status, message: &str| {
+            let mut r = rec(id, false, 1.0, 2.0, 0.0, 0);
+            r.ttft_ms = None;
+            r.error = Some(RequestError {
+                kind,
+                status,
+                message: message.to_owned(),
+                retry_after_s: None,
+            });
+            r
+        };
+        let event = r#"{"message":"the KV cache is full","type":"x","code":"engine_failed"}"#;
+        let records = vec![
+            failure(1, ErrorKind::StreamError, None, event),
+            failure(2, ErrorKind::StreamError, None, "a later one"),
+            failure(3, ErrorKind::Http, Some(429), &"q".repeat(300)),
+        ];
+        let s = Summary::from_records(&records, StopReason::MaxRequests, 3.0, None, info());
+        assert_eq!(s.error_examples["stream_error"], "the KV cache is full");
+        let table = s.render_table();
+        assert!(table.contains("errors: stream_error"), "{table}");
+        assert!(table.contains("  first: the KV cache is full\n"), "{table}");
+        let clipped = format!("  first: {}…\n", "q".repeat(240));
+        assert!(table.contains(&clipped), "{table}");
     }
 
     #[test]
