@@ -505,6 +505,42 @@ proptest! {
             prop_assert_eq!(u.used, 0, "pool {} leaked", u.pool);
         }
     }
+
+    /// On a KV pool far too small for what its residents go on to write (8 pages of 32
+    /// tokens for 6 slots; each request alone fits, as the server checks), in every mode:
+    /// every request that arrives leaves, completed or aborted by a stalled pass, within a
+    /// bounded number of passes; the invariants hold on every pass; every lease comes back.
+    #[test]
+    fn a_short_kv_pool_never_stops_the_worker_and_every_lease_comes_back(
+        mode in mode_strategy(),
+        requests in prop::collection::vec((1u32..=120, 1u32..=130), 1..40),
+    ) {
+        let mut p = params(6, mode, true);
+        p.kv.total_pages = 8;
+        let mut d = Driver::new(p);
+        for &(context, max_tokens) in &requests {
+            d.arrive(context, max_tokens);
+        }
+        let (mut completed, mut aborted) = (0, 0);
+        for _ in 0..20_000 {
+            let out = d.pass();
+            prop_assert!(d.core.check_invariants(&out).is_ok(), "{:?}", d.core.check_invariants(&out));
+            prop_assert!(out.rejected.is_empty());
+            completed += out.departed.iter().filter(|x| x.completed).count();
+            aborted += out.kv_aborted.len();
+            if completed + aborted == requests.len() {
+                break;
+            }
+        }
+        prop_assert_eq!(completed + aborted, requests.len(), "a request never left");
+        prop_assert_eq!(d.core.totals().kv_aborts, aborted as u64);
+        let out = d.pass();
+        prop_assert!(out.batch.is_empty());
+        prop_assert_eq!(d.core.resident_count(), 0);
+        for u in d.core.pool_usage() {
+            prop_assert_eq!(u.used, 0, "pool {} leaked", u.pool);
+        }
+    }
 }
 
 #[test]
