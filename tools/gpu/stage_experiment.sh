@@ -54,6 +54,11 @@ stage_arm tpot-held "$CONTROL" \
   "scheduler_config:"$'\n'"  gen_preemption: { tpot_budget: 0.10, gain_from: paused }"$'\n'
 stage_arm tpot-g05-held "$CONTROL" \
   "scheduler_config:"$'\n'"  gen_preemption: { tpot_budget: 0.10, initial_gain: 0.5, gain_from: paused }"$'\n'
+# kvshort (CARD=h100): the control on 2,048 tokens of KV a slot, a pool too small for this
+# load's outputs, the simulator's copy under tests/ (docs/h100/experiment-2, results §7.1).
+if [ "$CARD" = h100 ]; then
+  stage_arm kvshort ../../tests/fixtures/config/h100-llama-8b-kv-short.yaml
+fi
 # target_output_tps: the simulator's T (control rate / 1.10) at c288 is 37.4 tok/s; set
 # TARGET_OUTPUT_TPS from the first control run's served rate (h200_analyze.py prints it).
 stage_arm target "$CONTROL" \
