@@ -897,3 +897,56 @@ fn a_first_seed_heads_the_report_with_the_seeds_that_ran() {
         assert!(stdout.contains(says), "{extra:?}: {stdout}");
     }
 }
+
+#[test]
+fn records_holds_one_line_per_measured_request_sent_in_the_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let (json, lines) = (dir.path().join("out.json"), dir.path().join("r.jsonl"));
+    let out = genslot()
+        .args([
+            "sim",
+            "--quiet",
+            "--seeds",
+            "2",
+            "--synthetic-sessions",
+            "200",
+        ])
+        .args(["--concurrency", "60", "--warmup", "30", "--duration", "120"])
+        .args(["--arms", "control,tpot_budget=0.10", "--json"])
+        .arg(&json)
+        .arg("--records")
+        .arg(&lines)
+        .output()
+        .expect("run genslot sim");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let text = std::fs::read_to_string(&lines).unwrap();
+    let rows: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    for arm in v["arms"].as_array().unwrap() {
+        let name = arm["name"].as_str().unwrap();
+        let mine: Vec<_> = rows.iter().filter(|r| r["arm"] == name).collect();
+        assert_eq!(
+            mine.len() as u64,
+            arm["requests"].as_u64().unwrap(),
+            "{name}"
+        );
+        let seeds: std::collections::BTreeSet<u64> =
+            mine.iter().map(|r| r["seed"].as_u64().unwrap()).collect();
+        assert_eq!(seeds.into_iter().collect::<Vec<_>>(), [0, 1]);
+        for r in mine {
+            let sent = r["sent_s"].as_f64().unwrap();
+            assert!((30.0..120.0).contains(&sent), "{r}");
+            let (ttft, e2e) = (r["ttft_s"].as_f64().unwrap(), r["e2e_s"].as_f64().unwrap());
+            assert!(0.0 < ttft && ttft <= e2e, "{r}");
+            assert!(r["output_tokens"].as_u64().unwrap() >= 1, "{r}");
+        }
+    }
+}

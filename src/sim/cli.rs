@@ -10,8 +10,8 @@ use super::arm::{ArmSpec, ModeSpec};
 use super::engine::{RunSpec, Workload};
 use super::plant::Plant;
 use super::{
-    bench, calibrate, count, load_label, presets, report, run_experiment, served, svg, timeline,
-    Experiment, ExperimentResult, PlantOverrides, WorkloadInfo,
+    bench, calibrate, count, load_label, presets, report, run_experiment, run_experiment_keeping,
+    served, svg, timeline, ArmRecords, Experiment, ExperimentResult, PlantOverrides, WorkloadInfo,
 };
 use crate::config::{rule, Config, MAX_ENTRIES, MAX_SECONDS, MAX_TIMING_UNIT};
 use crate::policy::admission::AdmissionParams;
@@ -160,6 +160,12 @@ pub struct SimArgs {
     /// one file per load as with --svg.
     #[arg(long, value_name = "FILE")]
     pub timeline: Option<PathBuf>,
+    /// Write every measured request that completed to this JSONL file, one line each: arm,
+    /// seed, sent_s (as a recording's arrival_s), ttft_s, e2e_s, tpot_s, queue_s, context_s,
+    /// decode_s, input_tokens, output_tokens; to set a twin beside its served run request by
+    /// request or window by window. With --sweep, one file per load as with --svg.
+    #[arg(long, value_name = "FILE")]
+    pub records: Option<PathBuf>,
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
@@ -171,7 +177,7 @@ pub struct SimArgs {
         value_name = "RUNS",
         num_args = 0..=1,
         default_missing_value = "7",
-        conflicts_with_all = ["json", "svg", "timeline", "sweep"]
+        conflicts_with_all = ["json", "svg", "timeline", "records", "sweep"]
     )]
     pub bench: Option<usize>,
 }
@@ -373,6 +379,26 @@ fn check_load(args: &SimArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `--records`: one JSON line per measured request, arm by arm, seed by seed.
+fn write_records(path: &Path, runs: &[ArmRecords]) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let file =
+        std::fs::File::create(path).with_context(|| format!("writing {}", path.display()))?;
+    let mut out = std::io::BufWriter::new(file);
+    for run in runs {
+        for r in &run.records {
+            let mut line = serde_json::to_value(r)?;
+            if let Some(o) = line.as_object_mut() {
+                o.insert("arm".into(), run.arm.clone().into());
+                o.insert("seed".into(), run.seed.into());
+            }
+            writeln!(out, "{line}").with_context(|| format!("writing {}", path.display()))?;
+        }
+    }
+    out.flush()
+        .with_context(|| format!("writing {}", path.display()))
+}
+
 /// The output files, checked before the run rather than after it: each one a file (not a
 /// folder) in a folder that exists, and no two the same (the last written would replace the
 /// others). With --sweep each name gets the load added, in the same folder.
@@ -381,6 +407,7 @@ fn check_outputs(args: &SimArgs) -> anyhow::Result<()> {
         ("--json", &args.json),
         ("--svg", &args.svg),
         ("--timeline", &args.timeline),
+        ("--records", &args.records),
     ];
     let given: Vec<(&str, &PathBuf)> = outputs
         .iter()
@@ -820,7 +847,13 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         if let Some(runs) = args.bench {
             return bench_command(&exp, runs);
         }
-        let mut r = run_experiment(&exp).map_err(anyhow::Error::msg)?;
+        let mut r =
+            run_experiment_keeping(&exp, args.records.is_some()).map_err(anyhow::Error::msg)?;
+        if let Some(base) = &args.records {
+            let path = svg_path(base, c, loads.len() > 1);
+            write_records(&path, &r.records)?;
+            r.records.clear();
+        }
         r.config = args.config.as_ref().map(|p| p.display().to_string());
         r.plant_overrides = overrides;
         r.workload = Some(info.clone());

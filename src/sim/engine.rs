@@ -61,8 +61,11 @@ pub struct ResolvedArm {
 }
 
 /// One measured request.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct Record {
+    /// When it was sent (simulated seconds from the run's start), as a recording's
+    /// `arrival_s`.
+    pub sent_s: f64,
     pub ttft_s: f64,
     pub e2e_s: f64,
     /// `None` for single-token outputs.
@@ -507,6 +510,7 @@ fn run_with(
                 let first = r.first.unwrap_or(now);
                 let decode = now - first;
                 out.records.push(Record {
+                    sent_s: r.sent,
                     ttft_s: first - r.sent,
                     e2e_s: now - r.sent,
                     tpot_s: (d.output_tokens > 1).then(|| decode / (d.output_tokens - 1) as f64),

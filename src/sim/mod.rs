@@ -101,6 +101,10 @@ pub struct ExperimentResult {
     pub speed: Speed,
     #[serde(skip)]
     pub ttft_samples: Vec<(String, Vec<f64>)>,
+    /// Every measured request of every arm and seed, arm by arm, seed by seed (only from
+    /// [`run_experiment_keeping`] asked to keep them: `sim --records`).
+    #[serde(skip)]
+    pub records: Vec<ArmRecords>,
     pub warnings: Vec<String>,
     /// Each arm's first-seed timeline, when the experiment asked for them.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -304,8 +308,24 @@ pub fn count(n: u64, noun: &str) -> String {
     }
 }
 
+/// One arm's measured requests on one seed.
+#[derive(Debug, Clone)]
+pub struct ArmRecords {
+    pub arm: String,
+    pub seed: u64,
+    pub records: Vec<engine::Record>,
+}
+
 /// Run every arm for every seed; the control first (it fixes T for `target_output_tps=auto`).
 pub fn run_experiment(exp: &Experiment) -> Result<ExperimentResult, String> {
+    run_experiment_keeping(exp, false)
+}
+
+/// [`run_experiment`], keeping every measured request in `records` when `keep_records`.
+pub fn run_experiment_keeping(
+    exp: &Experiment,
+    keep_records: bool,
+) -> Result<ExperimentResult, String> {
     let mut arms = exp.arms.clone();
     if !arms.iter().any(ArmSpec::is_control) {
         arms.insert(0, ArmSpec::control());
@@ -463,6 +483,19 @@ pub fn run_experiment(exp: &Experiment) -> Result<ExperimentResult, String> {
             }
         })
         .collect();
+    let mut records = Vec::new();
+    if keep_records {
+        let mut order: Vec<&(usize, u64, RunResult, f64)> = results.iter().collect();
+        order.sort_by_key(|(arm, seed, _, _)| (*arm, *seed));
+        records = order
+            .into_iter()
+            .map(|(arm, seed, r, _)| ArmRecords {
+                arm: arms[*arm].name.clone(),
+                seed: *seed,
+                records: r.records.clone(),
+            })
+            .collect();
+    }
     Ok(ExperimentResult {
         concurrency: exp.base.concurrency,
         seeds: exp.seeds,
@@ -492,6 +525,7 @@ pub fn run_experiment(exp: &Experiment) -> Result<ExperimentResult, String> {
             arms: arm_speeds,
         },
         ttft_samples: samples,
+        records,
         warnings,
         timelines: arms
             .iter()
