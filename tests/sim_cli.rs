@@ -901,30 +901,24 @@ fn a_first_seed_heads_the_report_with_the_seeds_that_ran() {
 #[test]
 fn records_holds_one_line_per_measured_request_sent_in_the_window() {
     let dir = tempfile::tempdir().unwrap();
-    let (json, lines) = (dir.path().join("out.json"), dir.path().join("r.jsonl"));
-    let out = genslot()
-        .args([
-            "sim",
-            "--quiet",
-            "--seeds",
-            "2",
+    let lines = dir.path().join("r.jsonl");
+    let (_, v) = ran_seeds(
+        "2",
+        &[
             "--synthetic-sessions",
             "200",
-        ])
-        .args(["--concurrency", "60", "--warmup", "30", "--duration", "120"])
-        .args(["--arms", "control,tpot_budget=0.10", "--json"])
-        .arg(&json)
-        .arg("--records")
-        .arg(&lines)
-        .output()
-        .expect("run genslot sim");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+            "--concurrency",
+            "60",
+            "--warmup",
+            "30",
+            "--duration",
+            "120",
+            "--arms",
+            "control,tpot_budget=0.10",
+            "--records",
+            lines.to_str().unwrap(),
+        ],
     );
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let text = std::fs::read_to_string(&lines).unwrap();
     let rows: Vec<serde_json::Value> = text
         .lines()

@@ -433,7 +433,7 @@ pub fn run_experiment_keeping(
         if let Some(w) = runs.iter().find_map(|r| r.setup_warning.clone()) {
             warnings.push(format!("{}: {w}", a.name));
         }
-        let aborts: u64 = runs.iter().map(|r| r.kv_aborts).sum();
+        let aborts = summaries[i].kv_aborts;
         if aborts > 0 {
             warnings.push(format!(
                 "{}: {} aborted: every running row waited for a KV page, so a stalled pass \
@@ -483,16 +483,18 @@ pub fn run_experiment_keeping(
             }
         })
         .collect();
+    // The summaries are made: the records move out rather than being copied.
     let mut records = Vec::new();
     if keep_records {
-        let mut order: Vec<&(usize, u64, RunResult, f64)> = results.iter().collect();
-        order.sort_by_key(|(arm, seed, _, _)| (*arm, *seed));
-        records = order
-            .into_iter()
-            .map(|(arm, seed, r, _)| ArmRecords {
-                arm: arms[*arm].name.clone(),
-                seed: *seed,
-                records: r.records.clone(),
+        let mut runs: Vec<_> = (results.iter_mut())
+            .map(|(arm, seed, r, _)| (*arm, *seed, std::mem::take(&mut r.records)))
+            .collect();
+        runs.sort_by_key(|&(arm, seed, _)| (arm, seed));
+        records = (runs.into_iter())
+            .map(|(arm, seed, records)| ArmRecords {
+                arm: arms[arm].name.clone(),
+                seed,
+                records,
             })
             .collect();
     }

@@ -203,8 +203,8 @@ impl PassMachine {
 
         self.kv_waited = out.kv_waiting.len();
         self.abort_next = None;
-        let awaiting = self.residents.res().iter();
-        let awaiting = awaiting.filter(|x| !x.is(Res::KV_READY)).count();
+        let res = self.residents.res();
+        let awaiting = || res.iter().filter(|x| !x.is(Res::KV_READY)).count();
         if kv_stall::stalled(out.batch.len(), self.kv_waited, awaiting) {
             let order = self.residents.admission_order().iter();
             let rows = self.residents.rows();

@@ -194,7 +194,7 @@ pub struct Executor {
     last_step: Option<(f64, usize)>,
     /// Last set sent in a `Retain` (sent again only when it changes).
     retained: Vec<RequestId>,
-    /// Rows that waited for a KV page since the last stat line.
+    /// Rows that waited for a KV page, and requests aborted for one, since the last stat line.
     kv: observe::KvCounts,
     record: Option<Vec<(PassInputs, PassOutput)>>,
     recorder: Option<Recorder>,
