@@ -85,3 +85,18 @@ fn a_kv_pool_too_small_for_its_residents_aborts_a_few_requests_instead_of_stoppi
         "an abort a stall, and growth first, keep aborts rare: {control}"
     );
 }
+
+/// The KV-short plant is the H100 plant but for its pool: a fixture that drifted from it
+/// would test another card.
+#[test]
+fn the_kv_short_fixture_is_the_h100_plant_with_a_smaller_pool() {
+    let lines = |path: &str| -> Vec<String> {
+        std::fs::read_to_string(path)
+            .unwrap()
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .map(|l| l.replace("max_tokens: 262144", "max_tokens: 425984"))
+            .collect()
+    };
+    assert_eq!(lines(KV_SHORT), lines(H100));
+}
