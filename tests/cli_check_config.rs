@@ -1,12 +1,8 @@
 //! `genslot check-config` as a user runs it.
 
-use std::process::Command;
+mod cli_support;
 
-fn genslot() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_genslot"));
-    c.current_dir(env!("CARGO_MANIFEST_DIR"));
-    c
-}
+use cli_support::genslot;
 
 #[test]
 fn check_config_accepts_the_embedded_default_and_prints_it_resolved() {

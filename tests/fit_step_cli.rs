@@ -2,10 +2,12 @@
 //! refuse, and a transfer record that gives no transfer time are errors naming the cause,
 //! not a timing section `serve` refuses later or a fit that silently leaves the transfer out.
 
-use std::process::Command;
+mod cli_support;
+
+use cli_support::genslot;
 
 fn fit(args: &[&str]) -> (bool, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_genslot"))
+    let out = genslot()
         .arg("fit-step")
         .args(args)
         .output()
@@ -16,9 +18,7 @@ fn fit(args: &[&str]) -> (bool, String) {
 }
 
 fn written(name: &str, text: &str) -> (tempfile::TempDir, String) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join(name);
-    std::fs::write(&path, text).unwrap();
+    let (dir, path) = cli_support::written(name, text);
     (dir, path.to_string_lossy().into_owned())
 }
 

@@ -1,22 +1,17 @@
 //! `genslot sim`'s command line: a value outside its flag's rule is refused naming the flag
 //! and the rule, before anything runs.
 
-use std::process::Command;
+mod cli_support;
 
-fn genslot() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_genslot"))
-}
+use cli_support::{genslot, sim_json, written};
 
 /// `genslot sim ARGS` refused: its standard error.
 fn refused(args: &[&str]) -> String {
-    let out = genslot()
-        .args(["sim", "--quiet", "--seeds", "1"])
-        .args(args)
-        .output()
-        .expect("run genslot sim");
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(!out.status.success(), "{args:?} was accepted: {err}");
-    err
+    cli_support::refused(
+        genslot()
+            .args(["sim", "--quiet", "--seeds", "1"])
+            .args(args),
+    )
 }
 
 #[test]
@@ -149,14 +144,6 @@ fn an_arm_that_breaks_the_configs_rule_is_refused_naming_the_arm_and_the_rule() 
     }
 }
 
-/// A small file of `text` in a fresh directory.
-fn written(name: &str, text: &str) -> (tempfile::TempDir, std::path::PathBuf) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join(name);
-    std::fs::write(&path, text).unwrap();
-    (dir, path)
-}
-
 const MOONCAKE: &str = "{\"timestamp\": 0, \"input_length\": 100, \"output_length\": 5}\n\
                         {\"timestamp\": 1200, \"input_length\": 80, \"output_length\": 7}\n";
 const AZURE: &str = "TIMESTAMP,ContextTokens,GeneratedTokens\n\
@@ -254,22 +241,7 @@ fn ran(args: &[&str]) -> (String, serde_json::Value) {
 
 /// `ran` with this many seeds.
 fn ran_seeds(seeds: &str, args: &[&str]) -> (String, serde_json::Value) {
-    let dir = tempfile::tempdir().unwrap();
-    let json = dir.path().join("out.json");
-    let out = genslot()
-        .args(["sim", "--quiet", "--seeds", seeds])
-        .args(args)
-        .arg("--json")
-        .arg(&json)
-        .output()
-        .expect("run genslot sim");
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    (String::from_utf8_lossy(&out.stdout).into_owned(), v)
+    sim_json(&[&["--seeds", seeds], args].concat())
 }
 
 /// Output tokens of the one arm over a 100 s run.

@@ -7,7 +7,7 @@
 //! the worker without any pause, until a stalled pass learned to abort its newest admission
 //! (`policy::kv_stall`, docs/results.md §7.1). The synthetic sessions need no trace file.
 
-use std::process::Command;
+mod cli_support;
 
 const H100: &str = "tools/gpu/h100-llama-8b-control.yaml";
 /// The same plant with 2,048 tokens of KV a slot.
@@ -15,43 +15,29 @@ const KV_SHORT: &str = "tests/fixtures/config/h100-llama-8b-kv-short.yaml";
 
 /// `genslot sim` on an H100 plant, synthetic Weka-like sessions, one seed.
 fn run(config: &str, seed: &str, arms: &str) -> serde_json::Value {
-    let dir = tempfile::tempdir().unwrap();
-    let json = dir.path().join("out.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_genslot"))
-        .args([
-            "sim",
-            "--quiet",
-            "--config",
-            config,
-            "--synthetic-sessions",
-            "710",
-            "--context-scale",
-            "0.015625",
-            "--max-context",
-            "4096",
-            "--concurrency",
-            "288",
-            "--duration",
-            "180",
-            "--warmup",
-            "60",
-            "--first-seed",
-            seed,
-            "--seeds",
-            "1",
-            "--arms",
-            arms,
-            "--json",
-        ])
-        .arg(&json)
-        .output()
-        .expect("run genslot sim");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap()
+    let (_, v) = cli_support::sim_json(&[
+        "--config",
+        config,
+        "--synthetic-sessions",
+        "710",
+        "--context-scale",
+        "0.015625",
+        "--max-context",
+        "4096",
+        "--concurrency",
+        "288",
+        "--duration",
+        "180",
+        "--warmup",
+        "60",
+        "--first-seed",
+        seed,
+        "--seeds",
+        "1",
+        "--arms",
+        arms,
+    ]);
+    v
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! Record and replay (SPEC §8.4): `genslot serve --record` writes one line per request, and
 //! `genslot sim --replay` replays exactly those arrivals against the modelled plant.
 
+mod cli_support;
 mod serve_support;
 
 use std::path::Path;
@@ -8,6 +9,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use cli_support::{genslot, ok};
 use genslot::actors::{record, ActorEngine, StartOptions};
 use genslot::gpu::model::ModelBackend;
 use genslot::policy::Mode;
@@ -164,12 +166,6 @@ async fn a_recorded_run_replayed_under_the_serving_config_reproduces_its_arrival
     assert_eq!(out.records.len(), rec.records.len() - 1, "not measured");
 }
 
-fn genslot() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_genslot"));
-    c.current_dir(env!("CARGO_MANIFEST_DIR"));
-    c
-}
-
 async fn wait_healthy(base: &str) {
     let client = reqwest::Client::new();
     let t0 = Instant::now();
@@ -255,12 +251,7 @@ async fn serve_with_record_then_sim_replay_end_to_end() {
         .arg(&svg)
         .output()
         .expect("run genslot sim");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = ok(&out);
     assert!(stdout.contains("served (recorded)"), "{stdout}");
     assert!(stdout.contains("simulated control"), "{stdout}");
     // Headed by the replay and its files, one seed (the arrivals are fixed), no note on seeds.

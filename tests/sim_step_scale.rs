@@ -1,16 +1,13 @@
 //! `genslot sim --step-scale F|auto`: every step term times a factor, or (with --replay of a
 //! control run) the factor at which the replayed control decodes at the served run's TPOT.
 
+mod cli_support;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
+use cli_support::{genslot, ok};
 use serde_json::Value;
-
-fn genslot() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_genslot"));
-    c.current_dir(env!("CARGO_MANIFEST_DIR"));
-    c
-}
 
 fn write_config(dir: &Path) -> PathBuf {
     let path = dir.join("plant.yaml");
@@ -67,16 +64,6 @@ fn control_tpot_ms(json: &Path) -> (f64, Value) {
         .as_f64()
         .expect("control's mean TPOT");
     (tpot, v)
-}
-
-fn ok(out: &Output) -> String {
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
 }
 
 #[test]
@@ -143,14 +130,12 @@ fn auto_refuses_a_recording_with_pauses_and_a_run_without_one() {
 
 /// `genslot sim` on the default preset with ARGS, refused: its standard error.
 fn refused(args: &[&str]) -> String {
-    let out = genslot()
-        .args(["sim", "--quiet", "--preset", "default"])
-        .args(["--seeds", "1", "--duration", "10", "--warmup", "0"])
-        .args(args)
-        .output()
-        .expect("run genslot sim");
-    assert!(!out.status.success(), "{args:?} was accepted");
-    String::from_utf8_lossy(&out.stderr).into_owned()
+    cli_support::refused(
+        genslot()
+            .args(["sim", "--quiet", "--preset", "default"])
+            .args(["--seeds", "1", "--duration", "10", "--warmup", "0"])
+            .args(args),
+    )
 }
 
 #[test]
