@@ -2,23 +2,11 @@
 //! the arm configs are valid, and the plant they carry is the fit of the measured H200 steps
 //! they say it is.
 
+mod cli_support;
+
 use std::process::Command;
 
-fn genslot() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_genslot"));
-    c.current_dir(env!("CARGO_MANIFEST_DIR"));
-    c
-}
-
-fn ok(out: &std::process::Output) -> String {
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{text}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    text
-}
+use cli_support::{genslot, ok, written};
 
 #[test]
 fn the_experiment_scripts_parse() {
@@ -45,6 +33,64 @@ fn the_experiment_scripts_parse() {
         }
         Err(e) => eprintln!("skipping: no python3 to parse h200_analyze.py ({e})"),
     }
+}
+
+/// A served recording's `arrival_s` counts from the server's start, seconds before the first
+/// request; a twin's `sent_s` from its first sends. `arrival_windows.py` must put both on the
+/// one clock (the recording's from its first arrival), or a served window is compared with
+/// the twin's window some seconds away.
+#[test]
+fn arrival_windows_counts_a_recording_from_its_first_arrival_as_the_twins_sends() {
+    let served = |id: u32, arrival: f64, ttft: f64, outcome: &str| {
+        format!(
+            "{{\"id\":{id},\"run_start_unix\":1.0,\"arrival_s\":{arrival},\"context_tokens\":10,\
+             \"max_tokens\":4,\"output_tokens\":4,\"first_token_s\":{},\"finish_s\":{},\
+             \"pauses\":0,\"outcome\":\"{outcome}\"}}\n",
+            arrival + ttft,
+            arrival + ttft + 1.0
+        )
+    };
+    // First request at 20 s on the server's clock; the next two 80 s and 105 s after it (100
+    // and 125 s on the server's clock, windows 90-120 and none). The cancelled one is not
+    // counted, as the replay's check counts completed requests only.
+    let recording = served(1, 20.0, 1.0, "completed")
+        + &served(2, 100.0, 3.0, "completed")
+        + &served(3, 125.0, 7.0, "completed")
+        + &served(4, 101.0, 50.0, "cancelled");
+    let twin = "{\"arm\":\"control\",\"sent_s\":65.0,\"ttft_s\":5.0}\n\
+                {\"arm\":\"other\",\"sent_s\":66.0,\"ttft_s\":9.0}\n";
+    let (_r, rec) = written("served.jsonl", &recording);
+    let (_t, tw) = written("twin.jsonl", twin);
+    let out = match Command::new("python3")
+        .arg("tools/gpu/arrival_windows.py")
+        .args(["--to", "120", "--split", "60"])
+        .arg(format!("served={}", rec.display()))
+        .arg(format!("twin={}@control", tw.display()))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+    {
+        Ok(out) => ok(&out),
+        Err(e) => return eprintln!("skipping: no python3 to run arrival_windows.py ({e})"),
+    };
+    let row = |window: &str| {
+        out.lines()
+            .find(|l| l.trim_start().starts_with(window))
+            .unwrap_or_else(|| panic!("no {window} row in {out}"))
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    // Served: the request 80 s after the first arrival (3 s) in 60-90, with the twin's 65 s send.
+    assert_eq!(
+        row("60-90"),
+        "60-90 3.00 / 3.00 (1) 5.00 / 5.00 (1)",
+        "{out}"
+    );
+    assert_eq!(
+        row("90-120"),
+        "90-120 7.00 / 7.00 (1) nan / nan (0)",
+        "{out}"
+    );
 }
 
 #[test]

@@ -161,7 +161,7 @@ pub struct SimArgs {
     #[arg(long, value_name = "FILE")]
     pub timeline: Option<PathBuf>,
     /// Write every measured request that completed to this JSONL file, one line each: arm,
-    /// seed, sent_s (as a recording's arrival_s), ttft_s, e2e_s, tpot_s, queue_s, context_s,
+    /// seed, sent_s (from the run's start: a recording's arrival_s less its first), ttft_s, e2e_s, tpot_s, queue_s, context_s,
     /// decode_s, input_tokens, output_tokens; to set a twin beside its served run request by
     /// request or window by window. With --sweep, one file per load as with --svg.
     #[arg(long, value_name = "FILE")]

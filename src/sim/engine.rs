@@ -63,8 +63,8 @@ pub struct ResolvedArm {
 /// One measured request.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct Record {
-    /// When it was sent (simulated seconds from the run's start), as a recording's
-    /// `arrival_s`.
+    /// When it was sent, simulated seconds from the run's start (its first sends): a
+    /// recording's `arrival_s` less its first arrival, the clock `sim --replay` windows it on.
     pub sent_s: f64,
     pub ttft_s: f64,
     pub e2e_s: f64,
