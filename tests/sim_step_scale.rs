@@ -94,8 +94,20 @@ fn auto_finds_the_factor_the_served_run_decoded_at() {
     ok(&replay(&probe, &cfg, &one, "1"));
     let (t1, _) = control_tpot_ms(&one);
     let rec = write_recording(dir.path(), "served.jsonl", 1.5 * t1, false);
+    // Replayed on the plant's own step, the check says the step is not the served run's.
+    let stdout = ok(&replay(&rec, &cfg, &dir.path().join("x1.json"), "1"));
+    assert!(
+        stdout.contains("warning: the replayed control decodes at")
+            && stdout.contains("(-33%)")
+            && stdout.contains("--step-scale auto"),
+        "{stdout}"
+    );
     let json = dir.path().join("auto.json");
     let stdout = ok(&replay(&rec, &cfg, &json, "auto"));
+    assert!(
+        !stdout.contains("warning: the replayed control"),
+        "{stdout}"
+    );
     let (t, v) = control_tpot_ms(&json);
     let factor = v["plant_overrides"]["step_scale"]
         .as_f64()

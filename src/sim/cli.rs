@@ -854,6 +854,11 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
             write_records(&path, &r.records)?;
             r.records.clear();
         }
+        if let (Some(served), Some(control)) =
+            (&served, r.arms.iter().find(|a| a.name == "control"))
+        {
+            r.warnings.extend(served::replay_mismatch(served, control));
+        }
         r.config = args.config.as_ref().map(|p| p.display().to_string());
         r.plant_overrides = overrides;
         r.workload = Some(info.clone());

@@ -192,6 +192,57 @@ pub fn table(served: &ServedSummary, sim: &ArmSummary) -> String {
     s
 }
 
+/// The largest share by which the replayed control's mean TPOT may differ from a served
+/// control's before the check says the plant's step is not the served run's.
+const STEP_TOLERANCE: f64 = 0.05;
+/// The share, and the seconds, by which the replayed control's TTFT p90 may differ from a
+/// served control's, with the step matching, before the check says the replay does not queue
+/// as the run did. Measured: the H200 controls replayed on their fitted step came within 2 %
+/// at p90 (docs/results.md §4.4: experiment-5's control +1 %), the H100 controls of two closed
+/// loops at c320 21 % and 48 % long (+1.65 and +3.47 s, §7.2–7.3). The seconds keep a run
+/// without a queue, whose TTFT is its transfer and first pass, from reading as one.
+const QUEUE_TOLERANCE: f64 = 0.20;
+const QUEUE_TOLERANCE_S: f64 = 1.0;
+
+/// What the replay check of a control recording says about the replay itself, when the
+/// simulated control is far from the served run: its step off by more than
+/// [`STEP_TOLERANCE`], or, the step matching, its TTFT p90 off by [`QUEUE_TOLERANCE`] and
+/// [`QUEUE_TOLERANCE_S`] or more. `None` for a recording that paused (its TPOT holds pauses and its queue their gain,
+/// so it differs from a control by design) or when the two agree.
+pub fn replay_mismatch(served: &ServedSummary, sim: &ArmSummary) -> Option<String> {
+    if served.pauses > 0 || served.completed == 0 {
+        return None;
+    }
+    let off = |s: f64, m: f64| (s > 0.0 && m.is_finite()).then(|| m / s - 1.0);
+    let step = off(served.mean_tpot_ms, sim.mean_tpot_ms)?;
+    if step.abs() > STEP_TOLERANCE {
+        return Some(format!(
+            "the replayed control decodes at {:.2} ms a token against the served run's {:.2} \
+             ({:+.0}%): the plant's step is not the served run's, so neither are its queues; \
+             fit it with --step-scale auto (docs/replay.md)",
+            sim.mean_tpot_ms,
+            served.mean_tpot_ms,
+            100.0 * step
+        ));
+    }
+    let queue = off(served.ttft_p90_s, sim.ttft_p90_s)?;
+    let gap_s = (sim.ttft_p90_s - served.ttft_p90_s).abs();
+    (queue.abs() >= QUEUE_TOLERANCE && gap_s >= QUEUE_TOLERANCE_S).then(|| {
+        format!(
+            "the replayed control's TTFT p90 is {:.2} s against the served run's {:.2} s \
+             ({:+.0}%) on the served run's step (TPOT within {:.0}%): the recorded arrivals, \
+             fed open loop, queue differently here than they did when served. A closed-loop \
+             run near saturation, whose lanes waited on completions, cannot be replayed so; \
+             its prediction is the closed-loop twin (--trace ... --concurrency N --first-seed \
+             K, docs/replay.md), and these arms' deltas stand on the replay's queue",
+            sim.ttft_p90_s,
+            served.ttft_p90_s,
+            100.0 * queue,
+            100.0 * STEP_TOLERANCE
+        )
+    })
+}
+
 /// Where the mean TTFT goes, served beside simulated: the wait for a slot, the context's
 /// arrival, and the rest (the wait for the pass that first schedules the request).
 fn ttft_split(served: (f64, f64, f64), sim: (f64, f64, f64), sim_name: &str) -> String {
@@ -254,6 +305,71 @@ mod tests {
         assert_eq!(s.pauses, 3);
         assert_eq!(s.output_tps, 32.0 / 20.0);
         assert_eq!((s.mean_queue_s, s.mean_context_s), (None, None));
+    }
+
+    /// A served control's summary with this TTFT p90 and mean TPOT, and a simulated control's.
+    fn pair(
+        served_p90: f64,
+        served_tpot: f64,
+        sim_p90: f64,
+        sim_tpot: f64,
+    ) -> (ServedSummary, ArmSummary) {
+        let r = Recording {
+            path: PathBuf::from("r.jsonl"),
+            run_start_unix: 0.0,
+            records: vec![rec(1, 1.0, 1.0, 11, Outcome::Completed)],
+        };
+        let mut served = summarise(&r, 0.0, 10.0);
+        served.pauses = 0;
+        served.ttft_p90_s = served_p90;
+        served.mean_tpot_ms = served_tpot;
+        let mut sim = crate::sim::report::summarise("control", &[], 10.0, None, None);
+        sim.ttft_p90_s = sim_p90;
+        sim.mean_tpot_ms = sim_tpot;
+        (served, sim)
+    }
+
+    #[test]
+    fn a_replay_that_queues_as_the_control_did_is_not_flagged() {
+        // Experiment-5's control on its fitted step: p90 6.70 s against 6.63, TPOT equal.
+        let (s, m) = pair(6.63, 23.02, 6.70, 23.02);
+        assert_eq!(replay_mismatch(&s, &m), None);
+        // No queue either way: 10 ms of transfer and first pass against 50 ms is no queue.
+        let (s, m) = pair(0.05, 10.0, 0.01, 10.0);
+        assert_eq!(replay_mismatch(&s, &m), None);
+    }
+
+    #[test]
+    fn a_replay_on_the_served_step_that_queues_far_longer_names_the_closed_loop_twin() {
+        // Experiment-4's control on the H100: 10.68 s against 7.21 at the same TPOT.
+        let (s, m) = pair(7.21, 18.05, 10.68, 18.05);
+        let w = replay_mismatch(&s, &m).expect("flagged");
+        assert!(
+            w.contains("10.68 s against the served run's 7.21 s (+48%)"),
+            "{w}"
+        );
+        assert!(w.contains("closed-loop twin"), "{w}");
+        // Far shorter is flagged too: the replay emptied a queue the run had.
+        let (s, m) = pair(6.63, 23.02, 2.75, 23.02);
+        assert!(replay_mismatch(&s, &m).expect("flagged").contains("(-59%)"));
+    }
+
+    #[test]
+    fn a_replay_on_another_step_points_at_the_step_scale_first() {
+        let (s, m) = pair(6.63, 23.02, 2.75, 21.10);
+        let w = replay_mismatch(&s, &m).expect("flagged");
+        assert!(
+            w.contains("21.10 ms a token against the served run's 23.02 (-8%)"),
+            "{w}"
+        );
+        assert!(w.contains("--step-scale auto"), "{w}");
+    }
+
+    #[test]
+    fn a_recording_that_paused_is_never_flagged_against_the_control() {
+        let (mut s, m) = pair(5.92, 20.21, 11.84, 18.06);
+        s.pauses = 4504;
+        assert_eq!(replay_mismatch(&s, &m), None);
     }
 
     #[test]
