@@ -159,6 +159,11 @@ enum Cmd {
         /// order, the same KV bytes as F = 0: a batch that mixes short and long requests.
         #[arg(long, default_value_t = 0.0, value_parser = parse_spread)]
         context_spread: f64,
+        /// Each step's rows at these ratios to the context instead, as quantiles (the
+        /// shortest row's, ..., the longest's, equally spaced; the mean kept): a served
+        /// batch's mix, e.g. from `tools/gpu/batch_mix.py RECORDING`.
+        #[arg(long, value_delimiter = ',', conflicts_with = "context_spread")]
+        context_ratios: Vec<f64>,
     },
     /// Each weight product at 1 to 4 rows on cuBLAS and on the GEMV kernels: outputs
     /// compared, times side by side.
@@ -395,12 +400,24 @@ fn main() -> Result<()> {
             profile,
             sampling,
             context_spread,
+            context_ratios,
         } => {
             let mut cfg = CudaConfig::new(ModelSource::Seeded { shape, seed: 1 });
             cfg.tokens_per_block = tokens_per_block;
             cfg.max_batch_size = batches.iter().copied().max().unwrap_or(1).max(112);
-            let longest = contexts.iter().copied().max().unwrap_or(4096) as f64;
-            cfg.max_context = (longest * (1.0 + context_spread)).ceil() as usize + 64;
+            let longest = contexts.iter().copied().max().unwrap_or(4096);
+            let longest_row = if context_ratios.is_empty() {
+                (longest as f64 * (1.0 + context_spread)).ceil() as usize
+            } else {
+                bench::check_ratios(&context_ratios)
+                    .map_err(|e| anyhow::anyhow!("--context-ratios: {e}"))?;
+                batches
+                    .iter()
+                    .flat_map(|&n| bench::ratio_contexts(longest, n, &context_ratios))
+                    .max()
+                    .unwrap_or(longest)
+            };
+            cfg.max_context = longest_row + 64;
             cfg.kv_memory_fraction = kv_fraction;
             let mut b = CudaBackend::new(cfg)?;
             b.fill_kv_random(7)?;
@@ -411,6 +428,7 @@ fn main() -> Result<()> {
                 profile,
                 sampling,
                 context_spread,
+                context_ratios,
                 ..Default::default()
             };
             let rep = bench::run(&mut b, &opts)?;

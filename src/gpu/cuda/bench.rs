@@ -35,6 +35,9 @@ pub struct BenchOptions {
     /// evenly over context × [1 − F, 1 + F] in a shuffled order (`spread_contexts`), the same
     /// KV bytes a step, as a served batch mixes short and long requests.
     pub context_spread: f64,
+    /// Non-empty: the rows' contexts follow these ratios to the point's context instead
+    /// (`ratio_contexts`), a served batch's mix of lengths; `context_spread` is then unused.
+    pub context_ratios: Vec<f64>,
 }
 
 impl Default for BenchOptions {
@@ -49,6 +52,7 @@ impl Default for BenchOptions {
             profile: false,
             sampling: SAMPLED,
             context_spread: 0.0,
+            context_ratios: Vec::new(),
         }
     }
 }
@@ -128,6 +132,9 @@ pub struct BenchReport {
     pub read_chunks_gbs: Vec<(usize, f64)>,
     /// `BenchOptions::context_spread` of `steps`.
     pub context_spread: f64,
+    /// `BenchOptions::context_ratios` of `steps` (empty: not used).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub context_ratios: Vec<f64>,
     pub steps: Vec<StepRowResult>,
     pub pause: PauseResult,
     /// At the first context; batch 1 is the reference.
@@ -236,7 +243,7 @@ fn rows_at(
 /// order: a served batch's rows come in no order of length. `spread` 0 gives `ctx` n times.
 pub fn spread_contexts(ctx: usize, n: usize, spread: f64) -> Vec<usize> {
     let spread = spread.clamp(0.0, 1.0);
-    let mut v: Vec<usize> = (0..n)
+    let v: Vec<usize> = (0..n)
         .map(|k| {
             let f = (k as f64 + 0.5) / n as f64;
             (ctx as f64 * (1.0 + spread * (2.0 * f - 1.0)))
@@ -244,9 +251,54 @@ pub fn spread_contexts(ctx: usize, n: usize, spread: f64) -> Vec<usize> {
                 .max(1.0) as usize
         })
         .collect();
-    // Fisher-Yates with a fixed linear congruential sequence: the same order every run.
+    shuffled(v)
+}
+
+/// `n` contexts whose ratios to `ctx` follow the quantile function through `ratios` (at the
+/// equally spaced shares 0, 1/m, …, 1 of the rows, linear between; at least two, positive,
+/// none below the one before), each row the midpoint of one of n equal parts, scaled so that
+/// their mean is `ctx` to rounding (the same KV bytes as a uniform step), in
+/// `spread_contexts`' shuffled order. A served batch's mix of lengths, whose longest rows
+/// are several times its mean (`tools/gpu/batch_mix.py` reads the ratios off a recording).
+pub fn ratio_contexts(ctx: usize, n: usize, ratios: &[f64]) -> Vec<usize> {
+    let m = ratios.len().saturating_sub(1).max(1) as f64;
+    let at = |f: f64| {
+        let x = f * m;
+        let i = (x.floor() as usize).min(ratios.len().saturating_sub(2));
+        let (a, b) = (ratios[i], ratios.get(i + 1).copied().unwrap_or(ratios[i]));
+        a + (b - a) * (x - i as f64)
+    };
+    let r: Vec<f64> = (0..n).map(|k| at((k as f64 + 0.5) / n as f64)).collect();
+    let mean = r.iter().sum::<f64>() / n.max(1) as f64;
+    let v = r
+        .iter()
+        .map(|x| (ctx as f64 * x / mean).round().max(1.0) as usize)
+        .collect();
+    shuffled(v)
+}
+
+/// `ratio_contexts`' rule for its ratios, as an error naming the rule.
+pub fn check_ratios(ratios: &[f64]) -> Result<(), String> {
+    if ratios.len() < 2 {
+        return Err("give at least two ratios (the shortest row's and the longest's)".into());
+    }
+    if let Some(x) = ratios.iter().find(|x| !(x.is_finite() && **x > 0.0)) {
+        return Err(format!("ratio {x} must be a positive number"));
+    }
+    if let Some(w) = ratios.windows(2).find(|w| w[1] < w[0]) {
+        return Err(format!(
+            "ratios are quantiles, each at least the one before: {} follows {}",
+            w[1], w[0]
+        ));
+    }
+    Ok(())
+}
+
+/// Fisher-Yates with a fixed linear congruential sequence: the same order every run, and no
+/// order of length (a served batch's rows come in none).
+fn shuffled(mut v: Vec<usize>) -> Vec<usize> {
     let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-    for i in (1..n).rev() {
+    for i in (1..v.len()).rev() {
         x = x
             .wrapping_mul(6_364_136_223_846_793_005)
             .wrapping_add(1_442_695_040_888_963_407);
@@ -431,7 +483,11 @@ pub fn run(b: &mut CudaBackend, o: &BenchOptions) -> Result<BenchReport, Backend
     for &ctx in &o.contexts {
         for &batch in &o.batches {
             let ids: Vec<usize> = (0..batch).collect();
-            let ctxs = spread_contexts(ctx, batch, o.context_spread);
+            let ctxs = if o.context_ratios.is_empty() {
+                spread_contexts(ctx, batch, o.context_spread)
+            } else {
+                ratio_contexts(ctx, batch, &o.context_ratios)
+            };
             let (rows, aliased) = rows_at(b, &ids, batch, &ctxs);
             // Graph steps back to back, as a worker runs them: the step time.
             let graph = time_alternating(b, &[Run::greedy(&rows, Launch::Graph)], o)?.remove(0);
@@ -524,6 +580,7 @@ pub fn run(b: &mut CudaBackend, o: &BenchOptions) -> Result<BenchReport, Backend
         read_bandwidth_gbs: read_bw,
         read_chunks_gbs: read_chunks,
         context_spread: o.context_spread,
+        context_ratios: o.context_ratios.clone(),
         steps,
         pause: PauseResult {
             batch: pb,
@@ -557,7 +614,14 @@ pub fn table(r: &BenchReport) -> String {
         s += &format!("read in scattered chunks, GB/s: {}\n", chunks.join(", "));
     }
     s += &format!("sampled steps: {}\n", r.sampling);
-    if r.context_spread > 0.0 {
+    if !r.context_ratios.is_empty() {
+        let ratios: Vec<String> = r.context_ratios.iter().map(|x| format!("{x}")).collect();
+        s += &format!(
+            "contexts: each step's rows at the quantiles {} of the context (mean kept), \
+             shuffled\n",
+            ratios.join(",")
+        );
+    } else if r.context_spread > 0.0 {
         s += &format!(
             "contexts: each step's rows spread over context x [{:.2}, {:.2}], shuffled\n",
             1.0 - r.context_spread,
@@ -607,7 +671,7 @@ pub fn table(r: &BenchReport) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::spread_contexts;
+    use super::{check_ratios, ratio_contexts, spread_contexts};
 
     #[test]
     fn spread_contexts_keep_the_mean_and_span_the_asked_range_in_no_order_of_length() {
@@ -628,5 +692,35 @@ mod tests {
             spread_contexts(4096, 128, 0.9),
             "the same order every run"
         );
+    }
+
+    #[test]
+    fn ratio_contexts_follow_the_quantiles_and_keep_the_mean() {
+        // Two ratios 1 - F and 1 + F are the spread of F.
+        assert_eq!(
+            ratio_contexts(4096, 128, &[0.1, 1.9]),
+            spread_contexts(4096, 128, 0.9)
+        );
+        // A tail: half the rows at 0.5, the other half rising to 4x; mean kept at 2048.
+        let v = ratio_contexts(2048, 100, &[0.5, 0.5, 4.0]);
+        let mean = v.iter().sum::<usize>() as f64 / 100.0;
+        assert!((mean - 2048.0).abs() < 1.0, "mean {mean}");
+        let mut sorted = v.clone();
+        sorted.sort_unstable();
+        // Before scaling: 50 rows at 0.5, then 0.535 ... 3.965, mean 1.375.
+        assert_eq!(sorted[0], (2048.0 * 0.5 / 1.375_f64).round() as usize);
+        assert_eq!(sorted[49], sorted[0]);
+        assert_eq!(sorted[99], (2048.0 * 3.965 / 1.375_f64).round() as usize);
+        assert_ne!(v, sorted, "shuffled");
+    }
+
+    #[test]
+    fn ratios_must_be_two_or_more_positive_quantiles() {
+        assert!(check_ratios(&[0.5, 1.0, 7.0]).is_ok());
+        assert!(check_ratios(&[1.0]).unwrap_err().contains("at least two"));
+        assert!(check_ratios(&[0.0, 1.0]).unwrap_err().contains("positive"));
+        assert!(check_ratios(&[2.0, 1.0])
+            .unwrap_err()
+            .contains("1 follows 2"));
     }
 }
