@@ -161,9 +161,10 @@ pub struct SimArgs {
     #[arg(long, value_name = "FILE")]
     pub timeline: Option<PathBuf>,
     /// Write every measured request that completed to this JSONL file, one line each: arm,
-    /// seed, sent_s (from the run's start: a recording's arrival_s less its first), ttft_s, e2e_s, tpot_s, queue_s, context_s,
-    /// decode_s, input_tokens, output_tokens; to set a twin beside its served run request by
-    /// request or window by window. With --sweep, one file per load as with --svg.
+    /// seed, sent_s (from the run's start: a recording's arrival_s less its first), ttft_s,
+    /// e2e_s, tpot_s, queue_s, context_s, decode_s, input_tokens, output_tokens; to set a twin
+    /// beside its served run request by request or window by window. With --sweep, one file
+    /// per load as with --svg.
     #[arg(long, value_name = "FILE")]
     pub records: Option<PathBuf>,
     /// No progress bar.
@@ -854,10 +855,17 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
             write_records(&path, &r.records)?;
             r.records.clear();
         }
-        if let (Some(served), Some(control)) =
-            (&served, r.arms.iter().find(|a| a.name == "control"))
-        {
-            r.warnings.extend(served::replay_mismatch(served, control));
+        // The replay check: the served run beside the simulated control, and what that says
+        // about the replay (a warning, so the JSON carries it too).
+        let check = served.as_ref().and_then(|served| {
+            let control = r.arms.iter().find(|a| a.name == "control")?;
+            Some((
+                served::table(served, control),
+                served::replay_mismatch(served, control),
+            ))
+        });
+        if let Some((_, Some(w))) = &check {
+            r.warnings.push(w.clone());
         }
         r.config = args.config.as_ref().map(|p| p.display().to_string());
         r.plant_overrides = overrides;
@@ -902,10 +910,8 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         );
         say!("{}", report::arm_table(&r.arms));
         say!("{}", report::paired_table(&r.paired));
-        if let (Some(served), Some(control)) =
-            (&served, r.arms.iter().find(|a| a.name == "control"))
-        {
-            say!("{}", served::table(served, control));
+        if let Some((table, _)) = &check {
+            say!("{table}");
         }
         for w in &r.warnings {
             sayln!("warning: {w}");
