@@ -93,6 +93,44 @@ fn arrival_windows_counts_a_recording_from_its_first_arrival_as_the_twins_sends(
     );
 }
 
+/// `occupancy.py` counts a row resident from its admission to its finish, queued from its
+/// arrival to its admission, and the residents beyond the slots as paused: the reading of a
+/// recording that docs/results.md §7.3's account of a stall rests on.
+#[test]
+fn occupancy_counts_residents_beyond_the_slots_as_paused_from_the_first_arrival() {
+    let row = |id: u32, arrival: f64, admitted: f64, first: f64, finish: f64| {
+        format!(
+            "{{\"id\":{id},\"arrival_s\":{arrival},\"admitted_s\":{admitted},\
+             \"first_token_s\":{first},\"finish_s\":{finish},\"pauses\":0,\
+             \"outcome\":\"completed\"}}\n"
+        )
+    };
+    // The clock starts at the first arrival (10 s on the server's clock). Two slots; at 1 s
+    // three rows are resident (one paused) and one is queued; at 2 s the first has finished.
+    let recording = row(1, 10.0, 10.2, 10.3, 11.8)
+        + &row(2, 10.1, 10.3, 10.4, 13.0)
+        + &row(3, 10.4, 10.9, 11.3, 13.0)
+        + &row(4, 10.8, 11.6, 11.7, 13.0);
+    let (_r, rec) = written("served.jsonl", &recording);
+    let out = match Command::new("python3")
+        .arg("tools/gpu/occupancy.py")
+        .arg(&rec)
+        .args(["--from", "1", "--to", "3", "--every", "1", "--slots", "2"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+    {
+        Ok(out) => ok(&out),
+        Err(e) => return eprintln!("skipping: no python3 to run occupancy.py ({e})"),
+    };
+    let rows: Vec<String> = out
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect();
+    // t, resident, paused at least, queued, first tokens and completions in [t, t + 1).
+    assert_eq!(rows, ["1.00 3 1 1 2 1", "2.00 3 1 0 0 0"], "{out}");
+}
+
 #[test]
 fn the_arm_configs_are_valid_and_differ_only_in_preemption() {
     let control = ok(&genslot()
