@@ -501,6 +501,24 @@ fn a_configs_initial_gain_starts_every_tpot_budget_arm_that_names_no_g0() {
     );
 }
 
+/// `pauses=N` reaches the controller: the SPEC's 2 written out is the plain arm, and a limit
+/// of 1 or 6 changes this saturated run, where some requests are paused twice (an arm that
+/// did not reach the controller would leave every number as the plain arm's).
+#[test]
+fn a_pauses_arm_moves_tpot_budgets_per_request_limit_and_pauses_2_is_the_spec() {
+    let (_a, plain) = preemption_config("plain.yaml", "");
+    let (_, v) = saturated(
+        &plain,
+        "tpot_budget=0.10,tpot_budget=0.10+pauses=2,tpot_budget=0.10+pauses=1,tpot_budget=0.10+pauses=6",
+    );
+    let spec = arm_numbers(&v, "tpot_budget=0.10");
+    assert!(spec["pauses"].as_u64().unwrap() > 0, "the run pauses: {v}");
+    assert_eq!(spec, arm_numbers(&v, "tpot_budget=0.10+pauses=2"));
+    for moved in ["tpot_budget=0.10+pauses=1", "tpot_budget=0.10+pauses=6"] {
+        assert_ne!(spec, arm_numbers(&v, moved), "{moved}");
+    }
+}
+
 #[test]
 fn a_configs_gain_from_holds_every_tpot_budget_arm_that_names_no_g_from() {
     let (_a, held) = preemption_config("held.yaml", ", gain_from: paused");
@@ -757,7 +775,7 @@ fn an_unknown_arm_key_is_refused_listing_the_valid_keys() {
     assert!(
         err.contains(
             "unknown key `tpot` (one of tpot_budget, target_output_tps, max_batch_size, \
-             max_num_active_requests, order, victim, g0, g_from; or control alone)"
+             max_num_active_requests, order, victim, g0, g_from, pauses; or control alone)"
         ),
         "{err}"
     );

@@ -1,7 +1,8 @@
 //! Arms of a simulation: `control`, `tpot_budget=0.10`, `target_output_tps=auto`,
 //! `max_batch_size=144`, and combinations joined by `+`
 //! (e.g. `tpot_budget=0.10+order=edf`, `tpot_budget=0.10+victim=newest_resident`,
-//! `tpot_budget=0.10+g0=0.25`: where the window gain g starts). A value is refused by the
+//! `tpot_budget=0.10+g0=0.25`: where the window gain g starts, `tpot_budget=0.10+pauses=4`:
+//! pauses per request, an ablation of SPEC §4.3's 2). A value is refused by the
 //! rule the config applies to the same setting (`crate::config::rule`), naming the arm.
 
 use serde::Serialize;
@@ -34,17 +35,23 @@ pub struct ArmSpec {
     /// Which completions step g (`g_from=any|paused`); unset: the config's `gain_from`, else
     /// `any` (SPEC §4.3).
     pub gain_from: Option<GainFrom>,
+    /// `tpot_budget`'s pauses per request (`pauses=N`); unset: SPEC §4.3's 2.
+    pub pauses: Option<u32>,
 }
 
+/// The most pauses per request `pauses=` takes: past it, the limit no longer binds on any
+/// load measured (docs/results.md §3.1), and a request's pause counts are bytes.
+pub const MAX_PAUSES_PER_REQUEST: u32 = 16;
+
 #[derive(Debug, thiserror::Error, PartialEq)]
-#[error("bad arm `{arm}`: {why} (examples: control, tpot_budget=0.10, target_output_tps=auto, max_batch_size=144, tpot_budget=0.1+order=edf, tpot_budget=0.1+victim=newest_resident, tpot_budget=0.1+g0=0.25, tpot_budget=0.1+g_from=paused)")]
+#[error("bad arm `{arm}`: {why} (examples: control, tpot_budget=0.10, target_output_tps=auto, max_batch_size=144, tpot_budget=0.1+order=edf, tpot_budget=0.1+victim=newest_resident, tpot_budget=0.1+g0=0.25, tpot_budget=0.1+g_from=paused, tpot_budget=0.1+pauses=4)")]
 pub struct ArmError {
     pub arm: String,
     pub why: String,
 }
 
 /// The keys an arm's `key=value` parts may name (`control` stands alone).
-pub const KEYS: [&str; 8] = [
+pub const KEYS: [&str; 9] = [
     "tpot_budget",
     "target_output_tps",
     "max_batch_size",
@@ -53,6 +60,7 @@ pub const KEYS: [&str; 8] = [
     "victim",
     "g0",
     "g_from",
+    "pauses",
 ];
 
 /// A rule enum's variant by its serde name (or an alias, such as `guard-first`); the error
@@ -75,6 +83,7 @@ impl ArmSpec {
             victim: None,
             g0: None,
             gain_from: None,
+            pauses: None,
         }
     }
 
@@ -147,6 +156,18 @@ impl ArmSpec {
                     arm.g0 = Some(g);
                 }
                 "g_from" => arm.gain_from = Some(rule::<GainFrom>("g_from", v).map_err(err)?),
+                "pauses" => {
+                    let n = v
+                        .parse::<u32>()
+                        .ok()
+                        .filter(|n| (1..=MAX_PAUSES_PER_REQUEST).contains(n))
+                        .ok_or_else(|| {
+                            err(format!(
+                                "pauses must be a whole number in [1, {MAX_PAUSES_PER_REQUEST}], got {v}"
+                            ))
+                        })?;
+                    arm.pauses = Some(n);
+                }
                 _ => {
                     return Err(err(format!(
                         "unknown key `{k}` (one of {}; or control alone)",
@@ -155,10 +176,14 @@ impl ArmSpec {
                 }
             }
         }
-        for key in ["g0", "g_from"] {
+        for (key, about) in [
+            ("g0", "the window gain"),
+            ("g_from", "the window gain"),
+            ("pauses", "pauses per request"),
+        ] {
             if seen.contains(&key) && !matches!(arm.mode, ModeSpec::TpotBudget(_)) {
                 return Err(err(format!(
-                    "{key} is about tpot_budget's window gain: it needs tpot_budget="
+                    "{key} is about tpot_budget's {about}: it needs tpot_budget="
                 )));
             }
         }
@@ -297,6 +322,7 @@ mod tests {
                 "victim" => "victim=newest_resident".to_string(),
                 "g0" => "tpot_budget=0.1+g0=0.5".to_string(),
                 "g_from" => "tpot_budget=0.1+g_from=paused".to_string(),
+                "pauses" => "tpot_budget=0.1+pauses=4".to_string(),
                 "tpot_budget" => "tpot_budget=0.1".to_string(),
                 _ => format!("{key}=8"),
             };
@@ -398,5 +424,37 @@ mod tests {
         assert!(e.why.contains("unknown g_from `later`"), "{}", e.why);
         let e = ArmSpec::parse("target_output_tps=auto+g_from=paused").unwrap_err();
         assert!(e.why.contains("g_from is about tpot_budget"), "{}", e.why);
+    }
+
+    #[test]
+    fn pauses_moves_tpot_budgets_per_request_limit_within_its_range_and_only_with_tpot_budget() {
+        let arm = ArmSpec::parse("tpot_budget=0.1+pauses=4").unwrap();
+        assert_eq!(arm.pauses, Some(4));
+        assert!(!arm.is_control());
+        assert_eq!(
+            ArmSpec::parse("tpot_budget=0.1").unwrap().pauses,
+            None,
+            "SPEC §4.3's 2"
+        );
+        assert_eq!(
+            ArmSpec::parse("tpot_budget=0.1+pauses=16").unwrap().pauses,
+            Some(16)
+        );
+        for bad in ["0", "17", "2.5", "-1", "x"] {
+            let text = format!("tpot_budget=0.1+pauses={bad}");
+            let e = ArmSpec::parse(&text).unwrap_err();
+            assert_eq!(
+                e.why,
+                format!("pauses must be a whole number in [1, 16], got {bad}"),
+                "{text}"
+            );
+        }
+        let e = ArmSpec::parse("target_output_tps=auto+pauses=4").unwrap_err();
+        assert!(
+            e.why
+                .contains("pauses is about tpot_budget's pauses per request"),
+            "{}",
+            e.why
+        );
     }
 }

@@ -96,7 +96,9 @@ pub struct SimArgs {
     /// Comma-separated arms: control, tpot_budget=B, target_output_tps=T|auto,
     /// max_batch_size=N, max_num_active_requests=N, combined with `+` (order=NAME,
     /// victim=NAME: a pop order or victim rule by its name; an unknown name is refused with
-    /// the valid ones listed; g0=G: where tpot_budget's window gain starts).
+    /// the valid ones listed; g0=G: where tpot_budget's window gain starts; g_from=paused:
+    /// g held until a paused request completes; pauses=N: tpot_budget's pauses per request,
+    /// SPEC §4.3's 2 by default).
     #[arg(
         long,
         default_value = "control,tpot_budget=0.10,target_output_tps=auto"

@@ -221,6 +221,9 @@ fn params_with(
         p.g0 = g0;
     }
     p.gain_from = arm.spec.gain_from.unwrap_or_default();
+    if let Some(n) = arm.spec.pauses {
+        p.pause_limits.budget = n;
+    }
     if large_pages {
         let max_req =
             pages::max_request_tokens(&spec.workload, spec.plant.output_scale, p.tokens_per_step);

@@ -27,6 +27,7 @@ impl LocalPorts {
         preempt_params.victim_key = params.victim_key;
         preempt_params.g0 = params.g0;
         preempt_params.gain_from = params.gain_from;
+        preempt_params.limits = params.pause_limits;
         Self {
             queue: AdmissionQueue::new(params.admission),
             preempt: GenPreemption::new(preempt_params),

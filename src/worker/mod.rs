@@ -52,6 +52,8 @@ pub struct WorkerParams {
     pub g0: f64,
     /// Which completions step g (the config's `gain_from`, the simulator's `g_from=`).
     pub gain_from: crate::policy::preemption::controller::GainFrom,
+    /// The per-request pause limits (SPEC §4.3's; the simulator's `pauses=` ablation).
+    pub pause_limits: crate::policy::preemption::PauseLimits,
     pub headroom: u32,
     pub kv: KvConfig,
     /// Recurrent-state bytes per request, for hybrid models.
@@ -74,6 +76,7 @@ impl WorkerParams {
             victim_key: VictimKey::default(),
             g0: crate::policy::preemption::controller::G_START,
             gain_from: Default::default(),
+            pause_limits: Default::default(),
             headroom,
             kv: KvConfig {
                 tokens_per_block: tpb,

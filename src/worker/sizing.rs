@@ -96,6 +96,7 @@ pub fn resolve(cfg: &Config) -> Result<(WorkerParams, SetupDecision), SetupError
             .gen_preemption
             .gain_from
             .unwrap_or_default(),
+        pause_limits: Default::default(),
         headroom,
         kv: kv_config(cfg, rows, headroom),
         recurrent_state_bytes: cfg

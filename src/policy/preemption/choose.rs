@@ -70,7 +70,7 @@ impl GenPreemption {
             }
             _ => self
                 .candidates(view)
-                .filter(|(_, record)| may_pause(*record, PauseKind::Budget))
+                .filter(|(_, record)| may_pause(*record, PauseKind::Budget, self.params.limits))
                 .min_by(|a, b| rule.cmp(&a.0, &b.0))
                 .map(|(c, _)| c.resident.id),
         }
@@ -96,7 +96,9 @@ impl GenPreemption {
             }
             // A paused request's record says so: one lookup answers both questions.
             let record = self.records.get(r.id);
-            if record.is_some_and(|x| x.paused.is_some() || !x.may_pause(PauseKind::Budget)) {
+            let limits = self.params.limits;
+            if record.is_some_and(|x| x.paused.is_some() || !x.may_pause(PauseKind::Budget, limits))
+            {
                 continue;
             }
             let Some((_, tpot)) = Self::eligible_rate(&eligibility, r, record) else {

@@ -32,7 +32,8 @@ use lane::{Paused, Resumes};
 use objective::{met_target, Credit, RateState};
 use record::Record;
 pub use record::{
-    PauseKind, BELOW_PAUSES_PER_REQUEST, BUDGET_PAUSES_PER_REQUEST, SLACK_PAUSES_PER_REQUEST,
+    PauseKind, PauseLimits, BELOW_PAUSES_PER_REQUEST, BUDGET_PAUSES_PER_REQUEST,
+    SLACK_PAUSES_PER_REQUEST,
 };
 use victim::{Eligibility, VictimKey, MIN_DECODE_BEFORE_D_S, MIN_DECODE_FRACTION_OF_D};
 
@@ -80,6 +81,8 @@ pub struct PreemptParams {
     pub g0: f64,
     /// Which completions step g (SPEC §4.3: any).
     pub gain_from: controller::GainFrom,
+    /// The per-request pause limits (SPEC §4.3's; `tpot_budget`'s moves by an ablation).
+    pub limits: PauseLimits,
 }
 
 impl PreemptParams {
@@ -90,6 +93,7 @@ impl PreemptParams {
             victim_key: VictimKey::default(),
             g0: controller::G_START,
             gain_from: controller::GainFrom::Any,
+            limits: PauseLimits::default(),
         }
     }
 }

@@ -10,6 +10,23 @@ pub const SLACK_PAUSES_PER_REQUEST: u32 = 8;
 /// `target_output_tps`: pauses per request below the target (or sacrificed).
 pub const BELOW_PAUSES_PER_REQUEST: u32 = 3;
 
+/// The per-request pause limits a controller runs with: SPEC §4.3's by default. Only
+/// `tpot_budget`'s can move, by the simulator's `pauses=` ablation (docs/results.md §3.1),
+/// which measures what the limit trades: the TTFT gain and the mean TPOT against the E2E tail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct PauseLimits {
+    /// `tpot_budget`: pauses per request.
+    pub budget: u32,
+}
+
+impl Default for PauseLimits {
+    fn default() -> Self {
+        Self {
+            budget: BUDGET_PAUSES_PER_REQUEST,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PauseKind {
@@ -47,9 +64,9 @@ impl Record {
     }
 
     /// Whether the request's limit for pauses of `kind` leaves it another one.
-    pub fn may_pause(&self, kind: PauseKind) -> bool {
+    pub fn may_pause(&self, kind: PauseKind, limits: PauseLimits) -> bool {
         let (taken, limit) = match kind {
-            PauseKind::Budget => (self.pauses, BUDGET_PAUSES_PER_REQUEST),
+            PauseKind::Budget => (self.pauses, limits.budget),
             PauseKind::Slack => (self.slack_pauses, SLACK_PAUSES_PER_REQUEST),
             // A sacrifice is a pause below the target too, and counts as one.
             PauseKind::Below | PauseKind::Sacrifice => {
@@ -91,34 +108,38 @@ impl Record {
 
 /// [`Record::may_pause`] for a request that may have no record (never paused: every limit
 /// leaves it one).
-pub(super) fn may_pause(record: Option<&Record>, kind: PauseKind) -> bool {
-    record.is_none_or(|r| r.may_pause(kind))
+pub(super) fn may_pause(record: Option<&Record>, kind: PauseKind, limits: PauseLimits) -> bool {
+    record.is_none_or(|r| r.may_pause(kind, limits))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    const SPEC: PauseLimits = PauseLimits {
+        budget: BUDGET_PAUSES_PER_REQUEST,
+    };
+
     #[test]
     fn each_kind_of_pause_counts_against_its_own_limit() {
         let mut r = Record::default();
         for _ in 0..BUDGET_PAUSES_PER_REQUEST {
-            assert!(r.may_pause(PauseKind::Budget));
+            assert!(r.may_pause(PauseKind::Budget, SPEC));
             r.start_pause(PauseKind::Budget, 0.0);
             r.end_pause(0, 1.0);
         }
-        assert!(!r.may_pause(PauseKind::Budget));
-        assert!(r.may_pause(PauseKind::Slack) && r.may_pause(PauseKind::Below));
+        assert!(!r.may_pause(PauseKind::Budget, SPEC));
+        assert!(r.may_pause(PauseKind::Slack, SPEC) && r.may_pause(PauseKind::Below, SPEC));
 
         let mut r = Record::default();
         for _ in 0..BELOW_PAUSES_PER_REQUEST - 1 {
             r.start_pause(PauseKind::Below, 0.0);
         }
-        assert!(r.may_pause(PauseKind::Sacrifice));
+        assert!(r.may_pause(PauseKind::Sacrifice, SPEC));
         r.start_pause(PauseKind::Sacrifice, 0.0);
         assert!(r.sacrificed);
-        assert!(!r.may_pause(PauseKind::Below) && !r.may_pause(PauseKind::Sacrifice));
-        assert!(may_pause(None, PauseKind::Budget));
+        assert!(!r.may_pause(PauseKind::Below, SPEC) && !r.may_pause(PauseKind::Sacrifice, SPEC));
+        assert!(may_pause(None, PauseKind::Budget, SPEC));
     }
 
     #[test]

@@ -295,10 +295,11 @@ impl ReferencePreemption {
             }
         }
         let rule: VictimKey = self.params.victim_key;
+        let limits = self.params.limits;
         let first_by_rule = |kind: PauseKind, keep: &dyn Fn(&Candidate, &Record) -> bool| {
             candidates
                 .iter()
-                .filter(|(c, record)| record.may_pause(kind) && keep(c, record))
+                .filter(|(c, record)| record.may_pause(kind, limits) && keep(c, record))
                 .min_by(|a, b| rule.cmp(&a.0, &b.0))
                 .map(|(c, _)| (c.resident.id, kind))
         };
@@ -313,7 +314,9 @@ impl ReferencePreemption {
                 let floor = SLACK_TIER_MIN_FRACTION_OF_D * d.unwrap_or(0.0);
                 let slack = candidates
                     .iter()
-                    .filter(|(_, record)| !record.sacrificed && record.may_pause(PauseKind::Slack))
+                    .filter(|(_, record)| {
+                        !record.sacrificed && record.may_pause(PauseKind::Slack, limits)
+                    })
                     .map(|(c, record)| (lax(c, record), c.resident.id))
                     .filter(|&(l, _)| l >= floor)
                     .min_by(|&a, &b| largest_slack_first(a, b));

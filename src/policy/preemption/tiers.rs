@@ -58,7 +58,9 @@ impl GenPreemption {
                 merge_find(IdOrder::Descending, &mut records, r.id, |(id, _)| *id).map(|(_, x)| x);
             // Paused, sacrificed (tier 2's), or out of slack-bounded pauses.
             if record.is_some_and(|x| {
-                x.paused.is_some() || x.sacrificed || !x.may_pause(PauseKind::Slack)
+                x.paused.is_some()
+                    || x.sacrificed
+                    || !x.may_pause(PauseKind::Slack, self.params.limits)
             }) {
                 continue;
             }
@@ -101,7 +103,9 @@ impl GenPreemption {
             let record =
                 merge_find(IdOrder::Ascending, &mut records, r.id, |(id, _)| *id).map(|(_, x)| x);
             // Paused, or out of below-target pauses (a sacrifice counts as one).
-            if record.is_some_and(|x| x.paused.is_some() || !x.may_pause(PauseKind::Below)) {
+            if record.is_some_and(|x| {
+                x.paused.is_some() || !x.may_pause(PauseKind::Below, self.params.limits)
+            }) {
                 continue;
             }
             let Some((state, tpot)) = Self::eligible_rate(eligibility, r, record) else {

@@ -398,6 +398,34 @@ fn budget_mode_caps_pauses_per_request_at_two() {
     }
 }
 
+/// The simulator's `pauses=` ablation moves the limit; the rest of the rule stays.
+#[test]
+fn budget_mode_with_a_moved_limit_pauses_a_request_that_many_times() {
+    for limit in [1, 3] {
+        let params = PreemptParams {
+            limits: PauseLimits { budget: limit },
+            ..PreemptParams::new(Mode::TpotBudget(0.1), MAX)
+        };
+        let mut p = with_d(GenPreemption::new(params), D);
+        let mut w = World::new(full_house());
+        let mut now = 100.0;
+        for round in 0..=limit {
+            let d = w.step(&mut p, now, &risk_queue(now), &[]);
+            if round == limit {
+                assert_eq!(d.pauses, vec![1], "request 0 used its {limit} pauses");
+                break;
+            }
+            assert_eq!(d.pauses, vec![0], "limit {limit}, round {round}");
+            now += 7.5;
+            let d = w.step(&mut p, now, &quiet(now, None), &[]);
+            assert_eq!(d.forced_resumes, vec![0]);
+            let dep = w.cancel(w.last_admitted(), now);
+            w.step(&mut p, now, &quiet(now, None), &[dep]);
+            w.tick(100);
+        }
+    }
+}
+
 #[test]
 fn forced_resume_after_the_maximum_pause_even_with_no_free_slot() {
     let mut p = tpot();

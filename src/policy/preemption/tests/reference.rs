@@ -333,6 +333,10 @@ fn run_history(
         } else {
             GainFrom::Any
         },
+        // tpot_budget's per-request limit at 1-4 (SPEC §4.3's 2 among them), likewise.
+        limits: PauseLimits {
+            budget: 1 + h.max_active % 4,
+        },
         ..PreemptParams::new(mode, h.max_active)
     };
     let mut walking = GenPreemption::new(params);
