@@ -376,26 +376,31 @@ fn quiet(now: f64, d: Option<f64>) -> AdmissionQueue {
     queue_with_waiter(1.0, None, now, d)
 }
 
-#[test]
-fn budget_mode_caps_pauses_per_request_at_two() {
-    let mut p = tpot();
+/// Pauses request 0 of a full house `limit` times, each ended by a forced resume after the
+/// maximum pause (0.35 D = 7 s), then finds the next pause taking request 1: request 0 has
+/// used its pauses.
+fn pauses_request_0_then_passes_it_over(p: &mut GenPreemption, limit: u32) {
     let mut w = World::new(full_house());
     let mut now = 100.0;
-    for round in 0..3 {
-        let d = w.step(&mut p, now, &risk_queue(now), &[]);
-        if round == 2 {
-            assert_eq!(d.pauses, vec![1], "request 0 used its two pauses");
-            break;
+    for round in 0..=limit {
+        let d = w.step(p, now, &risk_queue(now), &[]);
+        if round == limit {
+            assert_eq!(d.pauses, vec![1], "request 0 used its {limit} pauses");
+            return;
         }
-        assert_eq!(d.pauses, vec![0], "round {round}");
-        // Past the maximum pause (0.35 D = 7 s): forced back.
+        assert_eq!(d.pauses, vec![0], "limit {limit}, round {round}");
         now += 7.5;
-        let d = w.step(&mut p, now, &quiet(now, None), &[]);
+        let d = w.step(p, now, &quiet(now, None), &[]);
         assert_eq!(d.forced_resumes, vec![0]);
         let dep = w.cancel(w.last_admitted(), now);
-        w.step(&mut p, now, &quiet(now, None), &[dep]);
+        w.step(p, now, &quiet(now, None), &[dep]);
         w.tick(100);
     }
+}
+
+#[test]
+fn budget_mode_caps_pauses_per_request_at_two() {
+    pauses_request_0_then_passes_it_over(&mut tpot(), 2);
 }
 
 /// The simulator's `pauses=` ablation moves the limit; the rest of the rule stays.
@@ -406,23 +411,7 @@ fn budget_mode_with_a_moved_limit_pauses_a_request_that_many_times() {
             limits: PauseLimits { budget: limit },
             ..PreemptParams::new(Mode::TpotBudget(0.1), MAX)
         };
-        let mut p = with_d(GenPreemption::new(params), D);
-        let mut w = World::new(full_house());
-        let mut now = 100.0;
-        for round in 0..=limit {
-            let d = w.step(&mut p, now, &risk_queue(now), &[]);
-            if round == limit {
-                assert_eq!(d.pauses, vec![1], "request 0 used its {limit} pauses");
-                break;
-            }
-            assert_eq!(d.pauses, vec![0], "limit {limit}, round {round}");
-            now += 7.5;
-            let d = w.step(&mut p, now, &quiet(now, None), &[]);
-            assert_eq!(d.forced_resumes, vec![0]);
-            let dep = w.cancel(w.last_admitted(), now);
-            w.step(&mut p, now, &quiet(now, None), &[dep]);
-            w.tick(100);
-        }
+        pauses_request_0_then_passes_it_over(&mut with_d(GenPreemption::new(params), D), limit);
     }
 }
 
