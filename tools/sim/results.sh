@@ -48,6 +48,13 @@ for wdm in "60 180 180" "300 1200 900" "600 4200 3600"; do
     --arms control,tpot_budget=0.10,tpot_budget=0.10+g0=0.5,tpot_budget=0.10+g0=0.25,tpot_budget=0.10+g_from=paused,tpot_budget=0.10+g0=0.5+g_from=paused \
     --json "$out/sim-ablation-g0-$3.json" > /dev/null
 done
+# §3.1: tpot_budget's pauses per request (SPEC §4.3's 2) against 3, 4 and 6, at c220 and on the
+# H200 preset at the served experiment's load.
+pauses=control,tpot_budget=0.10,tpot_budget=0.10+pauses=3,tpot_budget=0.10+pauses=4,tpot_budget=0.10+pauses=6,tpot_budget=0.06+pauses=4,tpot_budget=0.14
+sim --concurrency 220 --seeds 16 --arms $pauses --json "$out/sim-ablation-pauses.json" > /dev/null
+./target/release/genslot sim --preset h200-llama-8b --trace "$trace" --quiet \
+  --context-scale 0.03125 --max-context 8192 --concurrency 288 --seeds 16 --warmup 60 --duration 480 \
+  --arms $pauses --json "$out/sim-ablation-pauses-h200.json" > /dev/null
 # §1.3: the calibration scan of the control (output scale × idle cap) at c220.
 for os_ic in "1.8 5" "2.0 5" "2.2 10" "2.4 10" "2.5 5" "2.5 13" "2.6 13" "2.6 15" "2.7 15" "2.8 20"; do
   set -- $os_ic
