@@ -9,8 +9,8 @@ use genslot::gpu::cuda::parity::{cpu_reference, rel_errors, run};
 use genslot::gpu::cuda::shape::RopeScaling;
 use genslot::gpu::cuda::transfer::{handed_over_token, transfer_bytes, transfer_time};
 use genslot::gpu::cuda::{
-    all_attn_shapes, ContextMode, CudaBackend, CudaConfig, Launch, LibraryProbe, ModelShape,
-    ModelSource, StepOptions, TcRing,
+    all_attn_shapes, AttnGrid, ContextMode, CudaBackend, CudaConfig, Launch, LibraryProbe,
+    ModelShape, ModelSource, StepOptions, TcRing,
 };
 use genslot::gpu::{BackendError, ContextArrival, StepBackend, StepRow};
 use genslot::sampling::{sample_row, SamplingParams};
@@ -473,21 +473,22 @@ fn the_balanced_attention_computes_what_the_split_grid_computes() {
     let cpu = CpuModel::seeded(&ModelShape::named("tiny").unwrap(), SEED);
     let r = cpu_reference(&cpu, &prompts, steps);
     for page in [16usize, 32] {
-        let make = |balanced: bool| {
+        let make = |grid: AttnGrid| {
             tiny_with(true, |c| {
                 c.max_batch_size = 80;
                 c.tokens_per_block = page;
-                c.kv_pages = Some(3000);
+                c.kv_pages = Some(6000);
                 c.prefill_chunk = 256;
                 c.step = Some(StepOptions {
                     attn_blocks_per_sm: 1,
-                    attn_balanced: balanced,
+                    attn_grid: grid,
                     ..StepOptions::default()
                 });
             })
         };
-        let mut split = make(false);
-        let mut bal = make(true);
+        let mut split = make(AttnGrid::Split);
+        let mut bal = make(AttnGrid::Balanced);
+        let mut auto = make(AttnGrid::Auto);
         assert!(bal.step_options().describe().contains("balanced"));
         // Against the f32 CPU model, as every launch is checked.
         for launch in [Launch::Graph, Launch::Eager] {
@@ -507,6 +508,7 @@ fn the_balanced_attention_computes_what_the_split_grid_computes() {
         for (i, p) in prompts.iter().enumerate() {
             let a = split.prefill(i as u64, p, &pages[i]).unwrap();
             let b = bal.prefill(i as u64, p, &pages[i]).unwrap();
+            auto.prefill(i as u64, p, &pages[i]).unwrap();
             assert_eq!(a.0, b.0, "prefill token of row {i}");
         }
         let (mut worst, mut differ, mut compared) = (0f64, 0, 0);
@@ -524,6 +526,10 @@ fn the_balanced_attention_computes_what_the_split_grid_computes() {
             for launch in [Launch::Graph, Launch::Eager] {
                 let (ta, la) = split.decode(&rows, launch, true).unwrap();
                 let (tb, lb) = bal.decode(&rows, launch, true).unwrap();
+                // One row of 600 tokens among rows of 1 to 420: uneven, so the per-pass
+                // choice takes the balanced grid, its graph or its eager launch.
+                let (tc, lc) = auto.decode(&rows, launch, true).unwrap();
+                assert_eq!((&tc, &lc), (&tb, &lb), "auto on uneven rows, {launch:?}");
                 for (i, (x, y)) in lb.iter().zip(&la).enumerate() {
                     worst = worst.max(rel_errors(x, y).0);
                     if ta[i] != tb[i] {
@@ -545,6 +551,27 @@ fn the_balanced_attention_computes_what_the_split_grid_computes() {
         // A greedy choice between two logits closer than the merges' rounding may flip (the
         // CPU reference above disagrees with the GPU at one such position); no more than that.
         assert!(differ * 100 <= compared, "{differ} of {compared}");
+        // Rows of one length: the choice keeps the split grid, bit for bit.
+        let even: Vec<(u64, Vec<u32>, Vec<u32>)> = (0..n)
+            .map(|i| {
+                let id = (1000 + i) as u64;
+                let first = (n * (600 + steps + 1).div_ceil(page) + i * 8) as u32;
+                (id, prompt(100, i), (first..first + 8).collect())
+            })
+            .collect();
+        for (id, p, pg) in &even {
+            split.prefill(*id, p, pg).unwrap();
+            auto.prefill(*id, p, pg).unwrap();
+        }
+        let rows: Vec<StepRow> = even
+            .iter()
+            .map(|(id, p, pg)| row(*id, p.len(), 1, pg))
+            .collect();
+        for launch in [Launch::Graph, Launch::Eager] {
+            let a = split.decode(&rows, launch, true).unwrap();
+            let c = auto.decode(&rows, launch, true).unwrap();
+            assert_eq!(a, c, "auto on even rows, {launch:?}");
+        }
     }
 }
 

@@ -417,7 +417,9 @@ fn main() -> Result<()> {
                     .max()
                     .unwrap_or(longest)
             };
-            cfg.max_context = longest_row + 64;
+            // The pause comparison runs at its own context, whatever the points' are.
+            let paused_context = bench::BenchOptions::default().paused.1;
+            cfg.max_context = longest_row.max(paused_context) + 64;
             cfg.kv_memory_fraction = kv_fraction;
             let mut b = CudaBackend::new(cfg)?;
             b.fill_kv_random(7)?;

@@ -18,13 +18,15 @@ use cudarc::driver::{sys, CudaEvent, CudaGraph};
 
 use super::device::{DevBuf, Gpu, Which, A};
 use super::draft::{self, DraftConfig};
-use super::forward::{enqueue, invariant_splits, splits_for, KvCache, Pass, Scratch, StateCache};
+use super::forward::{
+    enqueue, invariant_splits, splits_for, uneven_rows, KvCache, Pass, Scratch, StateCache,
+};
 use super::model_files::ModelFiles;
 use super::residents::Residents;
 use super::row_order;
 use super::shape::ModelShape;
 use super::staging::{RowInput, Staging, StagingTargets};
-use super::step_options::StepOptions;
+use super::step_options::{AttnGrid, StepOptions};
 use super::transfer::{ContextMode, TransferLane};
 use super::weights::{ModelSource, Weights};
 use crate::gpu::{
@@ -98,7 +100,9 @@ pub struct CudaBackend {
     cfg: CudaConfig,
     shape: ModelShape,
     // Field order is drop order: graphs and buffers before the streams and context in `gpu`.
-    graphs: Vec<(usize, CudaGraph)>,
+    /// (bucket, balanced attention grid, graph): with `AttnGrid::Auto` a bucket of one
+    /// attention split a row has a graph of each grid.
+    graphs: Vec<(usize, bool, CudaGraph)>,
     dec: Scratch,
     /// The decode step's page-locked inputs and tokens.
     dec_staging: Staging,
@@ -411,7 +415,7 @@ impl CudaBackend {
             .unwrap_or(rows)
     }
 
-    fn decode_pass(&self, rows: usize) -> Pass {
+    fn decode_pass(&self, rows: usize, balanced: bool) -> Pass {
         Pass {
             rows,
             splits: self.decode_splits(rows),
@@ -420,6 +424,42 @@ impl CudaBackend {
             logits_rows: rows,
             segments: rows,
             kv_settled: true,
+            balanced,
+        }
+    }
+
+    /// Whether a decode step over `rows` runs its attention on the balanced grid
+    /// (`StepOptions::attn_grid`; `forward::uneven_rows` decides for `Auto`).
+    fn balanced_for(&self, rows: &[StepRow]) -> bool {
+        let o = &self.gpu.k.opts;
+        match o.attn_grid {
+            AttnGrid::Split => false,
+            AttnGrid::Balanced => true,
+            AttnGrid::Auto => {
+                let lens: Vec<usize> = rows.iter().map(|r| r.context_len as usize + 1).collect();
+                uneven_rows(
+                    &lens,
+                    self.shape.kv_heads,
+                    self.gpu.sm_count,
+                    o.attn_blocks_per_sm,
+                )
+            }
+        }
+    }
+
+    /// The grids a bucket's graphs are captured for: one, or with `AttnGrid::Auto` both
+    /// where the bucket's pass has one attention split a row (the balanced grid takes no
+    /// other pass).
+    fn grids_for(&self, bucket: usize) -> &'static [bool] {
+        if self.draft.is_some() {
+            // A drafter's step is its verify pass, which keeps the split grid.
+            return &[false];
+        }
+        match self.gpu.k.opts.attn_grid {
+            AttnGrid::Split => &[false],
+            AttnGrid::Balanced => &[true],
+            AttnGrid::Auto if self.decode_splits(bucket) == 1 => &[false, true],
+            AttnGrid::Auto => &[false],
         }
     }
 
@@ -444,10 +484,12 @@ impl CudaBackend {
 
     /// Enqueues one decode step over `n` batch rows on the decode stream: a plain pass, or
     /// with a drafter the lookup, the verify pass over n(k + 1) rows and the acceptance.
-    fn enqueue_step(&self, n: usize) -> Result<(), BackendError> {
+    /// `balanced`: the plain pass's attention grid (a drafter's verify pass keeps the split
+    /// grid).
+    fn enqueue_step(&self, n: usize, balanced: bool) -> Result<(), BackendError> {
         let w = Which::Decode;
         let Some(d) = &self.draft else {
-            return self.enqueue_pass(w, &self.dec, self.decode_pass(n));
+            return self.enqueue_pass(w, &self.dec, self.decode_pass(n, balanced));
         };
         let stride = d.layout.stride() as i32;
         let slots = d.layout.request_slots as i32;
@@ -478,7 +520,7 @@ impl CudaBackend {
         // A row's drafts read the K and V that the row's other positions write in this pass.
         let verify = Pass {
             kv_settled: false,
-            ..self.decode_pass(n * d.rows_per())
+            ..self.decode_pass(n * d.rows_per(), false)
         };
         self.enqueue_pass(w, &self.dec, verify)?;
         self.gpu.launch(
@@ -521,18 +563,21 @@ impl CudaBackend {
         }
         let mut graphs = Vec::new();
         for b in buckets(mb) {
-            self.enqueue_step(b)?;
-            self.gpu.sync(Which::Decode)?;
-            let s = &self.gpu.decode;
-            s.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
-                .map_err(super::device::drv("begin capture"))?;
-            let r = self.enqueue_step(b);
-            let g = s.end_capture(sys::CUgraphInstantiate_flags(0));
-            r?;
-            let g = g.map_err(super::device::drv("end capture"))?;
-            let g =
-                g.ok_or_else(|| BackendError::Failed("graph capture produced no graph".into()))?;
-            graphs.push((b, g));
+            for &balanced in self.grids_for(b) {
+                self.enqueue_step(b, balanced)?;
+                self.gpu.sync(Which::Decode)?;
+                let s = &self.gpu.decode;
+                s.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+                    .map_err(super::device::drv("begin capture"))?;
+                let r = self.enqueue_step(b, balanced);
+                let g = s.end_capture(sys::CUgraphInstantiate_flags(0));
+                r?;
+                let g = g.map_err(super::device::drv("end capture"))?;
+                let g = g.ok_or_else(|| {
+                    BackendError::Failed("graph capture produced no graph".into())
+                })?;
+                graphs.push((b, balanced, g));
+            }
         }
         self.graphs = graphs;
         Ok(())
@@ -673,6 +718,7 @@ impl CudaBackend {
                 logits_rows: last as usize,
                 segments: 1,
                 kv_settled: false,
+                balanced: false,
             };
             self.enqueue_pass(w, &self.pre, pass)?;
             // The host input vectors are reused next chunk; pageable copies are staged.
@@ -759,7 +805,8 @@ impl CudaBackend {
             .ctx
             .bind_to_thread()
             .map_err(super::device::drv("bind context"))?;
-        let graph = self.graph_for(b, launch);
+        let balanced = self.balanced_for(rows);
+        let graph = self.graph_for(b, launch, balanced);
         let n = graph.map(|(bk, _)| bk).unwrap_or(b);
         let hybrid = self.states.is_some();
         let mut inputs = vec![RowInput::PADDING; n];
@@ -788,7 +835,7 @@ impl CudaBackend {
             e0.record(self.gpu.stream(w))
                 .map_err(super::device::drv("event record"))?;
         }
-        let run = self.run_step(graph, n);
+        let run = self.run_step(graph, n, balanced);
         if let Some((_, e1)) = &self.step_events {
             e1.record(self.gpu.stream(w))
                 .map_err(super::device::drv("event record"))?;
@@ -808,28 +855,37 @@ impl CudaBackend {
         Ok((out, logits))
     }
 
-    /// The captured graph (bucket, index) that runs `rows` rows, when graphs are asked for.
-    fn graph_for(&self, rows: usize, launch: Launch) -> Option<(usize, usize)> {
+    /// The captured graph (bucket, index) that runs `rows` rows on the attention grid
+    /// `balanced` asks for, when graphs are asked for: the bucket's only graph where it has
+    /// one (the balanced grid takes none of its passes).
+    fn graph_for(&self, rows: usize, launch: Launch, balanced: bool) -> Option<(usize, usize)> {
         match launch {
             Launch::Graph => {
                 let bk = self.bucket_for(rows);
-                self.graphs
-                    .iter()
-                    .position(|(x, _)| *x == bk)
-                    .map(|i| (bk, i))
+                let of = |want: Option<bool>| {
+                    self.graphs
+                        .iter()
+                        .position(|(x, b, _)| *x == bk && want.is_none_or(|w| w == *b))
+                };
+                of(Some(balanced)).or_else(|| of(None)).map(|i| (bk, i))
             }
             Launch::Eager => None,
         }
     }
 
     /// Replays the graph, or enqueues the step over `n` batch rows eagerly.
-    fn run_step(&self, graph: Option<(usize, usize)>, n: usize) -> Result<(), BackendError> {
+    fn run_step(
+        &self,
+        graph: Option<(usize, usize)>,
+        n: usize,
+        balanced: bool,
+    ) -> Result<(), BackendError> {
         match graph {
             Some((_, i)) => self.graphs[i]
-                .1
+                .2
                 .launch()
                 .map_err(super::device::drv("graph launch")),
-            None => self.enqueue_step(n),
+            None => self.enqueue_step(n, balanced),
         }
     }
 
@@ -875,7 +931,7 @@ impl CudaBackend {
             .ctx
             .bind_to_thread()
             .map_err(super::device::drv("bind context"))?;
-        let graph = self.graph_for(b, launch);
+        let graph = self.graph_for(b, launch, false);
         let n = graph.map(|(bk, _)| bk).unwrap_or(b);
         let mut slot = vec![-1i32; n];
         let mut ctx = vec![-1i32; n];
@@ -907,7 +963,7 @@ impl CudaBackend {
             self.gpu.htod(w, d.batch_table.ptr, &table)?;
         }
         self.gpu.htod(w, self.dec.samp.ptr, &samp)?;
-        self.run_step(graph, n)?;
+        self.run_step(graph, n, false)?;
         let mut out = vec![0i32; n * per];
         self.gpu.dtoh(w, &mut out, self.dec.out_tok.ptr)?;
         let mut count = vec![0i32; n];

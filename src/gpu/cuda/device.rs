@@ -14,7 +14,7 @@ use cudarc::driver::{
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
 
 use super::pinned_gemm::PinnedGemms;
-use super::step_options::StepOptions;
+use super::step_options::{AttnGrid, StepOptions};
 use crate::gpu::BackendError;
 
 const COMMON: &str = include_str!("kernels/common.cuh");
@@ -98,7 +98,7 @@ pub fn attn_kernel_name(kind: AttnKernel, d: usize, g: usize) -> String {
     }
 }
 
-/// Name of the balanced tensor-core attention kernel (`StepOptions::attn_balanced`) for
+/// Name of the balanced tensor-core attention kernel (`StepOptions::attn_grid`) for
 /// head_dim `d` and group `g`.
 pub fn attn_balanced_kernel_name(d: usize, g: usize) -> String {
     format!("paged_attn_tcb_d{d}_g{g}")
@@ -413,7 +413,7 @@ pub(crate) struct Kernels {
     pub combine: DepKernel,
     /// The model's attention kernel of `opts.attn` (its head_dim and group size).
     pub attn: DepKernel,
-    /// The balanced tensor-core attention, when `opts.attn_balanced` asks for it.
+    /// The balanced tensor-core attention, when `opts.attn_grid` may ask for it.
     pub attn_balanced: Option<DepKernel>,
     /// How passes are launched (`opts.pdl`: whether `launch_dep` launches programmatically).
     pub opts: StepOptions,
@@ -566,8 +566,8 @@ impl Gpu {
                 )
                 .map_err(drv("attention shared-memory limit"))?;
         }
-        let attn_balanced = match (attn_kind, opts.attn_balanced) {
-            (AttnKernel::TensorCore, true) => {
+        let attn_balanced = match (attn_kind, opts.attn_grid) {
+            (AttnKernel::TensorCore, AttnGrid::Balanced | AttnGrid::Auto) => {
                 let n = attn_balanced_kernel_name(d, g);
                 let bf = f(&n)?;
                 // Its ring's bytes and a few more a row (`Gpu::balanced_grid`): all that the

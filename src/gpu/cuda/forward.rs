@@ -11,7 +11,7 @@ use super::device::{
 };
 use super::shape::ModelShape;
 use super::staging::InputLayout;
-use super::step_options::StepOptions;
+use super::step_options::{AttnGrid, StepOptions};
 use super::weights::Weights;
 use crate::gpu::BackendError;
 
@@ -239,7 +239,7 @@ impl Scratch {
             part_o: a(part_rows_splits * hd * 4)?,
             part_ml: a(part_rows_splits * s.heads * 2 * 4)?,
             attn_counts: a(match w {
-                Which::Decode if o.attn_balanced => rows * s.kv_heads * 4,
+                Which::Decode if o.attn_grid != AttnGrid::Split => rows * s.kv_heads * 4,
                 _ => 4,
             })?,
             out_tok: a(logit_rows.max(1) * 4)?,
@@ -279,10 +279,13 @@ pub(crate) struct Pass {
     /// the table): attention may copy the rest before its predecessor ends
     /// (`StepOptions::early_kv`).
     pub kv_settled: bool,
+    /// The balanced attention grid may take this pass (`StepOptions::attn_grid`; it takes a
+    /// decode pass of one split a row, `balanced_launch`).
+    pub balanced: bool,
 }
 
 /// The balanced attention's kernel and grid for pass `p`, when it takes the pass
-/// (`StepOptions::attn_balanced`): a decode pass (each row its own page-table row) of one
+/// (`Pass::balanced`, as `StepOptions::attn_grid` chose): a decode pass (each row its own page-table row) of one
 /// split a row, over pages of whole 16-token tiles, on a scratch with a counter for each
 /// (row, kv head) and a partial slot for each piece.
 fn balanced_launch<'g>(
@@ -295,7 +298,8 @@ fn balanced_launch<'g>(
     let Some(f) = &gpu.k.attn_balanced else {
         return Ok(None);
     };
-    if p.splits != 1 || p.table_stride == 0 || !kv.page_size.is_multiple_of(TC_TILE) {
+    if !p.balanced || p.splits != 1 || p.table_stride == 0 || !kv.page_size.is_multiple_of(TC_TILE)
+    {
         return Ok(None);
     }
     let Some(g) = gpu.balanced_grid(p.rows, s.head_dim)? else {
@@ -343,6 +347,26 @@ pub(crate) fn splits_for(
     (blocks_per_sm * sm_count as usize)
         .div_ceil(kv_heads * rows.max(1))
         .clamp(1, MAX_SPLITS)
+}
+
+/// Whether a decode pass of one attention split a row over rows of `lens` tokens should run on
+/// the balanced grid (`AttnGrid::Auto`). The split grid runs a block per (row, kv head) in
+/// waves over `blocks_per_sm × sm_count` slots, the longest rows first; each slot then
+/// streams about `Σ lens × kv_heads / slots` tokens, and when the longest row's block alone
+/// holds more, the kernel's end waits on it while the other slots idle. The balanced grid
+/// gives every warp an equal run of tiles but streams 2–3 % slower on even rows
+/// (BENCHMARKS.md §3.13, §3.26), so it takes only the passes where that wait comes.
+pub(crate) fn uneven_rows(
+    lens: &[usize],
+    kv_heads: usize,
+    sm_count: u32,
+    blocks_per_sm: usize,
+) -> bool {
+    let slots = (blocks_per_sm * sm_count as usize).max(1);
+    let longest = lens.iter().copied().max().unwrap_or(0);
+    let total: usize = lens.iter().sum();
+    // longest > total × kv_heads / slots, in integers.
+    longest * slots > total * kv_heads
 }
 
 /// The split count of every decode pass in batch-invariant mode (`StepOptions::
@@ -827,6 +851,31 @@ mod tests {
         assert_eq!(live_splits(4096, 16), 16);
         assert_eq!(live_splits(300, 33), 2);
         assert_eq!(live_splits(32769, 32), 31);
+    }
+
+    /// The balanced grid takes a pass when the longest row's block holds more tokens than
+    /// a slot of the split grid streams on average (BENCHMARKS.md §3.26's two loads).
+    #[test]
+    fn uneven_rows_are_those_whose_longest_block_outlasts_the_mean_slot() {
+        // An H100's 132 SMs at 2 blocks each, llama-8b's 8 kv heads.
+        let uneven = |lens: &[usize]| uneven_rows(lens, 8, 132, 2);
+        // 128 rows of one length: a slot streams 3.9 rows' worth.
+        assert!(!uneven(&[1773; 128]));
+        // At batch 128 the edge is one row of 3,969 tokens among rows of 1,000 (its block
+        // against (127,000 + 3,969) × 8 / 264 tokens a slot).
+        let mut lens = vec![1000; 127];
+        lens.push(3968);
+        assert!(!uneven(&lens));
+        lens[127] = 3969;
+        assert!(uneven(&lens));
+        // At batch 64 a slot streams 1.9 rows' worth: a row of 2x the mean is uneven.
+        let mut lens = vec![1000; 63];
+        lens.push(2000);
+        assert!(uneven(&lens));
+        // Fewer (row, kv head) pairs than slots: any row's block outlasts the mean slot, but
+        // such a pass runs several splits a row, which the balanced grid never takes.
+        assert!(uneven(&[100; 16]));
+        assert!(!uneven(&[]));
     }
 
     #[test]

@@ -46,6 +46,6 @@ pub use backend::{buckets, CudaBackend, CudaConfig, Launch};
 pub use device::{all_attn_shapes, kernel_names, kernel_source, AttnKernel, AttnShape, TcRing};
 pub use probe::{probe_libraries, LibraryProbe};
 pub use shape::ModelShape;
-pub use step_options::StepOptions;
+pub use step_options::{AttnGrid, StepOptions};
 pub use transfer::ContextMode;
 pub use weights::ModelSource;

@@ -38,15 +38,10 @@ pub struct StepOptions {
     /// warps and each warp's cp.async stages (how many bytes a multiprocessor has in flight,
     /// against how many blocks fit in its shared memory).
     pub attn_ring: TcRing,
-    /// `GENSLOT_ATTN_BALANCED=0|1`: a pass of one attention split a row (as many (row, kv
-    /// head) pairs as block slots, or more) runs the tensor-core attention on a grid of the
-    /// blocks that fit on the chip at once, each warp taking an equal run of the pass's
-    /// tiles (attention_balanced.cu), instead of a block per pair in waves. Pages must hold
-    /// whole tiles of 16 tokens; other passes keep the split grid. Not with
-    /// `batch_invariant` (where a row's pieces fall depends on the batch). Off: it read KV
-    /// more slowly than the split grid at 4k (batch 64 2.2 % slower), gaining 0.8 % only at
-    /// 32k batch 128 (BENCHMARKS.md §3.13).
-    pub attn_balanced: bool,
+    /// `GENSLOT_ATTN_BALANCED=0|1|auto`: the grid of a decode pass of one attention split a
+    /// row (`AttnGrid`). Not with `batch_invariant` (where a row's pieces fall depends on the
+    /// batch).
+    pub attn_grid: AttnGrid,
     /// `GENSLOT_EARLY_KV=0|1`: in a decode step the tensor-core attention kernel copies its
     /// first tiles of K and V before it waits for the kernel before it (with PDL).
     pub early_kv: bool,
@@ -73,11 +68,31 @@ pub struct StepOptions {
     pub longest_first: bool,
 }
 
+/// The grid a decode pass of one attention split a row (as many (row, kv head) pairs as block
+/// slots, or more) runs the tensor-core attention on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttnGrid {
+    /// A block per (row, kv head) pair, in waves over the multiprocessors.
+    Split,
+    /// The blocks that fit on the chip at once, each warp taking an equal run of the pass's
+    /// tiles (attention_balanced.cu). Pages must hold whole tiles of 16 tokens; other passes
+    /// keep the split grid. On uniform rows it reads KV more slowly than the split grid (batch
+    /// 64 at 4k 2.2 % slower on the H200, BENCHMARKS.md §3.13; 1.773k 3.2 % on the H100,
+    /// §3.26); on a served mix of lengths it is faster (§3.26).
+    Balanced,
+    /// Per pass: the balanced grid when the rows' lengths are uneven enough that the split
+    /// grid's end waits on its longest blocks (`forward::uneven_rows`), else the split grid.
+    /// A CUDA graph is captured for each grid.
+    Auto,
+}
+
 impl Default for StepOptions {
     /// Measured on the H200 (BENCHMARKS.md §3.5–3.6, §3.11–3.12): PDL, two attention blocks
     /// per multiprocessor (batch 64 and 128 at 4k then run one split, written directly), the
     /// one-row GEMV (batch 1 from 1.33-1.40x to 1.25-1.27x the roofline) and down_proj in 4 K
-    /// slices (batch 64 0.2-0.7 % faster on four machine starts). Not batch-invariant:
+    /// slices (batch 64 0.2-0.7 % faster on four machine starts); the balanced attention grid
+    /// on passes whose rows' lengths are uneven (§3.26: on the H100 a served mix's batch 64
+    /// 17 % and batch 128 4.3 % faster, even rows unchanged). Not batch-invariant:
     /// both the split count and the one-row GEMV change a row's sums with the batch size
     /// (§3.6 measured a row's logits moving by about 1e-2); `invariant()` is the launch that
     /// keeps them.
@@ -90,7 +105,7 @@ impl Default for StepOptions {
             gemv_rows: 1,
             batch_invariant: false,
             attn_ring: TcRing::default(),
-            attn_balanced: false,
+            attn_grid: AttnGrid::Auto,
             early_kv: true,
             down_splits: 4,
             o_splits: 0,
@@ -118,7 +133,7 @@ impl StepOptions {
             gemv_rows: 0,
             batch_invariant: false,
             attn_ring: TcRing::default(),
-            attn_balanced: false,
+            attn_grid: AttnGrid::Split,
             early_kv: false,
             down_splits: 0,
             o_splits: 0,
@@ -133,7 +148,7 @@ impl StepOptions {
         StepOptions {
             gemv_rows: 0,
             batch_invariant: true,
-            attn_balanced: false,
+            attn_grid: AttnGrid::Split,
             down_splits: 0,
             o_splits: 0,
             qkv_splits: 0,
@@ -218,12 +233,22 @@ impl StepOptions {
                 "the pinned products keep one K split",
             )
         };
-        let attn_balanced = invariant_zero(
-            "GENSLOT_ATTN_BALANCED",
-            d.attn_balanced as usize,
-            1,
-            "a row's pieces would fall where the batch puts them",
-        )? == 1;
+        let attn_grid = match (batch_invariant, get("GENSLOT_ATTN_BALANCED").as_deref()) {
+            (true, None) => AttnGrid::Split,
+            (false, None) => d.attn_grid,
+            (_, Some("0")) => AttnGrid::Split,
+            (true, Some(v)) => {
+                return Err(bad(
+                    "GENSLOT_ATTN_BALANCED",
+                    v,
+                    "0 with GENSLOT_BATCH_INVARIANT=1 (a row's pieces would fall where the \
+                     batch puts them)",
+                ))
+            }
+            (false, Some("1")) => AttnGrid::Balanced,
+            (false, Some("auto")) => AttnGrid::Auto,
+            (false, Some(v)) => return Err(bad("GENSLOT_ATTN_BALANCED", v, "`0`, `1` or `auto`")),
+        };
         let down_splits = slices("GENSLOT_DOWN_SPLITS", d.down_splits)?;
         let o_splits = slices("GENSLOT_O_SPLITS", d.o_splits)?;
         let qkv_splits = slices("GENSLOT_QKV_SPLITS", d.qkv_splits)?;
@@ -238,7 +263,7 @@ impl StepOptions {
                 warps: count("GENSLOT_ATTN_WARPS", d.attn_ring.warps, 1, 16)?,
                 stages: count("GENSLOT_ATTN_STAGES", d.attn_ring.stages, 2, 8)?,
             },
-            attn_balanced,
+            attn_grid,
             early_kv: flag("GENSLOT_EARLY_KV", d.early_kv)?,
             down_splits,
             o_splits,
@@ -264,9 +289,10 @@ impl StepOptions {
             false => format!("{} blocks/SM", self.attn_blocks_per_sm),
         };
         // The balanced grid is the tensor-core kernel's.
-        let balanced = match self.attn_balanced && self.attn == AttnKernel::TensorCore {
-            true => ", balanced",
-            false => "",
+        let balanced = match (self.attn, self.attn_grid) {
+            (AttnKernel::TensorCore, AttnGrid::Balanced) => ", balanced",
+            (AttnKernel::TensorCore, AttnGrid::Auto) => ", balanced when rows are uneven",
+            _ => "",
         };
         // The ring shapes the tensor-core kernel only.
         let ring = match self.attn == AttnKernel::Simt || self.attn_ring == TcRing::default() {
@@ -317,6 +343,9 @@ mod tests {
         assert_eq!(o.attn_blocks_per_sm, 2);
         assert_eq!(o.gemv_rows, 1);
         assert_eq!((o.qkv_splits, o.o_splits, o.down_splits), (0, 0, 4));
+        assert_eq!(o.attn_grid, AttnGrid::Auto);
+        assert_eq!(StepOptions::invariant().attn_grid, AttnGrid::Split);
+        assert_eq!(StepOptions::plain().attn_grid, AttnGrid::Split);
     }
 
     #[test]
@@ -350,7 +379,7 @@ mod tests {
                     warps: 2,
                     stages: 5
                 },
-                attn_balanced: true,
+                attn_grid: AttnGrid::Balanced,
                 early_kv: false,
                 down_splits: 4,
                 o_splits: 2,
@@ -374,8 +403,8 @@ mod tests {
             .starts_with("attention tc (2 warps x 5 stages), 2 blocks/SM, balanced, direct"));
         assert_eq!(
             StepOptions::default().describe(),
-            "attention tc, 2 blocks/SM, direct single split on, early KV on, PDL on, GEMV for 1 \
-             row, down_proj in 4 K slices, longest rows first on"
+            "attention tc, 2 blocks/SM, balanced when rows are uneven, direct single split on, \
+             early KV on, PDL on, GEMV for 1 row, down_proj in 4 K slices, longest rows first on"
         );
         // Early copies are the tensor-core kernel's: the SIMT kernel is never said to make them.
         let simt = StepOptions {
@@ -448,6 +477,41 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("GENSLOT_ATTN_BALANCED=1"), "{e}");
+        let e = StepOptions::parse(env(&[
+            ("GENSLOT_BATCH_INVARIANT", "1"),
+            ("GENSLOT_ATTN_BALANCED", "auto"),
+        ]))
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("GENSLOT_ATTN_BALANCED=auto"), "{e}");
+    }
+
+    #[test]
+    fn the_attention_grid_is_split_balanced_or_chosen_per_pass() {
+        for (v, grid, says) in [
+            ("0", AttnGrid::Split, None),
+            ("1", AttnGrid::Balanced, Some(", balanced,")),
+            (
+                "auto",
+                AttnGrid::Auto,
+                Some(", balanced when rows are uneven,"),
+            ),
+        ] {
+            let o = StepOptions::parse(env(&[("GENSLOT_ATTN_BALANCED", v)])).unwrap();
+            assert_eq!(o.attn_grid, grid, "{v}");
+            let line = o.describe();
+            match says {
+                Some(s) => assert!(line.contains(s), "{v}: {line}"),
+                None => assert!(!line.contains("balanced"), "{v}: {line}"),
+            }
+        }
+        // The balanced grid is the tensor-core kernel's: the SIMT kernel's line names none.
+        let simt = StepOptions::parse(env(&[
+            ("GENSLOT_ATTN_BALANCED", "auto"),
+            ("GENSLOT_ATTN_KERNEL", "simt"),
+        ]))
+        .unwrap();
+        assert!(!simt.describe().contains("balanced"), "{}", simt.describe());
     }
 
     #[test]
