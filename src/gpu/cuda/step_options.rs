@@ -469,21 +469,17 @@ mod tests {
                 .to_string();
             assert!(e.contains(&format!("{k}=4")), "{e}");
         }
-        // And the balanced attention grid: where a row's pieces fall depends on the batch.
-        let e = StepOptions::parse(env(&[
-            ("GENSLOT_BATCH_INVARIANT", "1"),
-            ("GENSLOT_ATTN_BALANCED", "1"),
-        ]))
-        .unwrap_err()
-        .to_string();
-        assert!(e.contains("GENSLOT_ATTN_BALANCED=1"), "{e}");
-        let e = StepOptions::parse(env(&[
-            ("GENSLOT_BATCH_INVARIANT", "1"),
-            ("GENSLOT_ATTN_BALANCED", "auto"),
-        ]))
-        .unwrap_err()
-        .to_string();
-        assert!(e.contains("GENSLOT_ATTN_BALANCED=auto"), "{e}");
+        // And the balanced attention grid, always or by pass: where a row's pieces fall
+        // depends on the batch.
+        for v in ["1", "auto"] {
+            let e = StepOptions::parse(env(&[
+                ("GENSLOT_BATCH_INVARIANT", "1"),
+                ("GENSLOT_ATTN_BALANCED", v),
+            ]))
+            .unwrap_err()
+            .to_string();
+            assert!(e.contains(&format!("GENSLOT_ATTN_BALANCED={v}")), "{e}");
+        }
     }
 
     #[test]
