@@ -402,27 +402,10 @@ fn main() -> Result<()> {
             context_spread,
             context_ratios,
         } => {
-            let mut cfg = CudaConfig::new(ModelSource::Seeded { shape, seed: 1 });
-            cfg.tokens_per_block = tokens_per_block;
-            cfg.max_batch_size = batches.iter().copied().max().unwrap_or(1).max(112);
-            let longest = contexts.iter().copied().max().unwrap_or(4096);
-            let longest_row = if context_ratios.is_empty() {
-                (longest as f64 * (1.0 + context_spread)).ceil() as usize
-            } else {
+            if !context_ratios.is_empty() {
                 bench::check_ratios(&context_ratios)
                     .map_err(|e| anyhow::anyhow!("--context-ratios: {e}"))?;
-                batches
-                    .iter()
-                    .flat_map(|&n| bench::ratio_contexts(longest, n, &context_ratios))
-                    .max()
-                    .unwrap_or(longest)
-            };
-            // The pause comparison runs at its own context, whatever the points' are.
-            let paused_context = bench::BenchOptions::default().paused.1;
-            cfg.max_context = longest_row.max(paused_context) + 64;
-            cfg.kv_memory_fraction = kv_fraction;
-            let mut b = CudaBackend::new(cfg)?;
-            b.fill_kv_random(7)?;
+            }
             let opts = bench::BenchOptions {
                 batches,
                 contexts,
@@ -433,6 +416,13 @@ fn main() -> Result<()> {
                 context_ratios,
                 ..Default::default()
             };
+            let mut cfg = CudaConfig::new(ModelSource::Seeded { shape, seed: 1 });
+            cfg.tokens_per_block = tokens_per_block;
+            cfg.max_batch_size = opts.batches.iter().copied().max().unwrap_or(1).max(112);
+            cfg.max_context = opts.longest_context() + 64;
+            cfg.kv_memory_fraction = kv_fraction;
+            let mut b = CudaBackend::new(cfg)?;
+            b.fill_kv_random(7)?;
             let rep = bench::run(&mut b, &opts)?;
             print!("{}", bench::table(&rep));
             if let Some(p) = json {

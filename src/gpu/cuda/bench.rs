@@ -40,6 +40,34 @@ pub struct BenchOptions {
     pub context_ratios: Vec<f64>,
 }
 
+impl BenchOptions {
+    /// The rows' contexts of a step at the point (`ctx`, `batch`): `ratio_contexts` where
+    /// ratios are given, else `spread_contexts`.
+    pub fn row_contexts(&self, ctx: usize, batch: usize) -> Vec<usize> {
+        if self.context_ratios.is_empty() {
+            spread_contexts(ctx, batch, self.context_spread)
+        } else {
+            ratio_contexts(ctx, batch, &self.context_ratios)
+        }
+    }
+
+    /// The longest context any step of these options holds, the pause comparison's
+    /// included: what the backend's `max_context` must cover.
+    pub fn longest_context(&self) -> usize {
+        let ctx = self.contexts.iter().copied().max().unwrap_or(0);
+        let row = if self.context_ratios.is_empty() {
+            (ctx as f64 * (1.0 + self.context_spread)).ceil() as usize
+        } else {
+            self.batches
+                .iter()
+                .flat_map(|&n| self.row_contexts(ctx, n))
+                .max()
+                .unwrap_or(ctx)
+        };
+        row.max(self.paused.1)
+    }
+}
+
 impl Default for BenchOptions {
     fn default() -> Self {
         BenchOptions {
@@ -483,11 +511,7 @@ pub fn run(b: &mut CudaBackend, o: &BenchOptions) -> Result<BenchReport, Backend
     for &ctx in &o.contexts {
         for &batch in &o.batches {
             let ids: Vec<usize> = (0..batch).collect();
-            let ctxs = if o.context_ratios.is_empty() {
-                spread_contexts(ctx, batch, o.context_spread)
-            } else {
-                ratio_contexts(ctx, batch, &o.context_ratios)
-            };
+            let ctxs = o.row_contexts(ctx, batch);
             let (rows, aliased) = rows_at(b, &ids, batch, &ctxs);
             // Graph steps back to back, as a worker runs them: the step time.
             let graph = time_alternating(b, &[Run::greedy(&rows, Launch::Graph)], o)?.remove(0);
@@ -671,7 +695,7 @@ pub fn table(r: &BenchReport) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{check_ratios, ratio_contexts, spread_contexts};
+    use super::{check_ratios, ratio_contexts, spread_contexts, BenchOptions};
 
     #[test]
     fn spread_contexts_keep_the_mean_and_span_the_asked_range_in_no_order_of_length() {
@@ -712,6 +736,37 @@ mod tests {
         assert_eq!(sorted[49], sorted[0]);
         assert_eq!(sorted[99], (2048.0 * 3.965 / 1.375_f64).round() as usize);
         assert_ne!(v, sorted, "shuffled");
+    }
+
+    /// The backend is sized for the longest row of any point and for the pause comparison's
+    /// context, which runs whatever the points' contexts are.
+    #[test]
+    fn the_longest_context_covers_every_points_rows_and_the_pause_comparison() {
+        let short = |spread: f64, ratios: Vec<f64>| BenchOptions {
+            batches: vec![64, 128],
+            contexts: vec![1000, 1773],
+            context_spread: spread,
+            context_ratios: ratios,
+            ..BenchOptions::default()
+        };
+        assert_eq!(
+            short(0.0, vec![]).longest_context(),
+            4096,
+            "the pause comparison's"
+        );
+        let o = short(0.0, vec![0.5, 0.5, 4.0]);
+        let longest_row = [64, 128]
+            .iter()
+            .flat_map(|&n| o.row_contexts(1773, n))
+            .max()
+            .unwrap();
+        assert!(longest_row > 4096, "{longest_row}");
+        assert_eq!(o.longest_context(), longest_row);
+        let o = BenchOptions {
+            contexts: vec![4096],
+            ..short(0.5, vec![])
+        };
+        assert_eq!(o.longest_context(), 6144);
     }
 
     #[test]
