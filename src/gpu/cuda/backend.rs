@@ -435,15 +435,12 @@ impl CudaBackend {
         match o.attn_grid {
             AttnGrid::Split => false,
             AttnGrid::Balanced => true,
-            AttnGrid::Auto => {
-                let lens: Vec<usize> = rows.iter().map(|r| r.context_len as usize + 1).collect();
-                uneven_rows(
-                    &lens,
-                    self.shape.kv_heads,
-                    self.gpu.sm_count,
-                    o.attn_blocks_per_sm,
-                )
-            }
+            AttnGrid::Auto => uneven_rows(
+                rows.iter().map(|r| r.context_len as usize + 1),
+                self.shape.kv_heads,
+                self.gpu.sm_count,
+                o.attn_blocks_per_sm,
+            ),
         }
     }
 

@@ -357,14 +357,15 @@ pub(crate) fn splits_for(
 /// gives every warp an equal run of tiles but streams 2–3 % slower on even rows
 /// (BENCHMARKS.md §3.13, §3.26), so it takes only the passes where that wait comes.
 pub(crate) fn uneven_rows(
-    lens: &[usize],
+    lens: impl IntoIterator<Item = usize>,
     kv_heads: usize,
     sm_count: u32,
     blocks_per_sm: usize,
 ) -> bool {
     let slots = (blocks_per_sm * sm_count as usize).max(1);
-    let longest = lens.iter().copied().max().unwrap_or(0);
-    let total: usize = lens.iter().sum();
+    let (longest, total) = lens.into_iter().fold((0, 0), |(longest, total), len| {
+        (longest.max(len), total + len)
+    });
     // longest > total × kv_heads / slots, in integers.
     longest * slots > total * kv_heads
 }
@@ -858,7 +859,7 @@ mod tests {
     #[test]
     fn uneven_rows_are_those_whose_longest_block_outlasts_the_mean_slot() {
         // An H100's 132 SMs at 2 blocks each, llama-8b's 8 kv heads.
-        let uneven = |lens: &[usize]| uneven_rows(lens, 8, 132, 2);
+        let uneven = |lens: &[usize]| uneven_rows(lens.iter().copied(), 8, 132, 2);
         // 128 rows of one length: a slot streams 3.9 rows' worth.
         assert!(!uneven(&[1773; 128]));
         // At batch 128 the edge is one row of 3,969 tokens among rows of 1,000 (its block
