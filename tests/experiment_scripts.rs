@@ -131,6 +131,42 @@ fn occupancy_counts_residents_beyond_the_slots_as_paused_from_the_first_arrival(
     assert_eq!(rows, ["1.00 3 1 1 2 1", "2.00 3 1 0 0 0"], "{out}");
 }
 
+/// `batch_mix.py` pools every sampled step's rows for its quantiles, which puts the window's
+/// longest row at the top; its typical step takes each quantile's median over the steps, the
+/// shape of one step, which is what a bench step on a served mix should run.
+#[test]
+fn batch_mix_gives_the_typical_steps_quantiles_beside_the_pooled_ones() {
+    let row = |id: u32, context: u32, finish: f64| {
+        format!(
+            "{{\"id\":{id},\"arrival_s\":0.0,\"first_token_s\":0.0,\"finish_s\":{finish},\
+             \"context_tokens\":{context},\"output_tokens\":0}}\n"
+        )
+    };
+    // At 0 s four rows of 1, 1, 1 and 5 tokens (ratios 0.5, 0.5, 0.5, 2.5 to their mean); at
+    // 1 s the long one has finished and three rows of 1 token remain (ratios 1).
+    let recording = row(1, 1, 10.0) + &row(2, 1, 10.0) + &row(3, 1, 10.0) + &row(4, 5, 0.5);
+    let (_r, rec) = written("served.jsonl", &recording);
+    let out = match Command::new("python3")
+        .arg("tools/gpu/batch_mix.py")
+        .arg(&rec)
+        .args(["--from", "0", "--to", "2", "--every", "1", "--points", "3"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+    {
+        Ok(out) => ok(&out),
+        Err(e) => return eprintln!("skipping: no python3 to run batch_mix.py ({e})"),
+    };
+    let after = |header: &str| {
+        let mut lines = out.lines().skip_while(|l| !l.starts_with(header));
+        lines.nth(1).unwrap_or_default().to_string()
+    };
+    // Pooled: 0.5, 0.5, 0.5, 1, 1, 1, 2.5 at 0, 1/2 and 1.
+    assert_eq!(after("context / step mean"), "0.50,1.00,2.50", "{out}");
+    // Each step's 0, 1/2 and 1 quantiles (0.5, 0.5, 2.5 and 1, 1, 1), their medians.
+    assert_eq!(after("the typical step"), "0.75,0.75,1.75", "{out}");
+    assert!(out.contains("longest row / mean: median 1.75"), "{out}");
+}
+
 #[test]
 fn the_arm_configs_are_valid_and_differ_only_in_preemption() {
     let control = ok(&genslot()

@@ -11,11 +11,21 @@ is one block and `--slots` blocks run at once: the longest block's tokens agains
 slot's, max(L_max, kv_heads * sum L / slots) / (kv_heads * sum L / slots). That bound counts
 tokens, not time: a block left alone at the kernel's end streams faster than its share.
 
+The pooled quantiles put the window's longest rows at the top, longer than any one step's
+longest row: a bench step on them is more uneven than the run's steps were. The typical step's
+quantiles (each quantile of every sampled step, its median over the steps) keep one step's
+shape; both lines are valid `--context-ratios`.
+
     python3 tools/gpu/batch_mix.py served.jsonl [--from 60 --to 480] [--slots 264]
 """
 import argparse
 import json
 import statistics
+
+
+def quantiles(xs, n):
+    """xs (sorted) at 0, 1/n, ..., 1, nearest rank."""
+    return [xs[round(k / n * (len(xs) - 1))] for k in range(n + 1)]
 
 
 def main():
@@ -35,13 +45,15 @@ def main():
     rows = [(r["first_token_s"], r["finish_s"], r["context_tokens"], r["output_tokens"])
             for r in recs if r.get("first_token_s") is not None]
     end = t0 + a.end if a.end is not None else max(f for _, f, _, _ in rows)
-    ratios, longest, cvs, bounds, batch, means = [], [], [], [], [], []
+    ratios, longest, cvs, bounds, batch, means, shapes = [], [], [], [], [], [], []
+    n = a.points - 1
     t = t0 + a.start
     while t < end:
         ls = [c + (t - f) / max(e - f, 1e-9) * o for f, e, c, o in rows if f <= t < e]
         if len(ls) > 1:
             mean = sum(ls) / len(ls)
             ratios += [x / mean for x in ls]
+            shapes.append(quantiles(sorted(x / mean for x in ls), n))
             longest.append(max(ls) / mean)
             cvs.append(statistics.pstdev(ls) / mean)
             share = a.kv_heads * sum(ls) / a.slots
@@ -52,12 +64,14 @@ def main():
     if not ratios:
         raise SystemExit(f"{a.recording}: no step with two rows in the window")
     ratios.sort()
-    n = a.points - 1
-    q = [ratios[round(k / n * (len(ratios) - 1))] for k in range(n + 1)]
+    q = quantiles(ratios, n)
+    typical = [statistics.median(s[k] for s in shapes) for k in range(n + 1)]
     print(f"steps sampled: {len(batch)}, mean batch {statistics.mean(batch):.1f} rows of "
           f"{statistics.mean(means):.0f} tokens")
     print("context / step mean, quantiles at 0, 1/%d, ..., 1:" % n)
     print(",".join(f"{x:.2f}" for x in q))
+    print("the typical step (each quantile's median over the steps):")
+    print(",".join(f"{x:.2f}" for x in typical))
     longest.sort()
     bounds.sort()
     print(f"longest row / mean: median {statistics.median(longest):.2f}, "
