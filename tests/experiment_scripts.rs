@@ -8,6 +8,24 @@ use std::process::Command;
 
 use cli_support::{genslot, ok, written};
 
+/// Runs `python3 tools/gpu/SCRIPT FILES… OPTIONS` from the repository root and returns its
+/// standard output, or None (with a message) where this machine has no python3.
+fn python_script(script: &str, files: &[&str], options: &str) -> Option<String> {
+    match Command::new("python3")
+        .arg(format!("tools/gpu/{script}"))
+        .args(files)
+        .args(options.split_whitespace())
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+    {
+        Ok(out) => Some(ok(&out)),
+        Err(e) => {
+            eprintln!("skipping: no python3 to run {script} ({e})");
+            None
+        }
+    }
+}
+
 #[test]
 fn the_experiment_scripts_parse() {
     for script in [
@@ -61,16 +79,11 @@ fn arrival_windows_counts_a_recording_from_its_first_arrival_as_the_twins_sends(
                 {\"arm\":\"other\",\"sent_s\":66.0,\"ttft_s\":9.0}\n";
     let (_r, rec) = written("served.jsonl", &recording);
     let (_t, tw) = written("twin.jsonl", twin);
-    let out = match Command::new("python3")
-        .arg("tools/gpu/arrival_windows.py")
-        .args(["--to", "120", "--split", "60"])
-        .arg(format!("served={}", rec.display()))
-        .arg(format!("twin={}@control", tw.display()))
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-    {
-        Ok(out) => ok(&out),
-        Err(e) => return eprintln!("skipping: no python3 to run arrival_windows.py ({e})"),
+    let served = format!("served={}", rec.display());
+    let twin = format!("twin={}@control", tw.display());
+    let options = "--to 120 --split 60";
+    let Some(out) = python_script("arrival_windows.py", &[&served, &twin], options) else {
+        return;
     };
     let row = |window: &str| {
         out.lines()
@@ -112,15 +125,10 @@ fn occupancy_counts_residents_beyond_the_slots_as_paused_from_the_first_arrival(
         + &row(3, 10.4, 10.9, 11.3, 13.0)
         + &row(4, 10.8, 11.6, 11.7, 13.0);
     let (_r, rec) = written("served.jsonl", &recording);
-    let out = match Command::new("python3")
-        .arg("tools/gpu/occupancy.py")
-        .arg(&rec)
-        .args(["--from", "1", "--to", "3", "--every", "1", "--slots", "2"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-    {
-        Ok(out) => ok(&out),
-        Err(e) => return eprintln!("skipping: no python3 to run occupancy.py ({e})"),
+    let rec = rec.display().to_string();
+    let options = "--from 1 --to 3 --every 1 --slots 2";
+    let Some(out) = python_script("occupancy.py", &[&rec], options) else {
+        return;
     };
     let rows: Vec<String> = out
         .lines()
@@ -146,15 +154,10 @@ fn batch_mix_gives_the_typical_steps_quantiles_beside_the_pooled_ones() {
     // 1 s the long one has finished and three rows of 1 token remain (ratios 1).
     let recording = row(1, 1, 10.0) + &row(2, 1, 10.0) + &row(3, 1, 10.0) + &row(4, 5, 0.5);
     let (_r, rec) = written("served.jsonl", &recording);
-    let out = match Command::new("python3")
-        .arg("tools/gpu/batch_mix.py")
-        .arg(&rec)
-        .args(["--from", "0", "--to", "2", "--every", "1", "--points", "3"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-    {
-        Ok(out) => ok(&out),
-        Err(e) => return eprintln!("skipping: no python3 to run batch_mix.py ({e})"),
+    let rec = rec.display().to_string();
+    let options = "--from 0 --to 2 --every 1 --points 3";
+    let Some(out) = python_script("batch_mix.py", &[&rec], options) else {
+        return;
     };
     let after = |header: &str| {
         let mut lines = out.lines().skip_while(|l| !l.starts_with(header));
