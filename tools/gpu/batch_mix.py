@@ -79,7 +79,8 @@ def main():
     print(f"coefficient of variation: mean {statistics.mean(cvs):.2f}")
     print(f"attention's longest block / mean slot ({a.slots} slots): mean "
           f"{statistics.mean(bounds):.3f}, median {statistics.median(bounds):.3f}, "
-          f"above 1 in {sum(b > 1.0001 for b in bounds) / len(bounds):.0%} of steps")
+          f"above 1 in {sum(b > 1.0001 for b in bounds) / len(bounds):.0%} of steps, above 5/4 "
+          f"(where the step takes the balanced grid) in {sum(b > 1.25 for b in bounds) / len(bounds):.0%}")
 
 
 if __name__ == "__main__":

@@ -354,8 +354,8 @@ pub(crate) fn splits_for(
 /// waves over `blocks_per_sm × sm_count` slots, the longest rows first; each slot then
 /// streams about `Σ lens × kv_heads / slots` tokens, and when the longest row's block alone
 /// holds more, the kernel's end waits on it while the other slots idle. The balanced grid
-/// gives every warp an equal run of tiles but streams 2–3 % slower on even rows
-/// (BENCHMARKS.md §3.13, §3.26), so it takes only the passes where that wait comes.
+/// gives every warp an equal run of tiles but streams more slowly, so it takes only the
+/// passes where that wait costs more than its slower stream: see [`BALANCED_ABOVE`].
 pub(crate) fn uneven_rows(
     lens: impl IntoIterator<Item = usize>,
     kv_heads: usize,
@@ -366,9 +366,18 @@ pub(crate) fn uneven_rows(
     let (longest, total) = lens.into_iter().fold((0, 0), |(longest, total), len| {
         (longest.max(len), total + len)
     });
-    // longest > total × kv_heads / slots, in integers.
-    longest * slots > total * kv_heads
+    // longest > BALANCED_ABOVE × total × kv_heads / slots, in integers.
+    let (num, den) = BALANCED_ABOVE;
+    longest * slots * den > total * kv_heads * num
 }
+
+/// The longest block's tokens over the mean slot's above which `uneven_rows` takes the
+/// balanced grid: 5/4. Measured on the H100 as whole decode steps (BENCHMARKS.md §3.26–3.27),
+/// the split grid's step against the balanced grid's is −3.2 % (batch 64) and −2.3 to −2.9 %
+/// (batch 128) on rows whose ratio is 1 and rises about 10.7 % per unit of ratio above it
+/// (batch 64: +1.1 % at 1.42, +5.1 % at 1.78, +20.6 % at 3.16; batch 128: +4.6 % at 1.67), so
+/// the two grids cost the same at 1.24 (batch 128) to 1.31 (batch 64).
+pub(crate) const BALANCED_ABOVE: (usize, usize) = (5, 4);
 
 /// The split count of every decode pass in batch-invariant mode (`StepOptions::
 /// batch_invariant`): enough 256-token splits for a row of `max_context` tokens, at most
@@ -857,21 +866,30 @@ mod tests {
     /// The balanced grid takes a pass when the longest row's block holds more tokens than
     /// a slot of the split grid streams on average (BENCHMARKS.md §3.26's two loads).
     #[test]
-    fn uneven_rows_are_those_whose_longest_block_outlasts_the_mean_slot() {
+    fn uneven_rows_are_those_whose_longest_block_outlasts_the_mean_slot_by_a_quarter() {
         // An H100's 132 SMs at 2 blocks each, llama-8b's 8 kv heads.
         let uneven = |lens: &[usize]| uneven_rows(lens.iter().copied(), 8, 132, 2);
         // 128 rows of one length: a slot streams 3.9 rows' worth.
         assert!(!uneven(&[1773; 128]));
-        // At batch 128 the edge is one row of 3,969 tokens among rows of 1,000 (its block
-        // against (127,000 + 3,969) × 8 / 264 tokens a slot).
+        // At batch 128 the edge is one row of 5,001 tokens among rows of 1,000: its block
+        // against 5/4 of (127,000 + 5,001) × 8 / 264 tokens a slot.
         let mut lens = vec![1000; 127];
-        lens.push(3968);
+        lens.push(5000);
         assert!(!uneven(&lens));
-        lens[127] = 3969;
+        lens[127] = 5001;
         assert!(uneven(&lens));
-        // At batch 64 a slot streams 1.9 rows' worth: a row of 2x the mean is uneven.
+        // Past the mean slot but not by a quarter: the split grid's wait costs less than the
+        // balanced grid's slower stream.
+        lens[127] = 4500;
+        assert!(!uneven(&lens));
+        // At batch 64 a slot streams 1.9 rows' worth: a row of 2x the mean is even enough,
+        // one of 2.6x is not.
         let mut lens = vec![1000; 63];
         lens.push(2000);
+        assert!(!uneven(&lens));
+        lens[63] = 2480;
+        assert!(!uneven(&lens));
+        lens[63] = 2481;
         assert!(uneven(&lens));
         // Fewer (row, kv head) pairs than slots: any row's block outlasts the mean slot, but
         // such a pass runs several splits a row, which the balanced grid never takes.

@@ -81,8 +81,9 @@ pub enum AttnGrid {
     /// §3.26); on a served mix of lengths it is faster (§3.26).
     Balanced,
     /// Per pass: the balanced grid when the rows' lengths are uneven enough that the split
-    /// grid's end waits on its longest blocks (`forward::uneven_rows`), else the split grid.
-    /// A CUDA graph is captured for each grid.
+    /// grid's end waits on its longest blocks longer than the balanced grid's slower stream
+    /// costs (`forward::uneven_rows`), else the split grid. A CUDA graph is captured for
+    /// each grid.
     Auto,
 }
 
@@ -91,8 +92,8 @@ impl Default for StepOptions {
     /// per multiprocessor (batch 64 and 128 at 4k then run one split, written directly), the
     /// one-row GEMV (batch 1 from 1.33-1.40x to 1.25-1.27x the roofline) and down_proj in 4 K
     /// slices (batch 64 0.2-0.7 % faster on four machine starts); the balanced attention grid
-    /// on passes whose rows' lengths are uneven (§3.26: on the H100 a served mix's batch 64
-    /// 17 % and batch 128 4.3 % faster, even rows unchanged). Not batch-invariant:
+    /// on passes whose rows' lengths are uneven (§3.26: on the H100 a pooled served mix's
+    /// batch 64 17 % and batch 128 4.3 % faster, even rows unchanged). Not batch-invariant:
     /// both the split count and the one-row GEMV change a row's sums with the batch size
     /// (§3.6 measured a row's logits moving by about 1e-2); `invariant()` is the launch that
     /// keeps them.
