@@ -23,6 +23,10 @@ import json
 import statistics
 
 
+# The ratio above which the step takes the balanced attention grid: forward::BALANCED_ABOVE.
+BALANCED_ABOVE = 5 / 4
+
+
 def quantiles(xs, n):
     """xs (sorted) at 0, 1/n, ..., 1, nearest rank."""
     return [xs[round(k / n * (len(xs) - 1))] for k in range(n + 1)]
@@ -80,7 +84,8 @@ def main():
     print(f"attention's longest block / mean slot ({a.slots} slots): mean "
           f"{statistics.mean(bounds):.3f}, median {statistics.median(bounds):.3f}, "
           f"above 1 in {sum(b > 1.0001 for b in bounds) / len(bounds):.0%} of steps, above 5/4 "
-          f"(where the step takes the balanced grid) in {sum(b > 1.25 for b in bounds) / len(bounds):.0%}")
+          f"(where the step takes the balanced grid) in "
+          f"{sum(b > BALANCED_ABOVE for b in bounds) / len(bounds):.0%}")
 
 
 if __name__ == "__main__":

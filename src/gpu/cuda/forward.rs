@@ -285,9 +285,9 @@ pub(crate) struct Pass {
 }
 
 /// The balanced attention's kernel and grid for pass `p`, when it takes the pass
-/// (`Pass::balanced`, as `StepOptions::attn_grid` chose): a decode pass (each row its own page-table row) of one
-/// split a row, over pages of whole 16-token tiles, on a scratch with a counter for each
-/// (row, kv head) and a partial slot for each piece.
+/// (`Pass::balanced`, as `StepOptions::attn_grid` chose): a decode pass (each row its own
+/// page-table row) of one split a row, over pages of whole 16-token tiles, on a scratch with
+/// a counter for each (row, kv head) and a partial slot for each piece.
 fn balanced_launch<'g>(
     gpu: &'g Gpu,
     s: &ModelShape,
@@ -376,7 +376,8 @@ pub(crate) fn uneven_rows(
 /// the split grid's step against the balanced grid's is −3.2 % (batch 64) and −2.3 to −2.9 %
 /// (batch 128) on rows whose ratio is 1 and rises about 10.7 % per unit of ratio above it
 /// (batch 64: +1.1 % at 1.42, +5.1 % at 1.78, +20.6 % at 3.16; batch 128: +4.6 % at 1.67), so
-/// the two grids cost the same at 1.24 (batch 128) to 1.31 (batch 64).
+/// the two grids cost the same at 1.24 (batch 128) to 1.31 (batch 64). `tools/gpu/batch_mix.py`
+/// counts a recording's steps above it with the same value.
 pub(crate) const BALANCED_ABOVE: (usize, usize) = (5, 4);
 
 /// The split count of every decode pass in batch-invariant mode (`StepOptions::
@@ -863,8 +864,8 @@ mod tests {
         assert_eq!(live_splits(32769, 32), 31);
     }
 
-    /// The balanced grid takes a pass when the longest row's block holds more tokens than
-    /// a slot of the split grid streams on average (BENCHMARKS.md §3.26's two loads).
+    /// The balanced grid takes a pass when the longest row's block holds more than 5/4 of
+    /// the tokens a slot of the split grid streams on average (BENCHMARKS.md §3.26–3.27).
     #[test]
     fn uneven_rows_are_those_whose_longest_block_outlasts_the_mean_slot_by_a_quarter() {
         // An H100's 132 SMs at 2 blocks each, llama-8b's 8 kv heads.

@@ -78,7 +78,8 @@ pub enum AttnGrid {
     /// tiles (attention_balanced.cu). Pages must hold whole tiles of 16 tokens; other passes
     /// keep the split grid. On uniform rows it reads KV more slowly than the split grid (batch
     /// 64 at 4k 2.2 % slower on the H200, BENCHMARKS.md §3.13; 1.773k 3.2 % on the H100,
-    /// §3.26); on a served mix of lengths it is faster (§3.26).
+    /// §3.26); on a mix whose longest row's block holds more than about 5/4 of a slot's mean
+    /// tokens it is faster (§3.26–3.27).
     Balanced,
     /// Per pass: the balanced grid when the rows' lengths are uneven enough that the split
     /// grid's end waits on its longest blocks longer than the balanced grid's slower stream
