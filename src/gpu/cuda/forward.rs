@@ -372,12 +372,15 @@ pub(crate) fn uneven_rows(
 }
 
 /// The longest block's tokens over the mean slot's above which `uneven_rows` takes the
-/// balanced grid: 5/4. Measured on the H100 as whole decode steps (BENCHMARKS.md §3.26–3.27),
-/// the split grid's step against the balanced grid's is −3.2 % (batch 64) and −2.3 to −2.9 %
-/// (batch 128) on rows whose ratio is 1 and rises about 10.7 % per unit of ratio above it
-/// (batch 64: +1.1 % at 1.42, +5.1 % at 1.78, +20.6 % at 3.16; batch 128: +4.6 % at 1.67), so
-/// the two grids cost the same at 1.24 (batch 128) to 1.31 (batch 64). `tools/gpu/batch_mix.py`
-/// counts a recording's steps above it with the same value.
+/// balanced grid: 5/4. Measured on the H100 as whole decode steps (BENCHMARKS.md §3.26–3.28),
+/// the split grid's step against the balanced grid's is −2.9 to −3.2 % (batch 64) and −2.3 to
+/// −2.9 % (batch 128) on rows whose ratio is at most 1 (where no block outlasts the waves;
+/// rows of one length sit at 0.52 and 0.26) and rises about 10–12 % per unit of ratio above
+/// it (batch 64: +1.1 % at 1.42, +5.1 % at 1.78, +8.9 % at 2.20, +20.6 % at 3.16; batch 128:
+/// −1.4 % at 1.13, +0.4 % at 1.26, +4.6 % at 1.67), so the two grids cost the same at 1.23
+/// (batch 128) to 1.31 (batch 64); with this line `auto` ran the faster grid at every one of
+/// §3.28's points. `tools/gpu/batch_mix.py` counts a recording's steps above it with the same
+/// value.
 pub(crate) const BALANCED_ABOVE: (usize, usize) = (5, 4);
 
 /// The split count of every decode pass in batch-invariant mode (`StepOptions::
@@ -896,6 +899,34 @@ mod tests {
         // such a pass runs several splits a row, which the balanced grid never takes.
         assert!(uneven(&[100; 16]));
         assert!(!uneven(&[]));
+    }
+
+    /// BENCHMARKS.md §3.28 benched two typical served steps' mixes on both grids: the
+    /// balanced grid was faster for both at batch 64 and for the seven-minute window's (T8)
+    /// at 128, the split grid for the three-minute window's (T3) at 128 and for rows of one
+    /// length. The line puts each of them on its faster grid's side.
+    #[test]
+    fn the_line_sends_each_benched_served_mix_to_the_grid_that_ran_it_faster() {
+        const T3: [f64; 21] = [
+            0.10, 0.20, 0.28, 0.34, 0.39, 0.45, 0.50, 0.55, 0.60, 0.65, 0.72, 0.81, 0.91, 1.04,
+            1.14, 1.22, 1.37, 1.60, 1.95, 2.80, 4.49,
+        ];
+        const T8: [f64; 21] = [
+            0.10, 0.21, 0.29, 0.34, 0.40, 0.46, 0.51, 0.56, 0.62, 0.67, 0.74, 0.82, 0.91, 1.05,
+            1.15, 1.26, 1.40, 1.58, 1.90, 2.67, 5.11,
+        ];
+        // The bench's rows at 1,773 tokens; the step attends over each row's context and
+        // its new token, as `balanced_for` counts them.
+        let balanced = |ratios: &[f64], rows: usize| {
+            let lens = crate::gpu::cuda::bench::ratio_contexts(1773, rows, ratios);
+            uneven_rows(lens.into_iter().map(|l| l + 1), 8, 132, 2)
+        };
+        assert!(balanced(&T3, 64));
+        assert!(balanced(&T8, 64));
+        assert!(!balanced(&T3, 128));
+        assert!(balanced(&T8, 128));
+        assert!(!uneven_rows([1774; 64], 8, 132, 2));
+        assert!(!uneven_rows([1774; 128], 8, 132, 2));
     }
 
     #[test]
